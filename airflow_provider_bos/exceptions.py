@@ -1,0 +1,213 @@
+"""The one place BOS errors are defined.
+
+Every error the provider raises on purpose is a :class:`BosError`. Messages say what failed and
+what the user should do, and never carry a secret (tokens, keys, codes, verifiers): callers pass
+URLs, statuses, rule names and short excerpts only, and :func:`excerpt` trims bodies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BosError",
+    "BosConfigurationError",
+    "BosDiscoveryError",
+    "BosAuthError",
+    "BosCallbackError",
+    "BosReconnectRequired",
+    "BosTokenStoreError",
+    "BosHttpError",
+    "BosRetryableHttpError",
+    "BosTransportError",
+    "BosProtocolError",
+    "BosSseError",
+    "BosEventTooLarge",
+    "BosStreamValidationError",
+    "BosJsonRpcError",
+    "BosSessionExpired",
+    "BosResultError",
+    "BosIncompleteStreamError",
+    "BosDeadlineExceeded",
+    "BosWarehouseError",
+    "BosIdentifierError",
+    "BosPartialReadError",
+    "excerpt",
+]
+
+
+def excerpt(body: bytes | str, limit: int = 200) -> str:
+    """A short printable excerpt of a response body for error messages (never the whole body)."""
+    if isinstance(body, bytes):
+        body = body[: limit * 4].decode("utf-8", errors="replace")
+    text = " ".join(body.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class BosError(Exception):
+    """Base class of every error raised by airflow-provider-bos."""
+
+
+class BosConfigurationError(BosError):
+    """The connection or operator is configured wrongly (missing field, bad value)."""
+
+
+# --- auth -------------------------------------------------------------------------------------
+
+
+class BosDiscoveryError(BosError):
+    """OAuth discovery failed one of the contract's checks.
+
+    ``rule`` names the check (e.g. ``"https-required"``, ``"issuer-mismatch"``) so callers and tests
+    can tell the failures apart; ``url`` is the URL that failed it.
+    """
+
+    def __init__(self, message: str, *, url: str | None = None, rule: str) -> None:
+        self.url = url
+        self.rule = rule
+        where = f" ({url})" if url else ""
+        super().__init__(f"OAuth discovery failed [{rule}]{where}: {message}")
+
+
+class BosAuthError(BosError):
+    """Authentication with BOS failed."""
+
+
+class BosCallbackError(BosAuthError):
+    """The OAuth callback URL failed validation; ``rule`` names the check."""
+
+    def __init__(self, message: str, *, rule: str) -> None:
+        self.rule = rule
+        super().__init__(f"OAuth callback rejected [{rule}]: {message}")
+
+
+class BosReconnectRequired(BosAuthError):
+    """The grant is revoked, expired or rejected: a person must sign in again."""
+
+    def __init__(self, message: str, *, conn_id: str | None = None) -> None:
+        self.conn_id = conn_id
+        command = f"airflow-provider-bos connect --conn-id {conn_id or '<conn_id>'}"
+        super().__init__(f"{message} Reconnect with: {command}")
+
+
+class BosTokenStoreError(BosAuthError):
+    """The token store could not be read or written."""
+
+
+# --- transport / HTTP -------------------------------------------------------------------------
+
+
+class BosTransportError(BosError):
+    """The HTTP connection failed (connect error, reset, timeout) before a response was complete."""
+
+
+class BosHttpError(BosError):
+    """BOS answered with an unexpected HTTP status or content type."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        content_type: str | None = None,
+        body_excerpt: str | None = None,
+        url: str | None = None,
+    ) -> None:
+        self.status_code = status_code
+        self.content_type = content_type
+        self.body_excerpt = body_excerpt
+        self.url = url
+        parts = [message]
+        if status_code is not None:
+            parts.append(f"HTTP {status_code}")
+        if content_type:
+            parts.append(f"content-type {content_type}")
+        if url:
+            parts.append(f"url {url}")
+        if body_excerpt:
+            parts.append(f"body: {body_excerpt!r}")
+        super().__init__("; ".join(parts))
+
+
+class BosRetryableHttpError(BosHttpError):
+    """429 / 502 / 503 / 504: worth retrying; ``retry_after`` is seconds when the server said so."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None, **kwargs: Any) -> None:
+        self.retry_after = retry_after
+        super().__init__(message, **kwargs)
+
+
+# --- protocol ---------------------------------------------------------------------------------
+
+
+class BosProtocolError(BosError):
+    """BOS sent something the MCP / JSON-RPC / source-results contract does not allow."""
+
+
+class BosSseError(BosProtocolError):
+    """The event stream could not be parsed."""
+
+
+class BosEventTooLarge(BosSseError):
+    """One SSE event exceeded the configured maximum size."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        super().__init__(
+            f"An SSE event exceeded the maximum event size of {limit} bytes; "
+            "raise max_event_bytes if results this large are expected."
+        )
+
+
+class BosStreamValidationError(BosProtocolError):
+    """A bos/source-results/v1 notification broke the contract (sequence, paging, status...)."""
+
+
+class BosJsonRpcError(BosProtocolError):
+    """The server answered a JSON-RPC request with an error object."""
+
+    def __init__(self, code: int, message: str, data: Any = None, *, method: str | None = None) -> None:
+        self.code = code
+        self.rpc_message = message
+        self.data = data
+        self.method = method
+        where = f" to {method}" if method else ""
+        super().__init__(f"JSON-RPC error {code}{where}: {excerpt(message)}")
+
+
+class BosSessionExpired(BosProtocolError):
+    """The server no longer knows our Mcp-Session-Id (HTTP 404); re-initialise."""
+
+
+class BosResultError(BosProtocolError):
+    """The final tool result is malformed or does not match the request."""
+
+
+class BosDeadlineExceeded(BosError):
+    """The operation deadline passed before the final response arrived; the call was cancelled."""
+
+
+class BosIncompleteStreamError(BosError):
+    """The stream ended (EOF or connection failure) before the matching final response.
+
+    There is no confirmed terminal result. ``observations`` keeps the per-source progress seen so far.
+    """
+
+    def __init__(self, message: str, *, observations: Any = None) -> None:
+        self.observations = observations
+        super().__init__(message)
+
+
+# --- warehouse / Airflow ------------------------------------------------------------------------
+
+
+class BosWarehouseError(BosError):
+    """Writing to the destination database failed; the transaction was rolled back."""
+
+
+class BosIdentifierError(BosWarehouseError, ValueError):
+    """A table or schema name is not a safe SQL identifier."""
+
+
+class BosPartialReadError(BosError):
+    """A read came back partial (or failed) and the caller asked for that to fail."""

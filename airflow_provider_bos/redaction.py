@@ -1,0 +1,44 @@
+"""Secret registration without importing Airflow.
+
+The protocol core calls :func:`register_secret` the moment it reads or mints a secret (token, key,
+code, verifier). The Airflow adapters install a sink that forwards to Airflow's secrets masker, so
+the core stays free of Airflow imports while every secret still reaches the masker.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+__all__ = ["register_secret", "add_secret_sink", "known_secret_count"]
+
+_lock = threading.Lock()
+_sinks: list[Callable[[str], None]] = []
+_pending: set[str] = set()  # secrets seen before any sink was installed
+
+
+def add_secret_sink(sink: Callable[[str], None]) -> None:
+    """Install a sink (e.g. Airflow's ``mask_secret``); it receives every secret seen so far."""
+    with _lock:
+        if sink in _sinks:
+            return
+        _sinks.append(sink)
+        backlog = list(_pending)
+    for secret in backlog:
+        sink(secret)
+
+
+def register_secret(value: str | None) -> None:
+    """Tell every sink that ``value`` is a secret. Short or empty values are ignored."""
+    if not value or len(value) < 6:
+        return
+    with _lock:
+        _pending.add(value)
+        sinks = list(_sinks)
+    for sink in sinks:
+        sink(value)
+
+
+def known_secret_count() -> int:
+    with _lock:
+        return len(_pending)
