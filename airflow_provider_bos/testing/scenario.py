@@ -1,0 +1,371 @@
+"""Scenarios: what the reference server's federated read delivers, as data.
+
+A :class:`Scenario` is plain JSON (see ``testing/scenarios/*.json`` for the builtins; copy one
+to start your own) validated by pydantic with unknown fields forbidden, so a typo in a scenario
+file fails loudly instead of being ignored. :func:`load_scenario` loads a builtin by name or a
+JSON file by path and turns every problem into a
+:class:`~airflow_provider_bos.exceptions.BosConfigurationError`.
+
+What each field means for the stream is decided by :mod:`airflow_provider_bos.testing.federation`;
+the rules are summarised on the models below.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.models import BosContext, SourceErrorCode
+
+__all__ = [
+    "MAX_CONCURRENT_SOURCES",
+    "MAX_PAGE_SIZE",
+    "MAX_SOURCE_RECORDS",
+    "DEFAULT_CONTEXTS",
+    "SourceSpec",
+    "FaultSpec",
+    "Scenario",
+    "BUILTIN_SCENARIOS",
+    "load_scenario",
+    "large_scenario",
+]
+
+MAX_PAGE_SIZE = 100  # the server advertises pageSize 100
+MAX_CONCURRENT_SOURCES = 8  # the server advertises maxConcurrentSources 8
+MAX_SOURCE_RECORDS = 1 << 40  # record identities pack the local index into 40 bits
+
+DEFAULT_CONTEXTS: tuple[dict[str, Any], ...] = (
+    {
+        "context_handle": "ctx_acme_people_prod",
+        "organization_name": "Acme Corporation",
+        "application_name": "People Directory",
+        "installation_name": "Production",
+        "role_label": "HR Analyst",
+        "is_default": True,
+    },
+    {
+        "context_handle": "ctx_acme_itsm_sandbox",
+        "organization_name": "Acme Corporation",
+        "application_name": "IT Service Desk",
+        "installation_name": "Sandbox Zürich",
+        "role_label": "Read-only Auditor",
+        "is_default": False,
+    },
+)
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a misspelt fault or field must not silently do nothing.
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+class SourceSpec(_Strict):
+    """One source of the federated read.
+
+    Delivery: the source's ``records`` are delivered in pages of ``page_size`` (the last page may
+    be short), ``pageIndex`` 1..n, then one ``complete`` whose ``pageIndex`` is the last page's
+    (``0`` with ``records: []`` for an empty source).
+
+    Errors: with ``error`` set, ``records`` is what the source *would* hold; it delivers only its
+    first ``error_after_pages`` pages (``min(records, error_after_pages * page_size)`` records)
+    and then one ``error`` notification with ``records: []`` whose ``pageIndex`` is the number of
+    pages delivered before it (``0`` when it failed before its first page). Records it delivered
+    are kept in the final result. ``error_after_pages`` may not exceed the pages ``records``
+    fill, and needs ``error``.
+
+    Time (simulated, milliseconds after the source starts): page p arrives at
+    ``start_delay_ms + (p - 1) * page_delay_ms``; ``complete`` comes right after the last page
+    (at ``start_delay_ms`` for an empty source); ``error`` comes at
+    ``start_delay_ms + error_after_pages * page_delay_ms``, where the next page would have been.
+    """
+
+    source_type: str = Field(default="crm", min_length=1)
+    source_identity: str = Field(min_length=1)
+    records: int = Field(default=10, ge=0, lt=MAX_SOURCE_RECORDS)
+    page_size: int = Field(default=MAX_PAGE_SIZE, ge=1, le=MAX_PAGE_SIZE)
+    page_delay_ms: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    start_delay_ms: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    error: SourceErrorCode | None = None
+    error_after_pages: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_error(self) -> SourceSpec:
+        if self.error is None:
+            if self.error_after_pages:
+                raise ValueError(
+                    "error_after_pages is set but error is not; set error to a source error code"
+                )
+            return self
+        available = math.ceil(self.records / self.page_size)
+        if self.error_after_pages > available:
+            raise ValueError(
+                f"error_after_pages={self.error_after_pages} exceeds the {available} page(s) that "
+                f"records={self.records} fill at page_size={self.page_size}; "
+                "raise records or lower error_after_pages"
+            )
+        return self
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The complete source pair ``(source_type, source_identity)``."""
+        return (self.source_type, self.source_identity)
+
+    @property
+    def delivered_records(self) -> int:
+        """Records this source delivers (all of them, or the pages before its error)."""
+        if self.error is None:
+            return self.records
+        return min(self.records, self.error_after_pages * self.page_size)
+
+    @property
+    def delivered_pages(self) -> int:
+        """Page notifications this source emits before its terminal one."""
+        if self.error is None:
+            return math.ceil(self.records / self.page_size)
+        return self.error_after_pages
+
+
+class FaultSpec(_Strict):
+    """Transport faults the reference server injects (the federation plan is unaffected).
+
+    At most one of the stream-ending faults (``drop_after_notifications``, ``drop_before_final``,
+    ``drop_mid_final``, ``stall``) and at most one of ``final_error`` / ``malformed_final``.
+    """
+
+    drop_after_notifications: int | None = Field(default=None, ge=0)
+    drop_before_final: bool = False
+    drop_mid_final: bool = False
+    stall: bool = False
+    keepalive_interval_ms: float = Field(default=200.0, gt=0.0, allow_inf_nan=False)
+    http_429: int = Field(default=0, ge=0)
+    retry_after_s: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
+    http_503: int = Field(default=0, ge=0)
+    expire_access_token_after_requests: int | None = Field(default=None, ge=0)
+    wire_mode: bool = False
+    final_error: dict | None = None
+    final_id_override: str | int | None = None
+    malformed_final: bool = False
+
+    @field_validator("final_error")
+    @classmethod
+    def _check_final_error(cls, value: dict | None) -> dict | None:
+        if value is None:
+            return value
+        if not isinstance(value.get("code"), int) or isinstance(value.get("code"), bool):
+            raise ValueError('final_error must be a JSON-RPC error object with an integer "code"')
+        if not isinstance(value.get("message"), str):
+            raise ValueError('final_error must be a JSON-RPC error object with a string "message"')
+        return value
+
+    @model_validator(mode="after")
+    def _check_exclusive(self) -> FaultSpec:
+        enders = [
+            name
+            for name, on in (
+                ("drop_after_notifications", self.drop_after_notifications is not None),
+                ("drop_before_final", self.drop_before_final),
+                ("drop_mid_final", self.drop_mid_final),
+                ("stall", self.stall),
+            )
+            if on
+        ]
+        if len(enders) > 1:
+            raise ValueError(f"choose one stream-ending fault, not {', '.join(enders)}")
+        if self.final_error is not None and self.malformed_final:
+            raise ValueError("choose final_error or malformed_final, not both")
+        return self
+
+
+class Scenario(_Strict):
+    """A complete description of the reference server's federated reads.
+
+    - ``seed`` fixes every identity and value; the same scenario always streams the same bytes.
+    - ``revision`` changes record *content* (phone, lifecycle, attributes, provenance ``version``)
+      for a deterministic subset of people per step, never identities (``record_ref``,
+      ``external_id``, names, emails).
+    - ``observed_at`` (ISO 8601 with a timezone) is the read's ``metadata.observed_at``; each
+      source stamps its provenance a few seconds earlier, never later.
+    - ``shared_people`` people are present in every non-empty source (spread evenly over its
+      records, so they count towards its ``records``). Pages carry them under source-local refs
+      ``bos:person:<source_identity>:<external_id>``; the final result merges each into ONE
+      record with a canonical ``bos:person:<id>`` ref and one provenance entry per source that
+      delivered it. Every final ref is canonical, so provisional refs never equal final refs.
+    - ``contexts``: the public contexts the server offers (default :data:`DEFAULT_CONTEXTS`);
+      exactly one must have ``is_default: true``.
+    - At most :data:`MAX_CONCURRENT_SOURCES` sources run at once (simulated); later sources
+      start when an earlier one finishes.
+    """
+
+    name: str = "custom"
+    seed: int = 0
+    observed_at: str = "2026-10-08T12:00:00Z"
+    revision: int = Field(default=0, ge=0)
+    shared_people: int = Field(default=0, ge=0)
+    sources: list[SourceSpec] = Field(min_length=1)
+    faults: FaultSpec = Field(default_factory=FaultSpec)
+    contexts: list[dict] | None = None
+
+    @field_validator("observed_at")
+    @classmethod
+    def _check_observed_at(cls, value: str) -> str:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"observed_at {value!r} is not an ISO 8601 timestamp") from None
+        if parsed.tzinfo is None:
+            raise ValueError(f"observed_at {value!r} needs a timezone, e.g. 2026-10-08T12:00:00Z")
+        return value
+
+    @field_validator("contexts")
+    @classmethod
+    def _check_contexts(cls, value: list[dict] | None) -> list[dict] | None:
+        if value is None:
+            return value
+        if not value:
+            raise ValueError("contexts must list at least one context (or be omitted for the defaults)")
+        handles: set[str] = set()
+        for i, ctx in enumerate(value):
+            try:
+                model = BosContext.model_validate(ctx)
+            except ValidationError as exc:
+                raise ValueError(f"contexts[{i}] is not a public BOS context: {_summarise(exc)}") from None
+            if model.context_handle in handles:
+                raise ValueError(f"contexts[{i}] repeats context_handle {model.context_handle!r}")
+            handles.add(model.context_handle)
+        defaults = sum(1 for ctx in value if ctx.get("is_default") is True)
+        if defaults != 1:
+            raise ValueError(f"exactly one context must have is_default true (found {defaults})")
+        return value
+
+    @model_validator(mode="after")
+    def _check_sources(self) -> Scenario:
+        seen: set[tuple[str, str]] = set()
+        for spec in self.sources:
+            if spec.pair in seen:
+                raise ValueError(f"source pair {spec.source_type}/{spec.source_identity} appears twice")
+            seen.add(spec.pair)
+        if self.shared_people:
+            holders = [s for s in self.sources if s.records > 0]
+            if not holders:
+                raise ValueError("shared_people needs at least one source with records > 0")
+            smallest = min(holders, key=lambda s: s.records)
+            if self.shared_people > smallest.records:
+                raise ValueError(
+                    f"shared_people={self.shared_people} exceeds the {smallest.records} records of "
+                    f"{smallest.source_type}/{smallest.source_identity}; shared people are part of every "
+                    "non-empty source's records"
+                )
+        return self
+
+    @property
+    def observed_at_datetime(self) -> datetime:
+        """``observed_at`` as an aware UTC datetime."""
+        return datetime.fromisoformat(self.observed_at).astimezone(timezone.utc)
+
+    def resolved_contexts(self) -> list[dict]:
+        """The public contexts to offer: ``contexts`` or fresh copies of :data:`DEFAULT_CONTEXTS`."""
+        chosen = self.contexts if self.contexts is not None else DEFAULT_CONTEXTS
+        return [dict(ctx) for ctx in chosen]
+
+
+def _summarise(exc: ValidationError) -> str:
+    """One line per problem, ``location: message`` (no input echo; scenario files can be long)."""
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False):
+        loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _load_builtins() -> dict[str, Scenario]:
+    builtins: dict[str, Scenario] = {}
+    folder = resources.files("airflow_provider_bos.testing") / "scenarios"
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".json"):
+            continue
+        scenario = Scenario.model_validate_json(entry.read_text(encoding="utf-8"))
+        stem = entry.name[: -len(".json")]
+        if scenario.name != stem:  # keeps file names and names in sync for users copying them
+            raise RuntimeError(f"builtin scenario file {entry.name} is named {scenario.name!r}")
+        builtins[stem] = scenario
+    return builtins
+
+
+BUILTIN_SCENARIOS: dict[str, Scenario] = _load_builtins()
+
+
+def load_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
+    """A builtin scenario by name (a fresh copy), or a scenario JSON file by path.
+
+    Raises :class:`BosConfigurationError` for an unknown name, an unreadable file, bad JSON or
+    a scenario that does not validate (the message lists each problem by field path).
+    """
+    key = os.fspath(name_or_path)
+    if key in BUILTIN_SCENARIOS:
+        return BUILTIN_SCENARIOS[key].model_copy(deep=True)
+    path = Path(key)
+    if not path.is_file():
+        raise BosConfigurationError(
+            f"Unknown scenario {key!r}: not a builtin ({', '.join(sorted(BUILTIN_SCENARIOS))}) "
+            "and not an existing JSON file."
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BosConfigurationError(f"Cannot read scenario file {path}: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BosConfigurationError(
+            f"Scenario file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
+        ) from None
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise BosConfigurationError(f"Scenario file {path} is invalid: {_summarise(exc)}") from None
+
+
+def large_scenario(
+    total_records: int = 100_000,
+    *,
+    sources: int = 2,
+    shared_people: int = 0,
+    seed: int = 0,
+    revision: int = 0,
+    page_size: int = MAX_PAGE_SIZE,
+) -> Scenario:
+    """A big all-complete read (e.g. 1,000,000 records for benchmarks), records split over sources.
+
+    With ``shared_people == 0`` the final result holds exactly ``total_records`` records.
+    """
+    if sources < 1 or total_records < 0:
+        raise BosConfigurationError("large_scenario needs sources >= 1 and total_records >= 0")
+    base, extra = divmod(total_records, sources)
+    kinds = ("crm", "hr", "directory", "erp")
+    specs = [
+        SourceSpec(
+            source_type=kinds[i % len(kinds)],
+            source_identity=f"{kinds[i % len(kinds)]}-{i + 1}",
+            records=base + (1 if i < extra else 0),
+            page_size=page_size,
+        )
+        for i in range(sources)
+    ]
+    try:
+        return Scenario(
+            name=f"large-{total_records}",
+            seed=seed,
+            revision=revision,
+            shared_people=shared_people,
+            sources=specs,
+        )
+    except ValidationError as exc:
+        raise BosConfigurationError(f"large_scenario arguments are invalid: {_summarise(exc)}") from None
