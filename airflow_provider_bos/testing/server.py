@@ -1,0 +1,349 @@
+"""The BOS reference server: OAuth + MCP on loopback, in a background thread or from the CLI.
+
+    server = BosReferenceServer(scenario="partial", access_token_ttl_s=2)
+    server.start()                      # returns once the port is listening
+    ... server.mcp_url, server.mint_grant(), server.counters.refreshes ...
+    server.stop()
+
+CLI: ``python -m airflow_provider_bos.testing.server --port 8765 [--scenario NAME|FILE]``.
+
+Every instance has fresh in-memory state (clients, grants, sessions, counters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+import socket
+import sys
+import threading
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import uvicorn
+from mcp.server.auth.routes import create_protected_resource_routes
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.testing.mcp_app import MCP_PATH, McpApp
+from airflow_provider_bos.testing.oauth import (
+    SCOPES,
+    BearerGate,
+    BosOAuthProvider,
+    build_as_metadata,
+    metadata_endpoint,
+    registration_endpoint,
+    token_endpoint,
+)
+from airflow_provider_bos.testing.scenario import Scenario, load_scenario
+
+__all__ = ["BosReferenceServer", "ServerCounters", "main"]
+
+logger = logging.getLogger(__name__)
+
+SOURCE_RESULTS_DOC_PATH = "/docs/source-results-v1"
+OAUTH_DOC_PATH = "/docs/oauth-client"
+
+
+@dataclass
+class ServerCounters:
+    """Thread-safe event counters for tests. Read the int attributes; the server increments them."""
+
+    refreshes: int = 0
+    refresh_reuse_detected: int = 0
+    grants_revoked: int = 0
+    tool_calls: int = 0
+    streamed_calls: int = 0
+    cancelled_calls: int = 0
+    completed_streams: int = 0
+    initializes: int = 0
+    sessions_deleted: int = 0
+    unauthorized: int = 0
+    discover_calls: int = 0
+    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False, compare=False)
+
+    def incr(self, name: str, n: int = 1) -> None:
+        with self._cond:
+            setattr(self, name, getattr(self, name) + n)
+            self._cond.notify_all()
+
+    def snapshot(self) -> dict[str, int]:
+        with self._cond:
+            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
+
+    def wait_until(self, name: str, n: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: getattr(self, name) >= n, timeout=timeout)
+
+
+class _AbortFilter(logging.Filter):
+    """Hide uvicorn's traceback for responses the server aborts on purpose (fault injection)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from airflow_provider_bos.testing.mcp_app import StreamAborted
+
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, StreamAborted)
+
+
+logging.getLogger("uvicorn.error").addFilter(_AbortFilter())
+
+
+def _resolve_scenario(scenario: Scenario | str) -> Scenario:
+    return scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+
+
+class _Uvicorn(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, started: threading.Event) -> None:
+        super().__init__(config)
+        self._started_event = started
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        self._started_event.set()
+
+    def install_signal_handlers(self) -> None:  # the embedding thread/CLI owns signals
+        pass
+
+
+class BosReferenceServer:
+    """A faithful BOS (OAuth authorization server + MCP resource) for tests and local development."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, scenario: Scenario | str = "complete",
+                 access_token_ttl_s: float = 3600, local_user: str = "demo.user@example.com",
+                 time_scale: float = 1.0, allow_remote: bool = False) -> None:
+        if not allow_remote and not _is_loopback(host):
+            raise BosConfigurationError(f"Refusing to bind the reference server to non-loopback host {host!r}; "
+                                        "pass allow_remote=True (CLI: --allow-remote) if you mean it.")
+        self.host = host
+        self.counters = ServerCounters()
+        self._scenario = _resolve_scenario(scenario)
+        self._access_token_ttl_s = float(access_token_ttl_s)
+        self.local_user = local_user
+        self.time_scale = float(time_scale)
+        self._allow_remote = allow_remote
+        self._sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        self._sock.listen(128)
+        self.port: int = self._sock.getsockname()[1]
+        url_host = f"[{host}]" if ":" in host else host
+        self.base_url = f"http://{url_host}:{self.port}"
+        self.issuer = self.base_url
+        self.mcp_url = self.base_url + MCP_PATH
+        self.resource_metadata_url = f"{self.base_url}/.well-known/oauth-protected-resource{MCP_PATH}"
+        self.oauth = BosOAuthProvider(issuer=self.issuer, resource=self.mcp_url, local_user=local_user,
+                                      counters=self.counters, access_token_ttl_s=self._access_token_ttl_s)
+        self._apply_scenario_auth_faults()
+        self.mcp = McpApp(self)
+        self.app = self._build_app()
+        self._thread: threading.Thread | None = None
+        self._uvicorn: _Uvicorn | None = None
+        self._default_client_id: str | None = None
+
+    # -- configuration ---------------------------------------------------------------------------
+    @property
+    def scenario(self) -> Scenario:
+        return self._scenario
+
+    def set_scenario(self, scenario: Scenario | str) -> None:
+        """Replace the scenario for subsequent requests (fault counters restart)."""
+        self._scenario = _resolve_scenario(scenario)
+        self._apply_scenario_auth_faults()
+        self.mcp.reset_faults()
+
+    def set_access_token_ttl(self, seconds: float) -> None:
+        """Lifetime of access tokens issued from now on."""
+        self._access_token_ttl_s = float(seconds)
+        self.oauth.access_token_ttl_s = float(seconds)
+
+    def _apply_scenario_auth_faults(self) -> None:
+        self.oauth.expire_after_requests = self._scenario.faults.expire_access_token_after_requests
+
+    # -- grants and keys -------------------------------------------------------------------------
+    def register_client(self, redirect_uris: list[str]) -> str:
+        """Register a public client (as DCR would) and return its client_id."""
+        return self.oauth.register_public_client(redirect_uris)
+
+    def mint_grant(self, *, client_id: str | None = None, scope: str = "mcp:tools offline_access") -> dict:
+        """Issue tokens directly, as if the local user had completed the browser flow."""
+        if client_id is None:
+            if self._default_client_id is None:
+                self._default_client_id = self.register_client(["http://127.0.0.1/callback"])
+            client_id = self._default_client_id
+        return self.oauth.mint_grant(client_id=client_id, scope=scope)
+
+    def create_api_key(self) -> str:
+        return self.oauth.create_api_key()
+
+    def revoke_grant_of(self, refresh_token: str) -> None:
+        self.oauth.revoke_grant_of(refresh_token)
+
+    def wait_for_cancelled_calls(self, n: int, timeout: float) -> bool:
+        """Block until at least ``n`` calls were cancelled by their client (False on timeout)."""
+        return self.counters.wait_until("cancelled_calls", n, timeout)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Serve in a background thread; returns once the server accepts requests."""
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        started = threading.Event()
+        # log_config=None: leave the host's logging alone (pytest's capture, Airflow's handlers)
+        config = uvicorn.Config(self.app, log_config=None, log_level="warning", lifespan="on",
+                                timeout_graceful_shutdown=1, access_log=False, ws="none")
+        self._uvicorn = _Uvicorn(config, started)
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self._uvicorn.serve(sockets=[self._sock]))  # type: ignore[union-attr]
+            except BaseException as exc:  # surfaced by start()
+                failure.append(exc)
+            finally:
+                started.set()
+
+        self._thread = threading.Thread(target=run, name=f"bos-reference-server-{self.port}", daemon=True)
+        self._thread.start()
+        started.wait()
+        if failure or not self._uvicorn.started:
+            raise RuntimeError(f"BOS reference server failed to start: {failure[0] if failure else 'unknown'}")
+
+    def stop(self) -> None:
+        if self._thread is None:
+            self._sock.close()
+            return
+        assert self._uvicorn is not None
+        self._uvicorn.should_exit = True
+        self.mcp.shutdown()
+        self._thread.join(timeout=10)
+        self._thread = None
+        self._sock.close()
+
+    def serve_forever(self) -> None:
+        """Serve in the calling (main) thread until SIGINT/SIGTERM (the CLI)."""
+        mcp = self.mcp
+
+        class _CliServer(uvicorn.Server):
+            def handle_exit(self, sig: int, frame: Any) -> None:
+                mcp.shutdown()  # end stalls and keepalive waits now, not after the grace period
+                super().handle_exit(sig, frame)
+
+        config = uvicorn.Config(self.app, log_level="info", lifespan="on", timeout_graceful_shutdown=2,
+                                access_log=False, ws="none")
+        # uvicorn re-raises the captured signal after its graceful shutdown, to the handler that was
+        # installed before it started: make that a no-op so a signal means a clean exit (status 0).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda signum, frame: None)
+        asyncio.run(_CliServer(config).serve(sockets=[self._sock]))
+        self._sock.close()
+
+    def __enter__(self) -> BosReferenceServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- the ASGI app ----------------------------------------------------------------------------
+    def _build_app(self) -> Starlette:
+        routes: list[Route] = []
+        routes += create_protected_resource_routes(
+            resource_url=self.mcp_url,  # type: ignore[arg-type]  # validated by the metadata model
+            authorization_servers=[self.issuer],  # type: ignore[list-item]
+            scopes_supported=list(SCOPES),
+            resource_name="BOS Platform",
+            resource_documentation=self.base_url + OAUTH_DOC_PATH,  # type: ignore[arg-type]
+        )
+        as_metadata = build_as_metadata(issuer=self.issuer, docs_url=self.base_url + OAUTH_DOC_PATH)
+        routes += [
+            Route("/.well-known/oauth-authorization-server", metadata_endpoint(as_metadata), methods=["GET"]),
+            Route("/authorize", _sdk_authorize(self.oauth), methods=["GET", "POST"]),
+            Route("/token", token_endpoint(self.oauth), methods=["POST"]),
+            Route("/register", registration_endpoint(self.oauth), methods=["POST"]),
+            Route(MCP_PATH, BearerGate(self.mcp, self.oauth, resource_metadata_url=self.resource_metadata_url,
+                                       counters=self.counters), methods=["GET", "POST", "DELETE"]),
+            Route(SOURCE_RESULTS_DOC_PATH, self._doc_source_results, methods=["GET"]),
+            Route(OAUTH_DOC_PATH, self._doc_oauth, methods=["GET"]),
+            Route("/_bos/admin/scenario", self._admin_scenario, methods=["POST"]),
+            Route("/_bos/admin/counters", self._admin_counters, methods=["GET"]),
+        ]
+        return Starlette(routes=routes, lifespan=lambda app: self.mcp.lifespan())
+
+    async def _doc_source_results(self, request: Request) -> Response:
+        return PlainTextResponse(
+            "BOS Service - bos/source-results/v1 (reference server)\n\n"
+            "This local server implements the bos/source-results/v1 MCP delivery extension as specified in\n"
+            "the BOS public API contract 'Stream authorized source results', version 1.\n")
+
+    async def _doc_oauth(self, request: Request) -> Response:
+        return PlainTextResponse(
+            "BOS Platform - OAuth client reference (reference server)\n\n"
+            f"MCP resource: {self.mcp_url}\nIssuer: {self.issuer}\n"
+            f"The authorization endpoint auto-consents for the local user {self.local_user}.\n")
+
+    async def _admin_scenario(self, request: Request) -> Response:
+        try:
+            document = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "body must be JSON"}, status_code=400)
+        try:
+            if isinstance(document, dict) and set(document) == {"name"}:
+                self.set_scenario(str(document["name"]))
+            else:
+                self.set_scenario(Scenario.model_validate(document))
+        except (BosConfigurationError, ValidationError) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse({"scenario": self._scenario.name})
+
+    async def _admin_counters(self, request: Request) -> Response:
+        return JSONResponse(self.counters.snapshot())
+
+
+def _sdk_authorize(provider: BosOAuthProvider) -> Any:
+    from mcp.server.auth.handlers.authorize import AuthorizationHandler
+
+    return AuthorizationHandler(provider).handle  # type: ignore[arg-type]
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m airflow_provider_bos.testing.server",
+                                     description="Run the BOS reference server (OAuth + MCP) locally.")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--scenario", default="complete", help="builtin scenario name or a scenario JSON file")
+    parser.add_argument("--access-token-ttl", type=float, default=3600.0, metavar="S")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="multiplier for simulated source delays")
+    parser.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
+    args = parser.parse_args(argv)
+    try:
+        server = BosReferenceServer(host=args.host, port=args.port, scenario=args.scenario,
+                                    access_token_ttl_s=args.access_token_ttl, time_scale=args.time_scale,
+                                    allow_remote=args.allow_remote)
+    except (BosConfigurationError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"BOS reference server: MCP URL {server.mcp_url}", flush=True)
+    print(f"scenario {server.scenario.name!r}; Ctrl-C to stop", flush=True)
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
