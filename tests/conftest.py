@@ -7,7 +7,10 @@ unreachable; elsewhere they skip with the reason. SQLite needs nothing.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -20,7 +23,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 _AIRFLOW_HOME = Path(os.environ.get("BOS_TEST_AIRFLOW_HOME") or tempfile.mkdtemp(prefix="bos-airflow-home-"))
 os.environ["AIRFLOW_HOME"] = str(_AIRFLOW_HOME)
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(REPO_ROOT / "dags"))
+# dag.test() needs its DAG file inside the dags folder: the example DAGs and the test DAGs are
+# copied into one folder of this session's AIRFLOW_HOME.
+_DAGS_FOLDER = _AIRFLOW_HOME / "dags"
+_DAGS_FOLDER.mkdir(parents=True, exist_ok=True)
+for _dag_file in [*(REPO_ROOT / "dags").glob("*.py"), *(REPO_ROOT / "tests" / "airflow" / "dags").glob("*.py")]:
+    shutil.copy(_dag_file, _DAGS_FOLDER / _dag_file.name)
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_DAGS_FOLDER)
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 os.environ.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{_AIRFLOW_HOME / 'airflow.db'}")
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "INFO")
@@ -81,3 +90,13 @@ def warehouse_url(request: pytest.FixtureRequest) -> str:
 def unique_table() -> str:
     """A table name no other test uses, so tests on the shared servers cannot collide."""
     return f"t_{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> Path:
+    """An initialised Airflow metadata database (SQLite) for dag.test() runs; returns the dags folder."""
+    airflow = str(Path(sys.executable).parent / "airflow")
+    proc = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True, env=os.environ)
+    if proc.returncode != 0:
+        pytest.fail(f"airflow db migrate failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+    return _DAGS_FOLDER

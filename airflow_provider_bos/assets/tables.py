@@ -1,0 +1,48 @@
+"""Asset URIs for destination tables, following each database's existing provider convention.
+
+PostgreSQL: ``postgres://host:port/database/schema/table`` (handled by the postgres provider).
+MySQL/MariaDB: ``mysql://host:port/database/table`` (the mysql provider's convention).
+SQLite has no provider convention; ours is ``sqlite://host/<absolute db path>/<table>`` with the
+host of the machine that owns the file, registered in ``get_provider_info`` under ``asset-uris``.
+"""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import SplitResult, quote
+
+from sqlalchemy.engine import URL
+
+
+def sanitize_sqlite_uri(uri: SplitResult) -> SplitResult:
+    """Asset URI handler for ``sqlite://``: a host and a path ending in the database file and table."""
+    if not uri.netloc:
+        raise ValueError("URI format sqlite:// must contain the host that owns the database file")
+    parts = [p for p in uri.path.split("/") if p]
+    if len(parts) < 2:
+        raise ValueError("URI format sqlite:// must contain the database file path and the table name")
+    return uri
+
+
+def sanitize_mysql_uri(uri: SplitResult) -> SplitResult:
+    """Asset URI handler for ``mysql://host:port/database/table`` (used when no mysql provider is installed)."""
+    if not uri.netloc:
+        raise ValueError("URI format mysql:// must contain a host")
+    if uri.port is None:
+        uri = uri._replace(netloc=f"{uri.netloc.rstrip(':')}:3306")
+    if len([p for p in uri.path.split("/") if p]) != 2:
+        raise ValueError("URI format mysql:// must contain database and table names")
+    return uri
+
+
+def table_asset_uri(url: URL, schema: str | None, table: str) -> str:
+    """The asset URI of ``schema.table`` in the database at SQLAlchemy ``url``."""
+    backend = url.get_backend_name()
+    if backend == "postgresql":
+        return f"postgres://{url.host or 'localhost'}:{url.port or 5432}/{url.database}/{schema or 'public'}/{table}"
+    if backend in {"mysql", "mariadb"}:
+        return f"mysql://{url.host or 'localhost'}:{url.port or 3306}/{schema or url.database}/{table}"
+    if backend == "sqlite":
+        path = url.database or ":memory:"
+        return f"sqlite://{socket.gethostname()}/{quote(path.lstrip('/'))}/{table}"
+    raise ValueError(f"No asset URI convention for database backend {backend!r}")

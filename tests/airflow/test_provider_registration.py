@@ -1,0 +1,66 @@
+"""The provider is visible to Airflow: `airflow providers list/hooks/widgets` and the form metadata."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from airflow_provider_bos.get_provider_info import get_provider_info
+
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+
+
+def _airflow_json(*args: str) -> list[dict]:
+    proc = subprocess.run([AIRFLOW, *args, "-o", "json"], capture_output=True, text=True, env=os.environ, check=True)
+    return json.loads(proc.stdout)
+
+
+def test_provider_info_validates_against_airflow_schema() -> None:
+    import airflow
+
+    schema_path = Path(airflow.__file__).parent / "provider_info.schema.json"
+    jsonschema.validate(get_provider_info(), json.loads(schema_path.read_text()))
+
+
+def test_package_name_equals_distribution() -> None:
+    from importlib.metadata import distribution
+
+    assert distribution(get_provider_info()["package-name"]).metadata["Name"] == "airflow-provider-bos"
+
+
+def test_airflow_providers_list_shows_bos() -> None:
+    providers = {p["package_name"]: p for p in _airflow_json("providers", "list")}
+    assert "airflow-provider-bos" in providers
+    assert providers["airflow-provider-bos"]["version"] == "0.1.0"
+
+
+def test_airflow_providers_hooks_shows_bos_connection_type() -> None:
+    hooks = {h["connection_type"]: h for h in _airflow_json("providers", "hooks")}
+    assert hooks["bos"]["class"] == "airflow_provider_bos.hooks.bos.BosHook"
+    assert hooks["bos"]["conn_id_attribute_name"] == "bos_conn_id"
+
+
+def test_connection_form_fields_are_declared() -> None:
+    widgets = {w["connection_parameter_name"] for w in _airflow_json("providers", "widgets")
+               if w["class"] == "airflow_provider_bos.hooks.bos.BosHook"}
+    for field in ("auth_type", "client_id", "protocol", "scopes", "token_store_conn_id", "context_handle"):
+        assert f"extra__bos__{field}" in widgets
+
+    from airflow.providers_manager import ProvidersManager
+
+    behaviour = ProvidersManager().field_behaviours["bos"]
+    assert "extra" in behaviour["hidden_fields"]
+    assert behaviour["relabeling"]["password"] == "Refresh token (OAuth) or API key"
+    assert behaviour["relabeling"]["host"] == "MCP resource URL"
+
+
+@pytest.mark.parametrize("field", ["auth_type", "protocol"])
+def test_enumerated_fields_offer_their_choices(field: str) -> None:
+    conn_fields = get_provider_info()["connection-types"][0]["conn-fields"]
+    assert conn_fields[field]["schema"]["enum"]
