@@ -1,0 +1,34 @@
+"""The warehouse room: where a sync's final records and its audit row land.
+
+Knows nothing of HTTP, MCP or Airflow: it takes a SQLAlchemy engine and FederatedRecord objects
+(or dicts with the same fields).
+"""
+
+from __future__ import annotations
+
+from airflow_provider_bos.warehouse.audit import RUN_STATUSES, AuditReader, SyncRunInfo
+from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_for
+from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.records import RecordRow, canonical_json, hash_arguments, record_to_row
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, audit_table, record_columns, records_table
+from airflow_provider_bos.warehouse.upsert import UpsertCounts, WarehouseWriter
+
+__all__ = [
+    "RECORD_COLUMNS",
+    "RUN_STATUSES",
+    "AuditReader",
+    "RecordRow",
+    "SyncRunInfo",
+    "UpsertCounts",
+    "WarehouseDialect",
+    "WarehouseWriter",
+    "audit_table",
+    "canonical_json",
+    "dialect_for",
+    "hash_arguments",
+    "record_columns",
+    "record_to_row",
+    "records_table",
+    "validate_identifier",
+    "validate_schema",
+]

@@ -1,0 +1,494 @@
+"""Dialect objects that BUILD the warehouse SQL; :mod:`.upsert` executes it.
+
+Kept apart from execution (like dlt's ``sql_jobs`` and Airflow's ``common.sql`` dialects) so each
+statement can be read and tested on its own. Every identifier reaching SQL text has passed
+:func:`.identifiers.validate_identifier` and is quoted by the database's own preparer; every value
+is a bound parameter.
+
+The write of one run, in SQL terms:
+
+1. ``create_staging`` - a TEMPORARY table named per run; rows go in by COPY (PostgreSQL + psycopg)
+   or chunked ``executemany`` (everything else), each row tagged with its arrival ``_bos_seq``.
+2. ``count_distinct`` - duplicates = staged rows - distinct ``record_ref``; only when there are
+   duplicates, ``dedupe`` copies one winner per ``record_ref`` into a second staging table with a
+   primary key: the latest ``_bos_observed_at`` wins, ties go to the last occurrence.
+3. ``lock`` - writers of the same table are serialised so the counts stay exact.
+4. ``classify`` - one join of staging against the target gives inserted / updated / unchanged /
+   skipped_stale using the very predicates the merge uses.
+5. ``merge`` - PostgreSQL and SQLite: one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE ... WHERE``;
+   MySQL/MariaDB: ``UPDATE ... JOIN`` then ``INSERT ... SELECT ... LEFT JOIN ... IS NULL``. The
+   guard (stored row not newer AND hash differs) lives in SQL, so unchanged rows are never rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, column_types
+
+__all__ = [
+    "STAGE_COLUMNS",
+    "Statement",
+    "WarehouseDialect",
+    "PostgresDialect",
+    "MySqlDialect",
+    "SqliteDialect",
+    "dialect_for",
+    "staging_table_name",
+]
+
+# Staged per row; _bos_synced_at and _bos_run_id are the same for the whole run and are bound once
+# in the merge instead of travelling with every row.
+STAGE_COLUMNS = (
+    "record_ref",
+    "display_name",
+    "email",
+    "phone",
+    "lifecycle",
+    "identity_match",
+    "attributes",
+    "sources",
+    "_bos_observed_at",
+    "_bos_record_hash",
+    "_bos_seq",
+)
+_UPDATED_COLUMNS = tuple(c for c in RECORD_COLUMNS if c != "record_ref")
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """SQL text in the driver's paramstyle plus its positional parameters."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+def staging_table_name(run_id: str, suffix: str = "") -> str:
+    """The per-run staging table name (a valid identifier whatever the run id looks like)."""
+    digest = hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:16]
+    return validate_identifier(f"bos_stage_{digest}{suffix}")
+
+
+class WarehouseDialect:
+    """SQL builder for one database family. Subclasses override what differs."""
+
+    name = "generic"
+    # Rows of a stage chunk never need more bind parameters than this in one statement.
+    max_bind_params = 32766
+    uses_copy = False
+    # Take the writer lock before staging instead of just before counting (see MySqlDialect).
+    lock_before_staging = False
+    # Isolation the run's connection is put in (None: leave the engine's).
+    isolation_level: str | None = None
+
+    def __init__(self, sa_dialect: sa.Dialect) -> None:
+        self.sa_dialect = sa_dialect
+        self._preparer = sa_dialect.identifier_preparer
+        style = sa_dialect.paramstyle
+        if style == "qmark":
+            self.placeholder = "?"
+        elif style in ("format", "pyformat"):
+            self.placeholder = "%s"
+        else:  # pragma: no cover - no supported driver uses another style
+            raise BosWarehouseError(f"Unsupported DB-API paramstyle {style!r} for driver {sa_dialect.driver!r}.")
+        self.types = column_types(self.name)
+
+    # --- identifiers ------------------------------------------------------------------------
+
+    def quote(self, identifier: str) -> str:
+        return self._preparer.quote(validate_identifier(identifier))
+
+    def table_ref(self, table: str, schema: str | None) -> str:
+        schema = validate_schema(schema, self.name)
+        quoted = self.quote(table)
+        return f"{self.quote(schema)}.{quoted}" if schema else quoted
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        return self.quote(stage)
+
+    def type_sql(self, role: str) -> str:
+        return self.types[role].compile(dialect=self.sa_dialect)
+
+    # --- values -----------------------------------------------------------------------------
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        """The parameter value for an aware UTC datetime."""
+        return value
+
+    def bind_json(self) -> str:
+        """Placeholder for a JSON text value."""
+        return self.placeholder
+
+    def bind_ts(self) -> str:
+        """Placeholder for a timestamp value inside a SELECT list (needs a type on some dialects)."""
+        return self.placeholder
+
+    def bind_id(self) -> str:
+        return self.placeholder
+
+    # --- transaction framing ------------------------------------------------------------------
+
+    def begin(self) -> list[Statement]:
+        """Statements that open the run's transaction (after the driver's implicit BEGIN)."""
+        return []
+
+    def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
+        """Serialise writers of ``target`` until the transaction ends (or :meth:`unlock`)."""
+        return []
+
+    def lock_is_flag(self) -> bool:
+        """True when the last :meth:`lock` statement is a SELECT whose single value must be 1."""
+        return False
+
+    def unlock(self, target: str) -> Statement | None:
+        return None
+
+    # --- staging ------------------------------------------------------------------------------
+
+    def _stage_column_defs(self, *, with_seq: bool) -> list[str]:
+        roles = {
+            "record_ref": "key",
+            "display_name": "text",
+            "email": "text",
+            "phone": "text",
+            "lifecycle": "json",
+            "identity_match": "json",
+            "attributes": "json",
+            "sources": "json",
+            "_bos_observed_at": "ts",
+            "_bos_record_hash": "hash",
+        }
+        nullable = {"display_name", "email", "phone", "lifecycle", "identity_match"}
+        defs = [
+            f"{self.quote(col)} {self.type_sql(role)}{'' if col in nullable else ' NOT NULL'}"
+            for col, role in roles.items()
+        ]
+        if with_seq:
+            defs.append(f"{self.quote('_bos_seq')} BIGINT NOT NULL")
+        return defs
+
+    def _temp_prefix(self) -> str:
+        return "CREATE TEMPORARY TABLE"
+
+    def _temp_suffix(self) -> str:
+        return ""
+
+    def create_staging(self, stage: str, schema: str | None) -> Statement:
+        """The raw staging table (duplicates allowed, rows tagged with ``_bos_seq``)."""
+        cols = ", ".join(self._stage_column_defs(with_seq=True))
+        return Statement(f"{self._temp_prefix()} {self.stage_ref(stage, schema)} ({cols}){self._temp_suffix()}")
+
+    def create_deduped(self, stage: str, schema: str | None) -> Statement:
+        """The second staging table: one row per ``record_ref``."""
+        cols = self._stage_column_defs(with_seq=False)
+        cols.append(f"PRIMARY KEY ({self.quote('record_ref')})")
+        return Statement(
+            f"{self._temp_prefix()} {self.stage_ref(stage, schema)} ({', '.join(cols)}){self._temp_suffix()}"
+        )
+
+    def drop_staging(self, stage: str, schema: str | None) -> Statement:
+        return Statement(f"DROP TABLE IF EXISTS {self.stage_ref(stage, schema)}")
+
+    def insert_staging(self, stage: str, schema: str | None) -> Statement:
+        """Single-row INSERT for ``executemany`` (one bind per column)."""
+        cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
+        marks = ", ".join([self.placeholder] * len(STAGE_COLUMNS))
+        return Statement(f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) VALUES ({marks})")
+
+    def rows_per_statement(self, columns: int = len(STAGE_COLUMNS)) -> int:
+        """Most rows one multi-row VALUES statement may carry within the bind-parameter limit."""
+        return max(1, self.max_bind_params // columns)
+
+    def stage_value(self, row: Any, seq: int) -> tuple[Any, ...]:
+        """The staged tuple of a :class:`~.records.RecordRow`, in :data:`STAGE_COLUMNS` order."""
+        return (
+            row.record_ref,
+            row.display_name,
+            row.email,
+            row.phone,
+            row.lifecycle,
+            row.identity_match,
+            row.attributes,
+            row.sources,
+            self.bind_timestamp(row.observed_at),
+            row.record_hash,
+            seq,
+        )
+
+    def count_distinct(self, stage: str, schema: str | None) -> Statement:
+        return Statement(f"SELECT COUNT(DISTINCT {self.quote('record_ref')}) FROM {self.stage_ref(stage, schema)}")
+
+    def dedupe(self, src: str, dst: str, schema: str | None) -> Statement:
+        """Copy the winner of each ``record_ref`` from ``src`` into ``dst``.
+
+        Winner: latest ``_bos_observed_at``; on a tie, the last occurrence (highest ``_bos_seq``).
+        ``src`` is read once (MySQL cannot reopen a temporary table within one statement).
+        """
+        q = self.quote
+        cols = [c for c in STAGE_COLUMNS if c != "_bos_seq"]
+        col_list = ", ".join(q(c) for c in cols)
+        return Statement(
+            f"INSERT INTO {self.stage_ref(dst, schema)} ({col_list}) "
+            f"SELECT {col_list} FROM (SELECT {col_list}, ROW_NUMBER() OVER ("
+            f"PARTITION BY {q('record_ref')} ORDER BY {q('_bos_observed_at')} DESC, {q('_bos_seq')} DESC"
+            f") AS bos_rn FROM {self.stage_ref(src, schema)}) ranked WHERE bos_rn = 1"
+        )
+
+    # --- guards shared by classification and merge ----------------------------------------------
+
+    def _hash_differs(self, old: str, new: str) -> str:
+        return f"{old} IS DISTINCT FROM {new}"
+
+    def _stale(self, t: str, s: str) -> str:
+        obs = self.quote("_bos_observed_at")
+        return f"({t}.{obs} IS NOT NULL AND {s}.{obs} < {t}.{obs})"
+
+    def _write_allowed(self, t: str, s: str) -> str:
+        obs = self.quote("_bos_observed_at")
+        return f"({t}.{obs} IS NULL OR {t}.{obs} <= {s}.{obs})"
+
+    def _changed(self, t: str, s: str) -> str:
+        h = self.quote("_bos_record_hash")
+        return f"({self._hash_differs(f'{t}.{h}', f'{s}.{h}')})"
+
+    def classify(self, stage: str, target: str, schema: str | None) -> Statement:
+        """One row: inserted, updated, unchanged, skipped_stale (over a duplicate-free stage)."""
+        ref = self.quote("record_ref")
+        new = f"t.{ref} IS NULL"
+        stale, changed = self._stale("t", "s"), self._changed("t", "s")
+        return Statement(
+            "SELECT "
+            f"COALESCE(SUM(CASE WHEN {new} THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {new} THEN 0 WHEN {stale} THEN 0 WHEN {changed} THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {new} THEN 0 WHEN {stale} THEN 0 WHEN {changed} THEN 0 ELSE 1 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {new} THEN 0 WHEN {stale} THEN 1 ELSE 0 END), 0) "
+            f"FROM {self.stage_ref(stage, schema)} s "
+            f"LEFT JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref}"
+        )
+
+    def _select_stage_row(self, s: str) -> str:
+        """The SELECT list producing one target row in RECORD_COLUMNS order from staging alias ``s``."""
+        parts = []
+        for col in RECORD_COLUMNS:
+            if col == "_bos_synced_at":
+                parts.append(self.bind_ts())
+            elif col == "_bos_run_id":
+                parts.append(self.bind_id())
+            else:
+                parts.append(f"{s}.{self.quote(col)}")
+        return ", ".join(parts)
+
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str
+    ) -> list[tuple[Statement, str]]:
+        """The merge statements, each with the count its rowcount must equal (``"inserted"``,
+        ``"updated"`` or ``"inserted+updated"``)."""
+        raise NotImplementedError
+
+    # --- audit --------------------------------------------------------------------------------
+
+    def insert_audit(self, audit: str, schema: str | None, columns: list[str], json_columns: set[str]) -> Statement:
+        cols = ", ".join(self.quote(c) for c in columns)
+        marks = ", ".join(self.bind_json() if c in json_columns else self.placeholder for c in columns)
+        return Statement(f"INSERT INTO {self.table_ref(audit, schema)} ({cols}) VALUES ({marks})")
+
+
+class PostgresDialect(WarehouseDialect):
+    """PostgreSQL: COPY into a temp table (psycopg 3), one ON CONFLICT merge, table lock."""
+
+    name = "postgresql"
+    max_bind_params = 65535
+    # Each statement sees every commit made before it; with the table lock, counts stay exact.
+    isolation_level = "READ COMMITTED"
+
+    def __init__(self, sa_dialect: sa.Dialect) -> None:
+        super().__init__(sa_dialect)
+        self.uses_copy = sa_dialect.driver == "psycopg"
+
+    def _temp_prefix(self) -> str:
+        return "CREATE TEMPORARY TABLE"
+
+    def _temp_suffix(self) -> str:
+        # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.
+        return " ON COMMIT DROP"
+
+    def copy_staging(self, stage: str, schema: str | None) -> str:
+        cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
+        return f"COPY {self.stage_ref(stage, schema)} ({cols}) FROM STDIN"
+
+    def bind_json(self) -> str:
+        return f"CAST({self.placeholder} AS JSONB)"
+
+    def bind_ts(self) -> str:
+        return f"CAST({self.placeholder} AS TIMESTAMPTZ)"
+
+    def bind_id(self) -> str:
+        return f"CAST({self.placeholder} AS VARCHAR(64))"
+
+    def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
+        # SHARE ROW EXCLUSIVE conflicts with itself and with writers, not with readers.
+        return [
+            Statement(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'"),
+            Statement(f"LOCK TABLE {target} IN SHARE ROW EXCLUSIVE MODE"),
+        ]
+
+    def merge(self, stage, target, schema, *, synced_at, run_id):
+        q = self.quote
+        cols = ", ".join(q(c) for c in RECORD_COLUMNS)
+        sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _UPDATED_COLUMNS)
+        sql = (
+            f"INSERT INTO {self.table_ref(target, schema)} AS t ({cols}) "
+            f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s "
+            f"ON CONFLICT ({q('record_ref')}) DO UPDATE SET {sets} "
+            f"WHERE {self._write_allowed('t', 'EXCLUDED')} AND {self._changed('t', 'EXCLUDED')}"
+        )
+        return [(Statement(sql, (synced_at, run_id)), "inserted+updated")]
+
+
+class SqliteDialect(WarehouseDialect):
+    """SQLite: executemany staging, one ON CONFLICT merge, BEGIN IMMEDIATE as the writer lock."""
+
+    name = "sqlite"
+
+    def __init__(self, sa_dialect: sa.Dialect, *, busy_timeout_s: float = 30.0) -> None:
+        super().__init__(sa_dialect)
+        self.busy_timeout_s = busy_timeout_s
+        version = sqlite3.sqlite_version_info
+        if version < (3, 25, 0):
+            raise BosWarehouseError(
+                f"SQLite {sqlite3.sqlite_version} is too old: upserts and window functions need 3.25 or newer."
+            )
+        # SQLITE_MAX_VARIABLE_NUMBER defaults to 999 before 3.32.0 and 32766 from it on.
+        self.max_bind_params = 32766 if version >= (3, 32, 0) else 999
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        return f"temp.{self.quote(stage)}"
+
+    def _temp_prefix(self) -> str:
+        return "CREATE TEMP TABLE"
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        # The text form SQLAlchemy's SQLite DateTime reads back; fixed width, so text order == time order.
+        value = value.astimezone(UTC)
+        return (
+            f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}"
+        )
+
+    def begin(self) -> list[Statement]:
+        # Take the write lock up front: counts and merge then see the same table.
+        return [
+            Statement(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}"),
+            Statement("BEGIN IMMEDIATE"),
+        ]
+
+    def _hash_differs(self, old: str, new: str) -> str:
+        return f"{old} IS NOT {new}"
+
+    def merge(self, stage, target, schema, *, synced_at, run_id):
+        q = self.quote
+        cols = ", ".join(q(c) for c in RECORD_COLUMNS)
+        sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in _UPDATED_COLUMNS)
+        # "WHERE true" keeps the parser from reading ON CONFLICT as a join constraint.
+        sql = (
+            f"INSERT INTO {self.table_ref(target, schema)} AS t ({cols}) "
+            f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s WHERE true "
+            f"ON CONFLICT ({q('record_ref')}) DO UPDATE SET {sets} "
+            f"WHERE {self._write_allowed('t', 'excluded')} AND {self._changed('t', 'excluded')}"
+        )
+        return [(Statement(sql, (self.bind_timestamp(synced_at), run_id)), "inserted+updated")]
+
+
+class MySqlDialect(WarehouseDialect):
+    """MySQL/MariaDB: executemany staging, UPDATE ... JOIN + INSERT ... LEFT JOIN, GET_LOCK."""
+
+    name = "mysql"
+    max_bind_params = 65535
+    # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): take the
+    # lock before it, so the snapshot includes the previous writer's commit and the counts match what
+    # the merge's locking reads see.
+    lock_before_staging = True
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        # Qualified like the target: without a default database an unqualified name has no home.
+        return self.table_ref(stage, schema)
+
+    def _temp_suffix(self) -> str:
+        # CREATE/DROP TEMPORARY TABLE do not commit implicitly (plain CREATE TABLE would).
+        return " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+    def drop_staging(self, stage: str, schema: str | None) -> Statement:
+        return Statement(f"DROP TEMPORARY TABLE IF EXISTS {self.stage_ref(stage, schema)}")
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        return value.astimezone(UTC).replace(tzinfo=None)  # DATETIME(6) holds UTC
+
+    def _hash_differs(self, old: str, new: str) -> str:
+        return f"NOT ({old} <=> {new})"
+
+    def _lock_name(self, target: str) -> str:
+        # GET_LOCK names are server-wide and at most 64 characters.
+        return "bos:" + hashlib.sha256(target.encode("utf-8")).hexdigest()[:48]
+
+    def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
+        # LOCK TABLES would commit the transaction; a named lock serialises our writers instead.
+        p = self.placeholder
+        return [Statement(f"SELECT GET_LOCK({p}, {p})", (self._lock_name(target), int(max(timeout_s, 0))))]
+
+    def lock_is_flag(self) -> bool:
+        return True
+
+    def unlock(self, target: str) -> Statement | None:
+        return Statement(f"SELECT RELEASE_LOCK({self.placeholder})", (self._lock_name(target),))
+
+    def merge(self, stage, target, schema, *, synced_at, run_id):
+        q = self.quote
+        ref = q("record_ref")
+        target_ref, stage_ref = self.table_ref(target, schema), self.stage_ref(stage, schema)
+        # Multi-table UPDATE evaluates WHERE before any assignment, so the guard sees the old row.
+        sets = []
+        params: list[Any] = []
+        for col in _UPDATED_COLUMNS:
+            if col == "_bos_synced_at":
+                sets.append(f"t.{q(col)} = {self.placeholder}")
+                params.append(self.bind_timestamp(synced_at))
+            elif col == "_bos_run_id":
+                sets.append(f"t.{q(col)} = {self.placeholder}")
+                params.append(run_id)
+            else:
+                sets.append(f"t.{q(col)} = s.{q(col)}")
+        update = Statement(
+            f"UPDATE {target_ref} t JOIN {stage_ref} s ON t.{ref} = s.{ref} SET {', '.join(sets)} "
+            f"WHERE {self._write_allowed('t', 's')} AND {self._changed('t', 's')}",
+            tuple(params),
+        )
+        cols = ", ".join(q(c) for c in RECORD_COLUMNS)
+        insert = Statement(
+            f"INSERT INTO {target_ref} ({cols}) SELECT {self._select_stage_row('s')} FROM {stage_ref} s "
+            f"LEFT JOIN {target_ref} t ON t.{ref} = s.{ref} WHERE t.{ref} IS NULL",
+            (self.bind_timestamp(synced_at), run_id),
+        )
+        return [(update, "updated"), (insert, "inserted")]
+
+
+def dialect_for(engine_or_dialect: sa.Engine | sa.Dialect, **options: Any) -> WarehouseDialect:
+    """The warehouse dialect for an engine; PostgreSQL, MySQL/MariaDB and SQLite are supported."""
+    sa_dialect = engine_or_dialect.dialect if isinstance(engine_or_dialect, sa.Engine) else engine_or_dialect
+    name = sa_dialect.name
+    if name == "postgresql":
+        return PostgresDialect(sa_dialect)
+    if name in ("mysql", "mariadb"):
+        return MySqlDialect(sa_dialect)
+    if name == "sqlite":
+        return SqliteDialect(sa_dialect, **options)
+    raise BosWarehouseError(
+        f"Destination database {name!r} is not supported; use PostgreSQL, MySQL/MariaDB or SQLite."
+    )

@@ -1,0 +1,220 @@
+"""Record -> row mapping: canonical JSON, the record hash, and the record's observation time.
+
+A record is a :class:`~airflow_provider_bos.models.FederatedRecord` or a plain dict with the same
+fields. The row holds every stored content field as canonical JSON text; the hash is the SHA-256 of
+the canonical JSON object of exactly those content fields (sync metadata excluded), so two rows have
+the same hash if and only if their stored content is identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+
+__all__ = [
+    "CONTENT_FIELDS",
+    "MAX_RECORD_REF_LENGTH",
+    "RecordRow",
+    "canonical_json",
+    "hash_arguments",
+    "parse_timestamp",
+    "record_to_row",
+]
+
+MAX_RECORD_REF_LENGTH = 512
+# The content fields, in canonical (sorted) key order.
+CONTENT_FIELDS = (
+    "attributes",
+    "display_name",
+    "email",
+    "identity_match",
+    "lifecycle",
+    "phone",
+    "record_ref",
+    "sources",
+)
+
+
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+)
+_encode_str = json.encoder.encode_basestring  # C accelerated; keeps non-ASCII characters
+
+
+def _make_fast_encoder() -> Any:
+    # json.dumps builds a new C encoder on every call; records are many and small, so build it once.
+    # Same arguments JSONEncoder.iterencode passes; output is identical to _ENCODER.encode.
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return None
+    try:
+        encoder = make(None, _ENCODER.default, _encode_str, None, ":", ",", True, False, False)
+        probe = {"b": [1.5, None, True, "é"], "a": {}}
+        if "".join(encoder(probe, 0)) != _ENCODER.encode(probe):
+            return None
+        return encoder
+    except Exception:  # another CPython's signature: fall back to the stdlib path
+        return None
+
+
+_FAST_ENCODER = _make_fast_encoder()
+
+
+def canonical_json(value: Any) -> str:
+    """Canonical JSON text: sorted keys, no whitespace, UTF-8 characters kept, NaN refused."""
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return _encode_str(value)
+    if _FAST_ENCODER is not None and isinstance(value, dict | list):
+        return "".join(_FAST_ENCODER(value, 0))
+    return _ENCODER.encode(value)
+
+
+def hash_arguments(arguments: Mapping[str, Any] | None) -> str:
+    """SHA-256 hex of the canonical JSON of a read's arguments (for the audit table)."""
+    return hashlib.sha256(canonical_json(dict(arguments or {})).encode("utf-8")).hexdigest()
+
+
+@lru_cache(maxsize=4096)
+def _parse_timestamp_cached(text: str) -> datetime:
+    parsed = datetime.fromisoformat(text.strip())
+    if parsed.tzinfo is None:  # a timestamp without offset is taken as UTC
+        return parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)
+
+
+def parse_timestamp(value: str | datetime) -> datetime:
+    """Parse an ISO 8601 timestamp (``Z`` or offset; naive means UTC) into an aware UTC datetime.
+
+    :raises ValueError: if the text is not an ISO 8601 timestamp.
+    """
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if not isinstance(value, str):
+        raise ValueError(f"not a timestamp: {type(value).__name__}")
+    return _parse_timestamp_cached(value)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRow:
+    """One record as stored: JSON fields as canonical JSON text (``None`` for JSON null)."""
+
+    record_ref: str
+    display_name: str | None
+    email: str | None
+    phone: str | None
+    lifecycle: str | None
+    identity_match: str | None
+    attributes: str
+    sources: str
+    observed_at: datetime  # aware, UTC
+    record_hash: str
+
+
+def _as_dict(record: Any) -> Mapping[str, Any]:
+    if isinstance(record, Mapping):
+        return record
+    dump = getattr(record, "model_dump", None)
+    if dump is None:
+        raise BosWarehouseError(
+            f"Cannot store a {type(record).__name__}: records must be FederatedRecord objects or dicts."
+        )
+    # Only the stored fields: mode="json" turns nested models into plain JSON values.
+    return dump(mode="json", include=set(CONTENT_FIELDS))
+
+
+def _json_str(value: str | None) -> str:
+    return "null" if value is None else _encode_str(value)
+
+
+def _text_field(data: Mapping[str, Any], name: str, ref: str) -> str | None:
+    value = data.get(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise BosWarehouseError(f"Record {ref!r}: field {name!r} must be a string or null.")
+
+
+def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -> RecordRow:
+    """Map one record to its stored row.
+
+    ``observed_at`` is the latest ``sources[].observed_at`` (UTC); when no source carries one, it is
+    ``default_observed_at`` (the read's ``metadata.observed_at``).
+
+    :raises BosWarehouseError: missing/oversized ``record_ref``, unparseable timestamps, values that
+        are not JSON, or no observation time at all.
+    """
+    data = _as_dict(record)
+    ref = data.get("record_ref")
+    if not isinstance(ref, str) or not ref:
+        raise BosWarehouseError("A record has no record_ref (a non-empty string is required).")
+    if len(ref) > MAX_RECORD_REF_LENGTH:
+        raise BosWarehouseError(
+            f"A record_ref is {len(ref)} characters long; the warehouse key holds at most "
+            f"{MAX_RECORD_REF_LENGTH}. First characters: {ref[:60]!r}"
+        )
+    sources = data.get("sources")
+    if not isinstance(sources, list):
+        raise BosWarehouseError(f"Record {ref!r}: 'sources' must be a list.")
+    attributes = data.get("attributes")
+    if attributes is None:
+        attributes = {}
+
+    observed: datetime | None = None
+    for entry in sources:
+        stamp = entry.get("observed_at") if isinstance(entry, Mapping) else None
+        if stamp is None:
+            continue
+        try:
+            parsed = parse_timestamp(stamp)
+        except ValueError:
+            raise BosWarehouseError(
+                f"Record {ref!r}: sources[].observed_at {str(stamp)[:40]!r} is not an ISO 8601 timestamp."
+            ) from None
+        if observed is None or parsed > observed:
+            observed = parsed
+    if observed is None:
+        if default_observed_at is None:
+            raise BosWarehouseError(
+                f"Record {ref!r} has no sources[].observed_at and the read gave no observed_at to fall back on."
+            )
+        observed = parse_timestamp(default_observed_at)
+
+    display_name = _text_field(data, "display_name", ref)
+    email = _text_field(data, "email", ref)
+    phone = _text_field(data, "phone", ref)
+    try:
+        lifecycle = canonical_json(data.get("lifecycle"))
+        identity_match = canonical_json(data.get("identity_match"))
+        attributes_text = canonical_json(attributes)
+        sources_text = canonical_json(sources)
+    except (TypeError, ValueError) as exc:
+        raise BosWarehouseError(f"Record {ref!r} holds a value that is not JSON: {exc}") from None
+    # The canonical JSON object of CONTENT_FIELDS, assembled from already-canonical parts in sorted
+    # key order: byte-identical to canonical_json({field: value, ...}) without serialising twice.
+    document = (
+        f'{{"attributes":{attributes_text},"display_name":{_json_str(display_name)},'
+        f'"email":{_json_str(email)},"identity_match":{identity_match},"lifecycle":{lifecycle},'
+        f'"phone":{_json_str(phone)},"record_ref":{_encode_str(ref)},"sources":{sources_text}}}'
+    )
+    record_hash = hashlib.sha256(document.encode("utf-8")).hexdigest()
+
+    return RecordRow(
+        record_ref=ref,
+        display_name=display_name,
+        email=email,
+        phone=phone,
+        lifecycle=None if lifecycle == "null" else lifecycle,
+        identity_match=None if identity_match == "null" else identity_match,
+        attributes=attributes_text,
+        sources=sources_text,
+        observed_at=observed,
+        record_hash=record_hash,
+    )

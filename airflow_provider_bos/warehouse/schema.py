@@ -1,0 +1,177 @@
+"""SQLAlchemy Core definitions of the records table and the audit table, per dialect.
+
+The same shapes are kept as plain DDL in ``sql/<dialect>.sql``; a test creates both and compares
+them by inspection, so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.types import TypeEngine
+
+__all__ = [
+    "RECORD_COLUMNS",
+    "AUDIT_JSON_COLUMNS",
+    "AUDIT_COUNT_COLUMNS",
+    "ERROR_MESSAGE_MAX",
+    "SUPPORTED_DIALECTS",
+    "audit_index_name",
+    "audit_table",
+    "column_types",
+    "record_columns",
+    "records_table",
+]
+
+SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite")
+
+# Our columns, in insert order. Extra columns of an existing table are left alone.
+RECORD_COLUMNS = (
+    "record_ref",
+    "display_name",
+    "email",
+    "phone",
+    "lifecycle",
+    "identity_match",
+    "attributes",
+    "sources",
+    "_bos_observed_at",
+    "_bos_synced_at",
+    "_bos_run_id",
+    "_bos_record_hash",
+)
+AUDIT_JSON_COLUMNS = ("source_errors", "source_summary")
+AUDIT_COUNT_COLUMNS = ("inserted", "updated", "unchanged", "skipped_stale", "duplicates")
+ERROR_MESSAGE_MAX = 4000
+
+
+def column_types(dialect_name: str) -> dict[str, TypeEngine]:
+    """The column types of the given dialect, by role: ``key``, ``text``, ``json``, ``ts``, ``id``, ``hash``."""
+    if dialect_name == "postgresql":
+        return {
+            "key": sa.String(512),
+            "text": sa.Text(),
+            "json": postgresql.JSONB(),
+            "ts": sa.DateTime(timezone=True),
+            "id": sa.String(64),
+            "hash": sa.String(64),
+            "name": sa.String(250),
+            "int": sa.BigInteger(),
+        }
+    if dialect_name == "mysql":
+        return {
+            "key": sa.String(512),
+            "text": mysql.LONGTEXT(),
+            "json": mysql.JSON(),
+            "ts": mysql.DATETIME(fsp=6),  # UTC, microseconds
+            "id": sa.String(64),
+            "hash": sa.String(64),
+            "name": sa.String(250),
+            "int": sa.BigInteger(),
+        }
+    if dialect_name == "sqlite":
+        return {
+            "key": sa.String(512),
+            "text": sa.Text(),
+            "json": sa.Text(),  # JSON text
+            "ts": sa.DateTime(),  # UTC as fixed-width 'YYYY-MM-DD HH:MM:SS.ffffff' text: sorts as time
+            "id": sa.String(64),
+            "hash": sa.String(64),
+            "name": sa.String(250),
+            "int": sa.BigInteger(),
+        }
+    raise ValueError(f"unsupported dialect {dialect_name!r}")
+
+
+def _table_kwargs(dialect_name: str) -> dict[str, str]:
+    if dialect_name == "mysql":
+        # InnoDB: transactions. utf8mb4_bin: record_refs that differ only in case are different keys.
+        return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+    return {}
+
+
+def records_table(
+    metadata: sa.MetaData, dialect_name: str, name: str = "bos_records", schema: str | None = None
+) -> sa.Table:
+    """The records table keyed by ``record_ref``."""
+    t = column_types(dialect_name)
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("record_ref", t["key"], primary_key=True, nullable=False),
+        sa.Column("display_name", t["text"], nullable=True),
+        sa.Column("email", t["text"], nullable=True),
+        sa.Column("phone", t["text"], nullable=True),
+        sa.Column("lifecycle", t["json"], nullable=True),
+        sa.Column("identity_match", t["json"], nullable=True),
+        sa.Column("attributes", t["json"], nullable=False),
+        sa.Column("sources", t["json"], nullable=False),
+        sa.Column("_bos_observed_at", t["ts"], nullable=False),
+        sa.Column("_bos_synced_at", t["ts"], nullable=False),
+        sa.Column("_bos_run_id", t["id"], nullable=False),
+        sa.Column("_bos_record_hash", t["hash"], nullable=False),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
+
+
+def audit_index_name(table_name: str) -> str:
+    """Name of the lookup index; hashed when ``ix_<table>_lookup`` would pass 63 characters."""
+    name = f"ix_{table_name}_lookup"
+    if len(name) <= 63:
+        return name
+    return "ix_bos_audit_" + hashlib.sha256(table_name.encode()).hexdigest()[:40]
+
+
+def audit_table(
+    metadata: sa.MetaData, dialect_name: str, name: str = "bos_sync_runs", schema: str | None = None
+) -> sa.Table:
+    """The audit table: one row per sync run (``complete``, ``partial`` or ``failed``)."""
+    t = column_types(dialect_name)
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("run_id", t["id"], primary_key=True, nullable=False),
+        sa.Column("dag_id", t["name"], nullable=True),
+        sa.Column("task_id", t["name"], nullable=True),
+        sa.Column("airflow_run_id", t["name"], nullable=True),
+        sa.Column("conn_id", t["name"], nullable=True),
+        sa.Column("context_handle", sa.String(255), nullable=True),
+        sa.Column("tool_name", sa.String(255), nullable=True),
+        sa.Column("arguments_hash", t["hash"], nullable=True),
+        sa.Column("started_at", t["ts"], nullable=True),
+        sa.Column("finished_at", t["ts"], nullable=False),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("completeness", sa.String(32), nullable=True),
+        sa.Column("result_count", t["int"], nullable=True),
+        *(sa.Column(c, t["int"], nullable=True) for c in AUDIT_COUNT_COLUMNS),
+        sa.Column("provisional_records", t["int"], nullable=True),
+        sa.Column("provisional_pages", t["int"], nullable=True),
+        sa.Column("source_errors", t["json"], nullable=True),
+        sa.Column("source_summary", t["json"], nullable=True),
+        sa.Column("error_message", t["text"], nullable=True),
+        sa.Column("destination_table", sa.String(200), nullable=True),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
+    sa.Index(
+        audit_index_name(name),
+        table.c.conn_id,
+        table.c.context_handle,
+        table.c.tool_name,
+        table.c.finished_at,
+    )
+    return table
+
+
+def record_columns(dialect_name: str) -> list[tuple[str, str]]:
+    """``(column, SQL type)`` of the records table on ``dialect_name`` (e.g. for lineage schema facets).
+
+    ``dialect_name`` is a SQLAlchemy backend name; ``"mariadb"`` counts as ``"mysql"``.
+    """
+    name = "mysql" if dialect_name == "mariadb" else dialect_name
+    compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
+    table = records_table(sa.MetaData(), name)
+    return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]

@@ -1,0 +1,422 @@
+"""WarehouseWriter: lands a run's final records and its audit row in ONE transaction.
+
+The SQL comes from :mod:`.dialects`; this module only executes it, in order, on one connection:
+stage -> (dedupe) -> lock -> classify -> merge -> audit row -> commit. Any failure rolls the whole
+transaction back, so the records table is either the old state or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from itertools import islice
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosError, BosWarehouseError, excerpt
+from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.dialects import Statement, dialect_for, staging_table_name
+from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.records import RecordRow, parse_timestamp, record_to_row
+from airflow_provider_bos.warehouse.schema import audit_table, records_table
+
+__all__ = ["UpsertCounts", "WarehouseWriter"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class UpsertCounts:
+    """What one run did to the records table.
+
+    ``duplicates`` counts rows dropped because an earlier-or-equal copy of the same ``record_ref``
+    came in the same result (the latest ``observed_at`` wins; a tie goes to the last occurrence).
+    The other four partition the distinct ``record_ref``s.
+    """
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped_stale: int = 0
+    duplicates: int = 0
+
+    @property
+    def received(self) -> int:
+        """Records received, duplicates included."""
+        return self.inserted + self.updated + self.unchanged + self.skipped_stale + self.duplicates
+
+    @property
+    def written(self) -> int:
+        return self.inserted + self.updated
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while chunk := list(islice(items, size)):
+        yield chunk
+
+
+class WarehouseWriter:
+    """Writes federated records into a records table keyed by ``record_ref``, plus the audit row.
+
+    :param engine: a SQLAlchemy engine on PostgreSQL (psycopg 3 gets COPY), MySQL/MariaDB
+        (``mysql+pymysql``) or SQLite.
+    :param table: records table name (validated identifier).
+    :param schema: PostgreSQL schema / MySQL database; SQLite: ``None`` or ``"main"``.
+    :param audit_table: audit table name, in the same schema.
+    :param batch_size: rows per staging ``executemany`` chunk (memory bound; ignored by COPY).
+    :param lock_timeout_s: how long to wait for another writer of the same table.
+    :param use_copy: force COPY on/off on PostgreSQL; default: on when the driver is psycopg 3.
+    """
+
+    def __init__(
+        self,
+        engine: sa.Engine,
+        *,
+        table: str = "bos_records",
+        schema: str | None = None,
+        audit_table: str = "bos_sync_runs",
+        batch_size: int = 5000,
+        lock_timeout_s: float = 300.0,
+        sqlite_busy_timeout_s: float = 30.0,
+        use_copy: bool | None = None,
+    ) -> None:
+        self.engine = engine
+        options = {"busy_timeout_s": sqlite_busy_timeout_s} if engine.dialect.name == "sqlite" else {}
+        self.dialect = dialect_for(engine, **options)
+        self.table = validate_identifier(table, kind="table")
+        self.audit_table = validate_identifier(audit_table, kind="audit table")
+        self.schema = validate_schema(schema, self.dialect.name)
+        if batch_size < 1:
+            raise BosWarehouseError("batch_size must be at least 1.")
+        self.batch_size = batch_size
+        self.lock_timeout_s = lock_timeout_s
+        self.use_copy = self.dialect.uses_copy if use_copy is None else (use_copy and self.dialect.uses_copy)
+        self._tables_ready = False
+
+    @property
+    def destination_table(self) -> str:
+        """``schema.table`` (or ``table``), as recorded in the audit row."""
+        return f"{self.schema}.{self.table}" if self.schema else self.table
+
+    @property
+    def staging_method(self) -> str:
+        """``"copy"`` or ``"executemany"``: how rows reach the staging table."""
+        return "copy" if self.use_copy else "executemany"
+
+    # --- DDL --------------------------------------------------------------------------------
+
+    def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+        metadata = sa.MetaData()
+        records = records_table(metadata, self.dialect.name, self.table, self.schema)
+        audit = audit_table(metadata, self.dialect.name, self.audit_table, self.schema)
+        return metadata, records, audit
+
+    def ensure_tables(self) -> None:
+        """Create the records and audit tables if missing; check an existing table has our columns.
+
+        Runs in its own transaction (MySQL commits DDL implicitly, so it must not share the run's).
+        """
+        metadata, records, audit = self._metadata()
+        try:
+            try:
+                with self.engine.begin() as conn:
+                    metadata.create_all(conn, checkfirst=True)
+            except (sa.exc.ProgrammingError, sa.exc.IntegrityError, sa.exc.OperationalError):
+                # Another process may have created them between our check and CREATE: look again.
+                inspector = sa.inspect(self.engine)
+                if not all(inspector.has_table(t.name, schema=self.schema) for t in (records, audit)):
+                    raise
+            inspector = sa.inspect(self.engine)
+            for table in (records, audit):
+                present = {c["name"] for c in inspector.get_columns(table.name, schema=self.schema)}
+                missing = [c.name for c in table.columns if c.name not in present]
+                if missing:
+                    raise BosWarehouseError(
+                        f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
+                        "add them (see sql/ for the DDL) or choose another table."
+                    )
+        except sa.exc.SQLAlchemyError as exc:
+            raise BosWarehouseError(
+                f"Could not create or inspect {self._qualified(self.table)} / "
+                f"{self._qualified(self.audit_table)}: {_db_detail(exc)}"
+            ) from exc
+        self._tables_ready = True
+
+    def _qualified(self, name: str) -> str:
+        return f"{self.schema}.{name}" if self.schema else name
+
+    def _ensure_once(self) -> None:
+        if not self._tables_ready:
+            self.ensure_tables()
+
+    # --- the run ----------------------------------------------------------------------------
+
+    def write_run(
+        self,
+        run: SyncRunInfo,
+        records: Iterable[Any],
+        *,
+        completeness: str | None,
+        status: str,
+        result_count: int | None,
+        source_errors: list[Any] | None = None,
+        source_summary: list[Any] | None = None,
+        provisional_records: int = 0,
+        provisional_pages: int = 0,
+        default_observed_at: str | datetime | None = None,
+        audit_failure: bool = False,
+    ) -> UpsertCounts:
+        """Upsert ``records`` and write exactly one audit row, in ONE transaction.
+
+        ``records`` (FederatedRecord objects or dicts) is consumed once, streamed into staging.
+        On any error everything is rolled back: the records table is untouched and no audit row is
+        left. Errors from the records iterator itself (e.g. the stream ended early) propagate as they
+        are; database errors become :class:`BosWarehouseError`. With ``audit_failure=True`` a
+        ``failed`` audit row is then written in its own transaction (otherwise the caller does that
+        with :meth:`record_failure`).
+        """
+        if status not in RUN_STATUSES:
+            raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {status!r}.")
+        try:
+            default_obs = parse_timestamp(default_observed_at) if default_observed_at else None
+        except ValueError:
+            raise BosWarehouseError(f"default_observed_at {str(default_observed_at)[:40]!r} is not ISO 8601.") from None
+        try:
+            self._ensure_once()
+            return self._write(
+                run,
+                records,
+                default_obs,
+                status=status,
+                completeness=completeness,
+                result_count=result_count,
+                source_errors=source_errors,
+                source_summary=source_summary,
+                provisional_records=provisional_records,
+                provisional_pages=provisional_pages,
+            )
+        except Exception as exc:
+            if audit_failure:
+                try:
+                    self.record_failure(
+                        run,
+                        error=str(exc),
+                        source_summary=source_summary,
+                        provisional_records=provisional_records,
+                        provisional_pages=provisional_pages,
+                        source_errors=source_errors,
+                        completeness=completeness,
+                        result_count=result_count,
+                    )
+                except BosError as audit_exc:  # the original error matters more
+                    log.warning("Could not record the failed run %s: %s", run.run_id, audit_exc)
+            raise
+
+    def _exec(self, conn: sa.Connection, statement: Statement) -> sa.CursorResult:
+        return conn.exec_driver_sql(statement.sql, statement.params) if statement.params else conn.exec_driver_sql(
+            statement.sql
+        )
+
+    def _write(
+        self,
+        run: SyncRunInfo,
+        records: Iterable[Any],
+        default_obs: datetime | None,
+        **audit: Any,
+    ) -> UpsertCounts:
+        d = self.dialect
+        target = d.table_ref(self.table, self.schema)
+        stage = staging_table_name(run.run_id)
+        deduped = staging_table_name(run.run_id, "_d")
+        conn = self.engine.connect()
+        if d.isolation_level:
+            conn = conn.execution_options(isolation_level=d.isolation_level)
+        locked = False
+
+        def lock() -> None:
+            nonlocal locked
+            result = None
+            locks = d.lock(target, timeout_s=self.lock_timeout_s)
+            for statement in locks:
+                result = self._exec(conn, statement)
+            if locks and d.lock_is_flag():
+                if result is None or result.scalar() != 1:
+                    raise BosWarehouseError(
+                        f"Another writer held {self.destination_table} for {self.lock_timeout_s:.0f}s; "
+                        "retry the task later."
+                    )
+                locked = True
+
+        try:
+            try:
+                for statement in d.begin():
+                    self._exec(conn, statement)
+                if d.lock_before_staging:
+                    lock()
+                self._exec(conn, d.create_staging(stage, self.schema))
+                received = self._stage(conn, stage, records, default_obs)
+                distinct = int(self._exec(conn, d.count_distinct(stage, self.schema)).scalar_one())
+                duplicates = received - distinct
+                source = stage
+                if duplicates:
+                    self._exec(conn, d.create_deduped(deduped, self.schema))
+                    self._exec(conn, d.dedupe(stage, deduped, self.schema))
+                    source = deduped
+                if not d.lock_before_staging:
+                    lock()
+                inserted, updated, unchanged, stale = (
+                    int(v) for v in self._exec(conn, d.classify(source, self.table, self.schema)).one()
+                )
+                counts = UpsertCounts(inserted, updated, unchanged, stale, duplicates)
+                if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
+                    raise BosWarehouseError(f"Classification of {distinct} records does not add up: {counts}.")
+                synced_at = utcnow()
+                for statement, expected in d.merge(source, self.table, self.schema, synced_at=synced_at, run_id=run.run_id):
+                    rowcount = self._exec(conn, statement).rowcount
+                    want = {"inserted": inserted, "updated": updated, "inserted+updated": inserted + updated}[expected]
+                    if rowcount is not None and rowcount >= 0 and rowcount != want:
+                        # The counts we report must be the rows written; anything else is a bug or a
+                        # concurrent writer outside our lock: do not commit it.
+                        raise BosWarehouseError(
+                            f"The merge into {self.destination_table} changed {rowcount} rows where "
+                            f"{want} ({expected}) were expected; rolled back."
+                        )
+                for name in (deduped, stage) if duplicates else (stage,):
+                    self._exec(conn, d.drop_staging(name, self.schema))
+                self._exec(
+                    conn,
+                    audit_insert(
+                        d,
+                        self.audit_table,
+                        self.schema,
+                        run,
+                        finished_at=utcnow(),
+                        counts=counts.as_dict(),
+                        destination_table=self.destination_table,
+                        **audit,
+                    ),
+                )
+                conn.commit()
+            except BaseException as exc:
+                self._rollback(conn, stage, deduped)
+                if isinstance(exc, sa.exc.SQLAlchemyError):
+                    raise BosWarehouseError(
+                        f"Writing to {self.destination_table} failed and was rolled back (the table is "
+                        f"unchanged): {_db_detail(exc)}"
+                    ) from exc
+                raise
+            log.info(
+                "BOS run %s -> %s: inserted=%d updated=%d unchanged=%d skipped_stale=%d duplicates=%d (%s)",
+                run.run_id, self.destination_table, counts.inserted, counts.updated, counts.unchanged,
+                counts.skipped_stale, counts.duplicates, self.staging_method,
+            )
+            return counts
+        finally:
+            if locked:
+                unlock = d.unlock(target)
+                if unlock is not None:
+                    try:
+                        self._exec(conn, unlock)
+                        conn.commit()
+                    except sa.exc.SQLAlchemyError:  # closing the connection releases it too
+                        conn.invalidate()
+            conn.close()
+
+    def _rollback(self, conn: sa.Connection, *stages: str) -> None:
+        try:
+            conn.rollback()
+            if self.dialect.name == "mysql":
+                # MySQL temporary tables survive a rollback; the pooled connection must not keep them.
+                for name in stages:
+                    self._exec(conn, self.dialect.drop_staging(name, self.schema))
+                conn.commit()
+        except sa.exc.SQLAlchemyError:
+            conn.invalidate()  # a broken connection goes back to no pool
+
+    def _rows(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+        stage_value = self.dialect.stage_value
+        for seq, record in enumerate(records):
+            row: RecordRow = record_to_row(record, default_observed_at=default_obs)
+            yield stage_value(row, seq)
+
+    def _stage(self, conn: sa.Connection, stage: str, records: Iterable[Any], default_obs: datetime | None) -> int:
+        """Stream the records into staging; return how many there were."""
+        d = self.dialect
+        received = 0
+        if self.use_copy:
+            raw = conn.connection.driver_connection  # psycopg.Connection, same transaction
+            with raw.cursor() as cursor, cursor.copy(d.copy_staging(stage, self.schema)) as copy:
+                for value in self._rows(records, default_obs):
+                    copy.write_row(value)
+                    received += 1
+            return received
+        insert = d.insert_staging(stage, self.schema).sql
+        for chunk in _chunks(self._rows(records, default_obs), self.batch_size):
+            conn.exec_driver_sql(insert, chunk)
+            received += len(chunk)
+        return received
+
+    # --- failures ---------------------------------------------------------------------------
+
+    def record_failure(
+        self,
+        run: SyncRunInfo,
+        *,
+        error: str,
+        source_summary: list[Any] | None = None,
+        provisional_records: int = 0,
+        provisional_pages: int = 0,
+        source_errors: list[Any] | None = None,
+        completeness: str | None = None,
+        result_count: int | None = None,
+    ) -> None:
+        """Write a ``failed`` audit row for ``run`` in its own small transaction.
+
+        Idempotent for failures: if a failed row exists it is updated. A run already committed as
+        complete/partial is left as it is (its records did land) and a warning is logged.
+        """
+        self._ensure_once()
+        d = self.dialect
+        audit = audit_table(sa.MetaData(), d.name, self.audit_table, self.schema)
+        statement = audit_insert(
+            d,
+            self.audit_table,
+            self.schema,
+            run,
+            status="failed",
+            finished_at=utcnow(),
+            completeness=completeness,
+            result_count=result_count,
+            provisional_records=provisional_records,
+            provisional_pages=provisional_pages,
+            source_errors=source_errors,
+            source_summary=source_summary,
+            error_message=error,
+            destination_table=self.destination_table,
+        )
+        try:
+            with self.engine.begin() as conn:
+                existing = conn.execute(sa.select(audit.c.status).where(audit.c.run_id == run.run_id)).scalar()
+                if existing is None:
+                    self._exec(conn, statement)
+                elif existing == "failed":  # replace the earlier failure with this, newer one
+                    conn.execute(audit.delete().where(audit.c.run_id == run.run_id))
+                    self._exec(conn, statement)
+                else:
+                    log.warning(
+                        "Run %s is already recorded as %s; not overwriting it with a failure (%s).",
+                        run.run_id, existing, excerpt(error, 200),
+                    )
+        except sa.exc.SQLAlchemyError as exc:
+            raise BosWarehouseError(f"Could not write the failed audit row for run {run.run_id}: {_db_detail(exc)}") from exc
+
+
+def _db_detail(exc: sa.exc.SQLAlchemyError) -> str:
+    # The driver's message only: str(exc) would append the SQL and its parameters (record data).
+    return excerpt(str(getattr(exc, "orig", None) or exc.__class__.__name__), 300)

@@ -1,0 +1,49 @@
+-- airflow-provider-bos: destination tables for MySQL 8 / MariaDB 10.5+ (InnoDB, utf8mb4).
+-- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- The operator creates these itself when missing; run this file when a DBA creates them instead.
+-- DATETIME(6) columns hold UTC. utf8mb4_bin: record_refs differing only in case are distinct keys.
+
+CREATE TABLE IF NOT EXISTS bos_records (
+    record_ref        VARCHAR(512) NOT NULL,
+    display_name      LONGTEXT,
+    email             LONGTEXT,
+    phone             LONGTEXT,
+    lifecycle         JSON,
+    identity_match    JSON,
+    attributes        JSON NOT NULL,
+    sources           JSON NOT NULL,
+    _bos_observed_at  DATETIME(6) NOT NULL,
+    _bos_synced_at    DATETIME(6) NOT NULL,
+    _bos_run_id       VARCHAR(64) NOT NULL,
+    _bos_record_hash  VARCHAR(64) NOT NULL,
+    PRIMARY KEY (record_ref)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+CREATE TABLE IF NOT EXISTS bos_sync_runs (
+    run_id               VARCHAR(64) NOT NULL,
+    dag_id               VARCHAR(250),
+    task_id              VARCHAR(250),
+    airflow_run_id       VARCHAR(250),
+    conn_id              VARCHAR(250),
+    context_handle       VARCHAR(255),
+    tool_name            VARCHAR(255),
+    arguments_hash       VARCHAR(64),
+    started_at           DATETIME(6),
+    finished_at          DATETIME(6) NOT NULL,
+    status               VARCHAR(16) NOT NULL,   -- complete | partial | failed
+    completeness         VARCHAR(32),
+    result_count         BIGINT,
+    inserted             BIGINT,
+    updated              BIGINT,
+    unchanged            BIGINT,
+    skipped_stale        BIGINT,
+    duplicates           BIGINT,
+    provisional_records  BIGINT,
+    provisional_pages    BIGINT,
+    source_errors        JSON,
+    source_summary       JSON,
+    error_message        LONGTEXT,
+    destination_table    VARCHAR(200),
+    PRIMARY KEY (run_id),
+    INDEX ix_bos_sync_runs_lookup (conn_id, context_handle, tool_name, finished_at)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -1,0 +1,52 @@
+-- airflow-provider-bos: destination tables for SQLite 3.25+.
+-- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- The operator creates these itself when missing; run this file when you create them instead.
+-- JSON columns hold JSON text. DATETIME columns hold UTC as fixed-width text
+-- 'YYYY-MM-DD HH:MM:SS.ffffff', so text comparison is time comparison.
+
+CREATE TABLE IF NOT EXISTS bos_records (
+    record_ref        VARCHAR(512) NOT NULL,
+    display_name      TEXT,
+    email             TEXT,
+    phone             TEXT,
+    lifecycle         TEXT,
+    identity_match    TEXT,
+    attributes        TEXT NOT NULL,
+    sources           TEXT NOT NULL,
+    _bos_observed_at  DATETIME NOT NULL,
+    _bos_synced_at    DATETIME NOT NULL,
+    _bos_run_id       VARCHAR(64) NOT NULL,
+    _bos_record_hash  VARCHAR(64) NOT NULL,
+    PRIMARY KEY (record_ref)
+);
+
+CREATE TABLE IF NOT EXISTS bos_sync_runs (
+    run_id               VARCHAR(64) NOT NULL,
+    dag_id               VARCHAR(250),
+    task_id              VARCHAR(250),
+    airflow_run_id       VARCHAR(250),
+    conn_id              VARCHAR(250),
+    context_handle       VARCHAR(255),
+    tool_name            VARCHAR(255),
+    arguments_hash       VARCHAR(64),
+    started_at           DATETIME,
+    finished_at          DATETIME NOT NULL,
+    status               VARCHAR(16) NOT NULL,   -- complete | partial | failed
+    completeness         VARCHAR(32),
+    result_count         BIGINT,
+    inserted             BIGINT,
+    updated              BIGINT,
+    unchanged            BIGINT,
+    skipped_stale        BIGINT,
+    duplicates           BIGINT,
+    provisional_records  BIGINT,
+    provisional_pages    BIGINT,
+    source_errors        TEXT,
+    source_summary       TEXT,
+    error_message        TEXT,
+    destination_table    VARCHAR(200),
+    PRIMARY KEY (run_id)
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_sync_runs_lookup
+    ON bos_sync_runs (conn_id, context_handle, tool_name, finished_at);

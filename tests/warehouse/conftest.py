@@ -1,0 +1,48 @@
+"""Fixtures of the warehouse tests: an engine per dialect and a writer on a fresh table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_bos.warehouse import WarehouseWriter
+
+
+@pytest.fixture()
+def engine(warehouse_url: str) -> Iterator[sa.Engine]:
+    # One pooled connection: tests that look for leftover staging tables see the writer's connection.
+    eng = sa.create_engine(warehouse_url, pool_size=1, max_overflow=0)
+    try:
+        yield eng
+    finally:
+        eng.dispose()
+
+
+@pytest.fixture()
+def make_writer(engine: sa.Engine, unique_table: str) -> Iterator[Callable[..., WarehouseWriter]]:
+    """``make_writer(**kwargs)``: a writer on ``unique_table`` / ``<unique_table>_runs``; dropped after."""
+    created: list[tuple[str | None, str]] = []
+
+    def factory(**kwargs: Any) -> WarehouseWriter:
+        kwargs.setdefault("table", unique_table)
+        kwargs.setdefault("audit_table", f"{unique_table}_runs")
+        writer = WarehouseWriter(engine, **kwargs)
+        created.append((writer.schema, writer.table))
+        created.append((writer.schema, writer.audit_table))
+        return writer
+
+    yield factory
+    if engine.dialect.name != "sqlite":  # SQLite files go with tmp_path
+        engine.dispose()
+        with engine.begin() as conn:
+            for schema, table in set(created):
+                name = f"{schema}.{table}" if schema else table
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+
+
+@pytest.fixture()
+def writer(make_writer: Callable[..., WarehouseWriter]) -> WarehouseWriter:
+    return make_writer()

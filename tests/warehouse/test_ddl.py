@@ -1,0 +1,88 @@
+"""sql/<dialect>.sql and the SQLAlchemy definitions create the same tables (compared by inspection)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.warehouse import WarehouseWriter
+
+SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql"}
+TABLES = ("bos_records", "bos_sync_runs")
+
+
+def _statements(path: Path) -> list[str]:
+    text = re.sub(r"--[^\n]*", "", path.read_text(encoding="utf-8"))
+    return [s.strip() for s in text.split(";") if s.strip()]
+
+
+def _shape(engine: sa.Engine, schema: str | None) -> dict:
+    inspector = sa.inspect(engine)
+    shape = {}
+    for table in TABLES:
+        shape[table] = {
+            "columns": [
+                (c["name"], c["type"].compile(dialect=engine.dialect), c["nullable"])
+                for c in inspector.get_columns(table, schema=schema)
+            ],
+            "pk": inspector.get_pk_constraint(table, schema=schema)["constrained_columns"],
+            "indexes": sorted(
+                (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                for i in inspector.get_indexes(table, schema=schema)
+            ),
+            "options": inspector.get_table_options(table, schema=schema),
+        }
+    return shape
+
+
+def test_sql_files_match_the_code(warehouse_url, tmp_path):
+    engine = sa.create_engine(warehouse_url)
+    dialect = engine.dialect.name
+    statements = _statements(SQL_DIR / SQL_FILES[dialect])
+    suffix = uuid.uuid4().hex[:10]
+    try:
+        if dialect == "sqlite":
+            file_engine = sa.create_engine(f"sqlite:///{tmp_path / 'from_file.db'}")
+            WarehouseWriter(engine).ensure_tables()
+            with file_engine.begin() as conn:
+                for statement in statements:
+                    conn.exec_driver_sql(statement)
+            code_shape, file_shape = _shape(engine, None), _shape(file_engine, None)
+        else:
+            code_ns, file_ns = f"bos_ddl_code_{suffix}", f"bos_ddl_file_{suffix}"
+            create = "CREATE SCHEMA" if dialect == "postgresql" else "CREATE DATABASE"
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"{create} {code_ns}")
+                conn.exec_driver_sql(f"{create} {file_ns}")
+            WarehouseWriter(engine, schema=code_ns).ensure_tables()
+            with engine.begin() as conn:
+                conn.exec_driver_sql(f"SET search_path TO {file_ns}" if dialect == "postgresql" else f"USE {file_ns}")
+                for statement in statements:
+                    conn.exec_driver_sql(statement)
+            engine.dispose()  # the USE / search_path connection must not be reused
+            code_shape, file_shape = _shape(engine, code_ns), _shape(engine, file_ns)
+        assert code_shape == file_shape
+        assert code_shape["bos_records"]["pk"] == ["record_ref"]
+        assert ("ix_bos_sync_runs_lookup", ("conn_id", "context_handle", "tool_name", "finished_at"), False) in (
+            code_shape["bos_sync_runs"]["indexes"]
+        )
+    finally:
+        if dialect != "sqlite":
+            drop = "DROP SCHEMA IF EXISTS {} CASCADE" if dialect == "postgresql" else "DROP DATABASE IF EXISTS {}"
+            with engine.begin() as conn:
+                for ns in (f"bos_ddl_code_{suffix}", f"bos_ddl_file_{suffix}"):
+                    conn.exec_driver_sql(drop.format(ns))
+        engine.dispose()
+
+
+def test_record_columns_describe_the_records_table():
+    from airflow_provider_bos.warehouse import RECORD_COLUMNS, record_columns
+
+    for backend, json_type in (("postgresql", "JSONB"), ("mysql", "JSON"), ("mariadb", "JSON"), ("sqlite", "TEXT")):
+        columns = dict(record_columns(backend))
+        assert tuple(columns) == RECORD_COLUMNS
+        assert columns["attributes"] == json_type and columns["record_ref"] == "VARCHAR(512)"

@@ -1,0 +1,83 @@
+"""Helpers shared by the warehouse tests (records, runs, table dumps)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+
+T0 = "2026-10-07T12:00:00Z"
+T1 = "2026-10-08T12:00:00Z"
+T2 = "2026-10-09T12:00:00Z"
+
+
+def make_record(i: int | str, observed_at: str = T1, *, name: str | None = None, **fields: Any) -> dict[str, Any]:
+    ref = i if isinstance(i, str) else f"bos:person:{i:06d}"
+    record: dict[str, Any] = {
+        "record_ref": ref,
+        "display_name": name if name is not None else f"Person {i}",
+        "email": f"p{i}@example.com",
+        "phone": None,
+        "lifecycle": {"state": "active"},
+        "identity_match": None,
+        "attributes": {"dept": "eng", "level": 3},
+        "sources": [
+            {
+                "source_type": "crm",
+                "source_identity": "crm-eu",
+                "external_id": str(i),
+                "record_type": "person",
+                "observed_at": observed_at,
+                "capabilities": ["read"],
+                "version": None,
+            }
+        ],
+    }
+    record.update(copy.deepcopy(fields))
+    return record
+
+
+def run_info(**overrides: Any) -> SyncRunInfo:
+    values: dict[str, Any] = {
+        "dag_id": "d",
+        "task_id": "t",
+        "airflow_run_id": "manual__1",
+        "conn_id": "bos_default",
+        "context_handle": "ctx-1",
+        "tool_name": "people.search",
+        "arguments_hash": "0" * 64,
+    }
+    values.update(overrides)
+    return SyncRunInfo(**values)
+
+
+def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunInfo | None = None, **kwargs: Any):
+    options: dict[str, Any] = {
+        "completeness": "complete",
+        "status": "complete",
+        "result_count": len(records) if hasattr(records, "__len__") else None,
+        "source_errors": [],
+        "source_summary": [{"source": "crm/crm-eu", "pages": 1}],
+        "provisional_records": 0,
+        "provisional_pages": 0,
+        "default_observed_at": None,
+    }
+    options.update(kwargs)
+    return writer.write_run(run or run_info(), records, **options)
+
+
+def dump(engine: sa.Engine, table: str, schema: str | None = None) -> list[tuple[str, ...]]:
+    """Every row, every column (extra columns too), as repr text, in key order."""
+    t = sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(t).order_by(t.c.record_ref)).all()
+    return [tuple(repr(v) for v in row) for row in rows]
+
+
+def rows_by_ref(engine: sa.Engine, table: str, schema: str | None = None) -> dict[str, dict[str, Any]]:
+    t = sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
+    with engine.connect() as conn:
+        return {row.record_ref: dict(row._mapping) for row in conn.execute(sa.select(t))}
