@@ -160,11 +160,17 @@ class BosEventTooLarge(BosSseError):
 
 
 class BosStreamValidationError(BosProtocolError):
-    """A bos/source-results/v1 notification broke the contract (sequence, paging, status...)."""
+    """A bos/source-results/v1 notification broke the contract; ``rule`` names the broken rule."""
+
+    def __init__(self, message: str, *, rule: str | None = None) -> None:
+        self.rule = rule
+        super().__init__(message)
 
 
 class BosJsonRpcError(BosProtocolError):
     """The server answered a JSON-RPC request with an error object."""
+
+    http_status: int | None = None
 
     def __init__(self, code: int, message: str, data: Any = None, *, method: str | None = None) -> None:
         self.code = code
@@ -185,6 +191,10 @@ class BosResultError(BosProtocolError):
 
 class BosDeadlineExceeded(BosError):
     """The operation deadline passed before the final response arrived; the call was cancelled."""
+
+    def __init__(self, message: str, *, observations: Any = None) -> None:
+        self.observations = observations
+        super().__init__(message)
 
 
 class BosIncompleteStreamError(BosError):

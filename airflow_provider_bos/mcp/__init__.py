@@ -1,0 +1,33 @@
+"""How we talk to BOS: MCP sessions (both eras), the SSE parser and the source-results stream."""
+
+from __future__ import annotations
+
+from airflow_provider_bos.mcp.retry import RetryPolicy, parse_retry_after
+from airflow_provider_bos.mcp.session import HANDSHAKE_VERSIONS, BosReadCancelled, McpSession
+from airflow_provider_bos.mcp.source_results import (
+    FinalFrameParser,
+    FinalResult,
+    SourceProgress,
+    SourceResultsTracker,
+    SourceStats,
+    parse_final_response,
+)
+from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES, SseEvent, SseParser, iter_sse
+
+__all__ = [
+    "McpSession",
+    "RetryPolicy",
+    "BosReadCancelled",
+    "HANDSHAKE_VERSIONS",
+    "SseEvent",
+    "SseParser",
+    "iter_sse",
+    "DEFAULT_MAX_EVENT_BYTES",
+    "SourceStats",
+    "SourceProgress",
+    "SourceResultsTracker",
+    "FinalResult",
+    "FinalFrameParser",
+    "parse_final_response",
+    "parse_retry_after",
+]

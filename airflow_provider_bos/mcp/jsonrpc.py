@@ -1,0 +1,135 @@
+"""JSON-RPC 2.0 pieces of MCP: request ids, envelopes, error mapping, routing-header values.
+
+No I/O. The header-value codec follows the MCP 2026-07-28 rule (as the official SDK implements
+it): printable ASCII without edge whitespace passes verbatim, anything else is sent as
+``=?base64?<base64 of UTF-8>?=``.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import re
+import threading
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from airflow_provider_bos.exceptions import BosJsonRpcError, BosProtocolError, excerpt
+
+__all__ = [
+    "IdGenerator",
+    "request_envelope",
+    "notification_envelope",
+    "rpc_error",
+    "encode_header_value",
+    "decode_header_value",
+    "loads",
+    "PROTOCOL_VERSION_META_KEY",
+    "CLIENT_INFO_META_KEY",
+    "CLIENT_CAPABILITIES_META_KEY",
+    "NAME_BEARING_METHODS",
+    "METHOD_NOT_FOUND",
+    "HEADER_MISMATCH",
+    "MISSING_REQUIRED_CLIENT_CAPABILITY",
+    "UNSUPPORTED_PROTOCOL_VERSION",
+]
+
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
+CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
+
+#: Method -> params key mirrored in the ``Mcp-Name`` header (2026-07-28).
+NAME_BEARING_METHODS: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+METHOD_NOT_FOUND = -32601
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+_HINTS = {
+    HEADER_MISMATCH: "the server says our MCP routing headers do not match the request body (a client bug)",
+    MISSING_REQUIRED_CLIENT_CAPABILITY: "the server requires a client capability this client does not offer",
+    UNSUPPORTED_PROTOCOL_VERSION: "the server does not support our MCP protocol version",
+}
+
+try:  # orjson is optional and faster for large frames; stdlib json is the fallback.
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
+
+def loads(data: str | bytes) -> Any:
+    """Decode JSON (``ValueError`` on bad input, like :func:`json.loads`)."""
+    if _orjson is not None:
+        return _orjson.loads(data)
+    return json.loads(data)
+
+
+class IdGenerator:
+    """Non-null, unique request ids: ``"bos-<uuid4 hex>-<n>"`` (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._prefix = f"bos-{uuid.uuid4().hex}-"
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            n = next(self._counter)
+        return f"{self._prefix}{n}"
+
+
+def request_envelope(request_id: str | int, method: str, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+    if params is not None:
+        body["params"] = dict(params)
+    return body
+
+
+def notification_envelope(method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params is not None:
+        body["params"] = dict(params)
+    return body
+
+
+def rpc_error(error: Any, method: str | None) -> BosJsonRpcError:
+    """A :class:`BosJsonRpcError` from a JSON-RPC ``error`` object, with a hint for MCP's -3202x codes."""
+    if not isinstance(error, Mapping) or not isinstance(error.get("code"), int) or isinstance(
+        error.get("code"), bool
+    ):
+        raise BosProtocolError(f"Malformed JSON-RPC error object: {excerpt(str(error))}")
+    code: int = error["code"]
+    message = error.get("message") if isinstance(error.get("message"), str) else ""
+    data = error.get("data")
+    hint = _HINTS.get(code)
+    if hint:
+        if code == UNSUPPORTED_PROTOCOL_VERSION and isinstance(data, Mapping) and data.get("supported"):
+            hint += f" (supported: {', '.join(map(str, data['supported']))})"
+        message = f"{hint}: {message}" if message else hint
+    return BosJsonRpcError(code, message, data, method=method)
+
+
+_B64_SENTINEL = re.compile(r"^=\?base64\?(?P<payload>.*)\?=$")
+_HEADER_SAFE = re.compile(r"^[\x20-\x7E]*$")
+
+
+def encode_header_value(value: str) -> str:
+    """A header-safe form of ``value``: verbatim if printable ASCII without edge spaces, else base64."""
+    if _HEADER_SAFE.fullmatch(value) and value == value.strip() and not _B64_SENTINEL.fullmatch(value):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode('utf-8')).decode('ascii')}?="
+
+
+def decode_header_value(value: str) -> str | None:
+    """Inverse of :func:`encode_header_value`; ``None`` for a malformed sentinel."""
+    match = _B64_SENTINEL.fullmatch(value)
+    if match is None:
+        return value
+    try:
+        raw = base64.b64decode(match.group("payload"), validate=True)
+        return raw.decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None

@@ -1,0 +1,485 @@
+"""The ``bos/source-results/v1`` stream: notification validation and the final result.
+
+:class:`SourceResultsTracker` checks every ``notifications/bos/source_result`` against the
+contract (§4-§5) and keeps per-source progress. Pages are provisional observations, never data.
+
+:class:`FinalFrameParser` turns the final JSON-RPC response of a federated read (direct tool or
+``bos_execute`` envelope) into a :class:`FinalResult`: the authoritative records plus metadata,
+cross-checked against what the stream showed. Mismatches are warnings, not failures: the final
+result is authoritative (contract §5).
+
+The parser takes the final frame's ``data`` string today; it is the class boundary where a later
+version consumes the frame incrementally and yields records in constant memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from airflow_provider_bos.exceptions import (
+    BosJsonRpcError,
+    BosProtocolError,
+    BosResultError,
+    BosStreamValidationError,
+    excerpt,
+)
+from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error
+from airflow_provider_bos.models import (
+    SOURCE_ERROR_CODES,
+    BosContext,
+    FederatedRecord,
+    ReadMetadata,
+    SourceErrorEntry,
+    SourceRef,
+    SourceResultParams,
+)
+
+__all__ = [
+    "SourceStats",
+    "SourceProgress",
+    "SourceResultsTracker",
+    "FinalResult",
+    "FinalFrameParser",
+    "parse_final_response",
+    "ToolStyle",
+]
+
+logger = logging.getLogger(__name__)
+
+ToolStyle = Literal["execute", "direct"]
+_STATUSES = ("page", "complete", "error")
+
+
+def _violation(rule: str, message: str) -> BosStreamValidationError:
+    err = BosStreamValidationError(
+        f"bos/source-results/v1 notification broke the contract [{rule}]: {message}", rule=rule
+    )
+    return err
+
+
+def _same_id(a: object, b: object) -> bool:
+    """JSON-RPC id equality: ``1`` and ``"1"`` differ, and a boolean is never an id."""
+    return type(a) is type(b) and a == b and not isinstance(a, bool)
+
+
+# --- notifications -----------------------------------------------------------------------------
+
+
+@dataclass
+class SourceStats:
+    """Provisional progress of one source (``source_type``, ``source_identity``) in a read."""
+
+    source: SourceRef
+    pages: int = 0
+    records: int = 0
+    status: str = "running"  # "running" | "complete" | "error"
+    error_code: str | None = None
+    last_page_index: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source_type": self.source.source_type,
+            "source_identity": self.source.source_identity,
+            "pages": self.pages,
+            "records": self.records,
+            "status": self.status,
+            "error_code": self.error_code,
+            "last_page_index": self.last_page_index,
+        }
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    """What ``on_progress`` receives for each notification: the page and a snapshot of its source."""
+
+    notification: SourceResultParams
+    stats: SourceStats  # a copy: later pages do not change it
+    sequence: int
+
+
+class SourceResultsTracker:
+    """Validates a read's source notifications in wire order and keeps per-source statistics.
+
+    Every contract rule that fails raises :class:`BosStreamValidationError` whose ``rule``
+    attribute names it: ``shape``, ``request-id``, ``sequence``, ``status``, ``source``,
+    ``after-terminal``, ``page-index``, ``terminal-page-index``, ``error-code``,
+    ``error-without-status``, ``error-records``, ``records``.
+    """
+
+    def __init__(self, request_id: str | int) -> None:
+        self.request_id = request_id
+        self.sources: dict[tuple[str, str], SourceStats] = {}
+        self.notifications = 0
+        self.provisional_records = 0
+        self.pages = 0
+        self.last_sequence: int | None = None
+
+    def observe(self, params: Any) -> SourceProgress:
+        """Validate one notification's ``params``; update and return the source's progress."""
+        if not isinstance(params, Mapping):
+            raise _violation("shape", "params is not an object.")
+        request_id = params.get("requestId")
+        if not _same_id(request_id, self.request_id):
+            raise _violation(
+                "request-id", f"requestId {request_id!r} is not this call's id {self.request_id!r}."
+            )
+        sequence = params.get("sequence")
+        if not isinstance(sequence, int) or isinstance(sequence, bool):
+            raise _violation("sequence", f"sequence {sequence!r} is not an integer.")
+        if self.last_sequence is not None and sequence <= self.last_sequence:
+            raise _violation(
+                "sequence", f"sequence {sequence} does not increase (previous {self.last_sequence})."
+            )
+        status = params.get("status")
+        if status not in _STATUSES:
+            raise _violation("status", f"status {status!r} is not one of page, complete, error.")
+        source = params.get("source")
+        if (
+            not isinstance(source, Mapping)
+            or not isinstance(source.get("source_type"), str)
+            or not isinstance(source.get("source_identity"), str)
+        ):
+            raise _violation("source", "source must carry string source_type and source_identity.")
+        key = (source["source_type"], source["source_identity"])
+        page_index = params.get("pageIndex")
+        if not isinstance(page_index, int) or isinstance(page_index, bool):
+            raise _violation("page-index", f"pageIndex {page_index!r} is not an integer.")
+        records = params.get("records")
+        if not isinstance(records, list):
+            raise _violation("records", "records must be an array.")
+        error = params.get("error")
+
+        stats = self.sources.get(key)
+        where = f"source {key[0]}/{key[1]}"
+        if stats is not None and stats.status != "running":
+            raise _violation("after-terminal", f"{where} sent {status!r} after its terminal {stats.status!r}.")
+        last = stats.last_page_index if stats is not None else 0
+        if status == "page":
+            if page_index != last + 1:
+                raise _violation("page-index", f"{where} sent page {page_index}; expected page {last + 1}.")
+        elif page_index != last:
+            raise _violation(
+                "terminal-page-index",
+                f"{where} sent {status!r} with pageIndex {page_index}; its last page was {last}.",
+            )
+        if status == "error":
+            code = error.get("code") if isinstance(error, Mapping) else None
+            if code not in SOURCE_ERROR_CODES:
+                raise _violation(
+                    "error-code",
+                    f"{where} error code {code!r} is not one of {', '.join(sorted(SOURCE_ERROR_CODES))}.",
+                )
+            if records:
+                raise _violation("error-records", f"{where} sent records with status 'error'.")
+        elif error is not None:
+            raise _violation("error-without-status", f"{where} sent an error object with status {status!r}.")
+
+        try:
+            model = SourceResultParams.model_validate(params)
+        except ValidationError as exc:
+            raise _violation("records" if _is_records_error(exc) else "shape", _describe(exc)) from None
+
+        # Every check passed: commit the state change.
+        if stats is None:
+            stats = SourceStats(source=model.source)
+            self.sources[key] = stats
+        self.last_sequence = sequence
+        self.notifications += 1
+        count = len(model.records)
+        stats.records += count
+        self.provisional_records += count
+        if status == "page":
+            stats.pages += 1
+            stats.last_page_index = page_index
+            self.pages += 1
+        else:
+            stats.status = status
+            if status == "error":
+                assert model.error is not None
+                stats.error_code = model.error.code
+        return SourceProgress(notification=model, stats=dataclasses.replace(stats), sequence=sequence)
+
+    # -- views ---------------------------------------------------------------------------------
+
+    @property
+    def running_sources(self) -> list[SourceRef]:
+        return [s.source for s in self.sources.values() if s.status == "running"]
+
+    @property
+    def errored_sources(self) -> dict[tuple[str, str], str]:
+        return {k: s.error_code or "" for k, s in self.sources.items() if s.status == "error"}
+
+    def summary(self) -> list[dict[str, Any]]:
+        """Per-source statistics as JSON-able dicts, in first-seen order."""
+        return [s.as_dict() for s in self.sources.values()]
+
+    def __repr__(self) -> str:
+        return (
+            f"SourceResultsTracker(request_id={self.request_id!r}, notifications={self.notifications}, "
+            f"pages={self.pages}, provisional_records={self.provisional_records}, sources={len(self.sources)})"
+        )
+
+
+def _is_records_error(exc: ValidationError) -> bool:
+    return any(err["loc"] and err["loc"][0] == "records" for err in exc.errors())
+
+
+def _describe(exc: ValidationError, limit: int = 3) -> str:
+    parts = []
+    for err in exc.errors()[:limit]:
+        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
+        parts.append(f"{loc}: {err['msg']}")
+    more = len(exc.errors()) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+# --- the final result ------------------------------------------------------------------------
+
+
+@dataclass
+class FinalResult:
+    """The authoritative outcome of a federated read (the final JSON-RPC response)."""
+
+    request_id: str | int
+    is_error: bool
+    completeness: str  # "complete" | "partial"; anything else: callers fail closed
+    metadata: ReadMetadata
+    records: Iterable[FederatedRecord]  # authoritative; consume once (a later version streams it)
+    context: BosContext | None
+    result_type: str | None  # stateless era: "complete"
+    tool_style: str  # "execute" | "direct"
+    streamed: bool  # the server answered with the negotiated event stream
+    observations: SourceResultsTracker  # provisional per-source stats (empty if not streamed)
+    warnings: list[str] = field(default_factory=list)  # cross-check mismatches (logged, not failures)
+
+    @property
+    def source_errors(self) -> list[SourceErrorEntry]:
+        return list(self.metadata.source_errors)
+
+    @property
+    def result_count(self) -> int | None:
+        return self.metadata.result_count
+
+    def __repr__(self) -> str:
+        return (
+            f"FinalResult(request_id={self.request_id!r}, tool_style={self.tool_style!r}, "
+            f"completeness={self.completeness!r}, is_error={self.is_error}, "
+            f"result_count={self.result_count}, streamed={self.streamed}, warnings={len(self.warnings)})"
+        )
+
+
+def _loads(data: str | bytes) -> Any:
+    try:
+        return loads(data)
+    except ValueError as exc:
+        raise BosResultError(f"The final response is not valid JSON ({exc}).") from None
+
+
+class FinalFrameParser:
+    """Parses a federated read's final JSON-RPC response into a :class:`FinalResult`.
+
+    ``tool_style`` says where the records are: ``"direct"`` (``structuredContent.result`` /
+    ``.metadata``) or ``"execute"`` (``structuredContent.result.result`` / ``.result.metadata``,
+    context in ``structuredContent.context`` and ``_meta["bos/context"]``).
+    """
+
+    def __init__(
+        self,
+        request_id: str | int,
+        *,
+        tool_style: ToolStyle,
+        observations: SourceResultsTracker | None = None,
+        streamed: bool = False,
+        method: str = "tools/call",
+    ) -> None:
+        if tool_style not in ("execute", "direct"):
+            raise ValueError("tool_style must be 'execute' or 'direct'")
+        self.request_id = request_id
+        self.tool_style: ToolStyle = tool_style
+        self.observations = observations if observations is not None else SourceResultsTracker(request_id)
+        self.streamed = streamed
+        self.method = method
+
+    def parse_data(self, data: str | bytes) -> FinalResult:
+        """Parse the final frame from its JSON text (an SSE ``data`` payload or a JSON body)."""
+        return self.parse_message(_loads(data))
+
+    def parse_message(self, message: Any) -> FinalResult:
+        """Parse an already-decoded JSON-RPC response object."""
+        if not isinstance(message, Mapping):
+            raise BosResultError("The final response is not a JSON object.")
+        if "id" not in message or not _same_id(message.get("id"), self.request_id):
+            raise BosResultError(
+                f"The final response id {message.get('id')!r} does not match the request id "
+                f"{self.request_id!r}; the server answered some other request."
+            )
+        if "error" in message:
+            raise _rpc_error(message["error"], self.method)
+        if "result" not in message:
+            raise BosResultError("The final response has neither 'result' nor 'error'.")
+        return self.parse_result(message["result"])
+
+    def parse_result(self, result: Any) -> FinalResult:
+        """Parse a ``CallToolResult`` object (the JSON-RPC ``result``)."""
+        if not isinstance(result, Mapping):
+            raise BosResultError("The final result is not an object.")
+        result_type = result.get("resultType")
+        if result_type is not None and result_type != "complete":
+            raise BosResultError(
+                f"The server returned resultType {result_type!r}; this client only handles complete results."
+            )
+        is_error = result.get("isError", False)
+        if not isinstance(is_error, bool):
+            raise BosResultError(f"isError {is_error!r} is not a boolean.")
+        structured = result.get("structuredContent")
+        if not isinstance(structured, Mapping):
+            text = _first_text(result)
+            if is_error:
+                raise BosResultError(
+                    "The tool call failed before producing a result"
+                    + (f": {excerpt(text)}" if text else " (no details given).")
+                )
+            raise BosResultError("The final result has no structuredContent object.")
+
+        context: BosContext | None = None
+        warnings: list[str] = []
+        if self.tool_style == "execute":
+            operation = structured.get("result")
+            if not isinstance(operation, Mapping):
+                raise BosResultError(
+                    "The bos_execute result has no structuredContent.result object "
+                    "(expected the operation result with 'result' and 'metadata')."
+                )
+            raw_records, raw_metadata = operation.get("result"), operation.get("metadata")
+            where = "structuredContent.result"
+            context = _context(structured.get("context"), "structuredContent.context")
+            meta = result.get("_meta")
+            meta_context = meta.get("bos/context") if isinstance(meta, Mapping) else None
+            if meta_context is None:
+                warnings.append('The bos_execute result has no _meta["bos/context"].')
+            elif context is not None and meta_context != structured.get("context"):
+                warnings.append('_meta["bos/context"] differs from structuredContent.context.')
+            if context is None and meta_context is not None:
+                context = _context(meta_context, '_meta["bos/context"]')
+        else:
+            raw_records, raw_metadata = structured.get("result"), structured.get("metadata")
+            where = "structuredContent"
+        if not isinstance(raw_records, list):
+            raise BosResultError(f"The final result has no record array at {where}.result.")
+        if not isinstance(raw_metadata, Mapping):
+            raise BosResultError(f"The final result has no metadata object at {where}.metadata.")
+        try:
+            metadata = ReadMetadata.model_validate(raw_metadata)
+        except ValidationError as exc:
+            raise BosResultError(f"The final metadata is malformed: {_describe(exc)}") from None
+        records = list(_validate_records(raw_records, where))
+
+        warnings.extend(self._cross_check(metadata, is_error, len(records)))
+        for warning in warnings:
+            logger.warning("BOS read %s: %s", self.request_id, warning)
+        return FinalResult(
+            request_id=self.request_id,
+            is_error=is_error,
+            completeness=metadata.completeness,
+            metadata=metadata,
+            records=records,
+            context=context,
+            result_type=result_type,
+            tool_style=self.tool_style,
+            streamed=self.streamed,
+            observations=self.observations,
+            warnings=warnings,
+        )
+
+    def _cross_check(self, metadata: ReadMetadata, is_error: bool, record_count: int) -> list[str]:
+        warnings: list[str] = []
+        if metadata.completeness not in ("complete", "partial"):
+            warnings.append(f"Unknown completeness {metadata.completeness!r}.")
+        elif is_error != (metadata.completeness == "partial"):
+            warnings.append(f"isError={is_error} is inconsistent with completeness {metadata.completeness!r}.")
+        if metadata.completeness == "partial" and not metadata.source_errors:
+            warnings.append("The result is partial but metadata.source_errors is empty.")
+        if metadata.result_count is not None and metadata.result_count != record_count:
+            warnings.append(
+                f"metadata.result_count is {metadata.result_count} but the result holds {record_count} records."
+            )
+        reported = {e.source.key: e.error.code for e in metadata.source_errors}
+        for key, code in self.observations.errored_sources.items():
+            if key not in reported:
+                warnings.append(
+                    f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
+                    "but is missing from metadata.source_errors."
+                )
+            elif reported[key] != code:
+                warnings.append(
+                    f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
+                    f"but metadata.source_errors says {reported[key]!r}."
+                )
+        if self.streamed:
+            for key in reported:
+                stats = self.observations.sources.get(key)
+                if stats is not None and stats.status != "error":
+                    warnings.append(
+                        f"metadata.source_errors names {key[0]}/{key[1]}, which the stream reported {stats.status!r}."
+                    )
+            running = self.observations.running_sources
+            if running:
+                names = ", ".join(str(s) for s in running)
+                warnings.append(f"The final response arrived before these sources finished: {names}.")
+        return warnings
+
+
+def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedRecord]:
+    for index, raw in enumerate(raw_records):
+        if not isinstance(raw, Mapping):
+            raise BosResultError(f"Record {index} at {where}.result is not an object.")
+        if not isinstance(raw.get("record_ref"), str) or not raw.get("record_ref"):
+            raise BosResultError(f"Record {index} at {where}.result has no record_ref.")
+        try:
+            yield FederatedRecord.model_validate(raw)
+        except ValidationError as exc:
+            raise BosResultError(f"Record {index} at {where}.result is malformed: {_describe(exc)}") from None
+
+
+def _context(raw: Any, where: str) -> BosContext | None:
+    if raw is None:
+        return None
+    try:
+        return BosContext.model_validate(raw)
+    except ValidationError as exc:
+        raise BosResultError(f"The context at {where} is malformed: {_describe(exc)}") from None
+
+
+def _first_text(result: Mapping[str, Any]) -> str | None:
+    content = result.get("content")
+    if isinstance(content, list):
+        for item in content:
+            if isinstance(item, Mapping) and item.get("type") == "text" and isinstance(item.get("text"), str):
+                return item["text"]
+    return None
+
+
+def _rpc_error(error: Any, method: str | None) -> BosJsonRpcError:
+    try:
+        return rpc_error(error, method)
+    except BosProtocolError:
+        raise BosResultError(f"The final response carries a malformed error object: {excerpt(str(error))}") from None
+
+
+def parse_final_response(
+    message: Any,
+    *,
+    request_id: str | int,
+    tool_style: ToolStyle,
+    observations: SourceResultsTracker | None = None,
+    streamed: bool = False,
+) -> FinalResult:
+    """Convenience: parse a decoded final JSON-RPC response (see :class:`FinalFrameParser`)."""
+    parser = FinalFrameParser(request_id, tool_style=tool_style, observations=observations, streamed=streamed)
+    return parser.parse_message(message)

@@ -1,0 +1,266 @@
+"""Incremental ``text/event-stream`` parser (WHATWG HTML "server-sent events" §9.2.6).
+
+Bytes in, events out: feed network chunks of any size and get back the events they complete.
+
+Rules implemented, in the standard's words where it matters:
+
+- The stream is UTF-8. One leading BOM is stripped (even when split across chunks). Invalid
+  UTF-8 is decoded with U+FFFD replacement characters, as the standard says, by default; pass
+  ``invalid_utf8="error"`` to get a :class:`~airflow_provider_bos.exceptions.BosSseError` instead.
+  Either way the parser never raises anything but a ``BosError``. Lines are decoded one at a time:
+  CR and LF never occur inside a multi-byte UTF-8 sequence, so this equals decoding the stream.
+- Lines end with CRLF, LF or CR. A CR that ends one chunk followed by an LF that starts the next
+  is ONE line break.
+- A blank line dispatches the event — only if at least one ``data`` field was seen; otherwise it
+  just resets the data and event-name buffers. An incomplete event at EOF is discarded.
+- ``:comment`` lines are ignored. A line without a colon is a field name with an empty value.
+  One space after the colon is removed. ``data`` values are joined with ``"\\n"``.
+- ``event`` sets the event name (default ``"message"``). ``id`` sets the last event id unless
+  its value contains U+0000; the id persists across events, as in the standard (``SseEvent.id``
+  is the last event id in effect at dispatch). ``retry`` is honoured only when all ASCII digits;
+  ``SseEvent.retry`` is the reconnection time in effect at dispatch (``None`` if never set).
+  Unknown fields are ignored.
+- ``max_event_bytes`` bounds memory: it counts the bytes of one event's retained lines (its
+  ``data``/``event``/``id`` lines, field names included, line breaks excluded) plus any not yet
+  terminated line, so even a single endless line without a newline is cut off with
+  :class:`~airflow_provider_bos.exceptions.BosEventTooLarge`. After an error the parser is
+  unusable.
+
+Performance: chunks are scanned with ``bytes`` ``in`` / ``split`` (C speed); an unterminated
+line is kept as a list of chunks and joined once when its line break arrives, so a 100 MB
+``data:`` line costs one join and one decode, not a quadratic re-scan.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from airflow_provider_bos.exceptions import BosEventTooLarge, BosSseError
+
+__all__ = ["SseEvent", "SseParser", "iter_sse", "DEFAULT_MAX_EVENT_BYTES"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_EVENT_BYTES = 512 * 1024 * 1024
+
+_BOM = b"\xef\xbb\xbf"
+_LINE_BREAK = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass(frozen=True, slots=True)
+class SseEvent:
+    """One dispatched server-sent event."""
+
+    event: str
+    data: str
+    id: str | None = None
+    retry: int | None = None
+
+
+class SseParser:
+    """Incremental WHATWG event-stream parser: :meth:`feed` chunks, then :meth:`close` at EOF."""
+
+    def __init__(
+        self,
+        *,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        invalid_utf8: Literal["replace", "error"] = "replace",
+    ) -> None:
+        if max_event_bytes <= 0:
+            raise ValueError("max_event_bytes must be positive")
+        if invalid_utf8 not in ("replace", "error"):
+            raise ValueError("invalid_utf8 must be 'replace' or 'error'")
+        self.max_event_bytes = max_event_bytes
+        self._strict_utf8 = invalid_utf8 == "error"
+        # Stream state.
+        self._started = False  # the leading-BOM decision has been made
+        self._head = b""  # first bytes held back while they could still be a split BOM
+        self._skip_lf = False  # last chunk ended in CR: an LF starting the next one is the same break
+        self._pending: list[bytes] = []  # pieces of the line not yet terminated
+        self._pending_len = 0
+        self._failed: BosSseError | None = None
+        self._closed = False
+        # Event state.
+        self._data: list[str] = []
+        self._event_name = ""
+        self._event_bytes = 0
+        # Persistent state (survives dispatch), per the standard.
+        self.last_event_id: str | None = None
+        self.retry: int | None = None
+        #: Lines whose bytes were not valid UTF-8 and were decoded with replacement characters.
+        self.invalid_utf8_lines = 0
+
+    # -- public API -------------------------------------------------------------------------
+
+    def feed(self, chunk: bytes) -> list[SseEvent]:
+        """Consume ``chunk``; return the events it completes (possibly none), in stream order."""
+        if self._failed is not None:
+            raise BosSseError(f"The event stream parser already failed: {self._failed}")
+        if self._closed:
+            raise BosSseError("The event stream parser is closed; no more data can be fed.")
+        try:
+            return self._feed(bytes(chunk))
+        except BosSseError as exc:
+            self._failed = exc
+            raise
+
+    def close(self) -> list[SseEvent]:
+        """Signal EOF. An incomplete event (no terminating blank line) is discarded per the standard."""
+        if self._failed is not None or self._closed:
+            return []
+        self._closed = True
+        if self._pending or self._data:
+            logger.debug("Event stream ended inside an event; discarding the incomplete event.")
+        self._pending.clear()
+        self._pending_len = 0
+        self._data.clear()
+        self._event_name = ""
+        self._event_bytes = 0
+        return []
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes currently held for an incomplete event (bounded by ``max_event_bytes``)."""
+        return self._event_bytes + self._pending_len
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _feed(self, chunk: bytes) -> list[SseEvent]:
+        if not self._started:
+            chunk = self._head + chunk
+            if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
+                self._head = chunk  # could still become a BOM: wait for more bytes
+                return []
+            self._head = b""
+            self._started = True
+            if chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
+        if not chunk:
+            return []
+        if self._skip_lf:
+            self._skip_lf = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+                if not chunk:
+                    return []
+
+        if b"\r" in chunk:
+            lines = _LINE_BREAK.split(chunk)
+            # A trailing CR is a complete line break, but its LF may arrive in the next chunk.
+            self._skip_lf = chunk[-1] == 0x0D
+        elif b"\n" in chunk:
+            lines = chunk.split(b"\n")
+        else:
+            # Hot path for huge lines: no line break, just keep the piece.
+            self._append_pending(chunk)
+            return []
+
+        rest = lines.pop()  # after the last line break: the start of an unterminated line
+        if self._pending:
+            self._check_size(len(lines[0]))
+            self._pending.append(lines[0])
+            lines[0] = b"".join(self._pending)
+            self._pending = []
+            self._pending_len = 0
+        events: list[SseEvent] = []
+        for line in lines:
+            event = self._process_line(line)
+            if event is not None:
+                events.append(event)
+        if rest:
+            self._append_pending(rest)
+        return events
+
+    def _append_pending(self, piece: bytes) -> None:
+        self._check_size(len(piece))
+        self._pending.append(piece)
+        self._pending_len += len(piece)
+
+    def _check_size(self, extra: int) -> None:
+        if self._event_bytes + self._pending_len + extra > self.max_event_bytes:
+            # Drop what we hold: the point of the limit is bounded memory.
+            self._pending = []
+            self._pending_len = 0
+            self._data = []
+            raise BosEventTooLarge(self.max_event_bytes)
+
+    def _decode(self, raw: bytes | memoryview) -> str:
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError as exc:
+            if self._strict_utf8:
+                raise BosSseError(
+                    f"The event stream is not valid UTF-8 ({exc.reason} at byte {exc.start} of a line)."
+                ) from None
+            self.invalid_utf8_lines += 1
+            if self.invalid_utf8_lines == 1:
+                logger.warning("The event stream contains invalid UTF-8; replaced with U+FFFD.")
+            return str(raw, "utf-8", "replace")
+
+    def _process_line(self, line: bytes) -> SseEvent | None:
+        if not line:
+            return self._dispatch()
+        first = line[0]
+        if first == 0x3A:  # ":" comment
+            return None
+        colon = line.find(b":")
+        if colon < 0:
+            name, value_start = line, len(line)
+        else:
+            name = line[:colon]
+            value_start = colon + 1
+            if value_start < len(line) and line[value_start] == 0x20:
+                value_start += 1
+        if name == b"data":
+            self._event_bytes += len(line)
+            self._check_size(0)
+            if value_start >= len(line):
+                self._data.append("")
+            else:
+                self._data.append(self._decode(memoryview(line)[value_start:]))
+        elif name == b"event":
+            self._event_bytes += len(line)
+            self._check_size(0)
+            self._event_name = self._decode(line[value_start:])
+        elif name == b"id":
+            value = self._decode(line[value_start:])
+            if "\x00" not in value:
+                self.last_event_id = value
+        elif name == b"retry":
+            value_bytes = line[value_start:]
+            if value_bytes and value_bytes.isdigit():  # bytes.isdigit() is ASCII-only
+                self.retry = int(value_bytes)
+        # Any other field name is ignored, as the standard says.
+        return None
+
+    def _dispatch(self) -> SseEvent | None:
+        data = self._data
+        name = self._event_name
+        self._data = []
+        self._event_name = ""
+        self._event_bytes = 0
+        if not data:
+            return None
+        return SseEvent(
+            event=name or "message",
+            data=data[0] if len(data) == 1 else "\n".join(data),
+            id=self.last_event_id,
+            retry=self.retry,
+        )
+
+
+def iter_sse(
+    byte_chunks: Iterable[bytes],
+    *,
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    invalid_utf8: Literal["replace", "error"] = "replace",
+) -> Iterator[SseEvent]:
+    """Parse an iterable of byte chunks into events, lazily; EOF discards an incomplete event."""
+    parser = SseParser(max_event_bytes=max_event_bytes, invalid_utf8=invalid_utf8)
+    for chunk in byte_chunks:
+        yield from parser.feed(chunk)
+    yield from parser.close()

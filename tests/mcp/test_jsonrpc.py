@@ -1,0 +1,49 @@
+"""Ids, error mapping and the routing-header codec (checked against the official SDK's codec)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_bos.exceptions import BosJsonRpcError, BosProtocolError
+from airflow_provider_bos.mcp.jsonrpc import IdGenerator, decode_header_value, encode_header_value, rpc_error
+
+PROFILE = settings(settings.get_profile(os.environ.get("BOS_HYPOTHESIS_PROFILE", "bos-ci")))
+sdk_inbound = pytest.importorskip("mcp.shared.inbound")  # the server extra; only the test reads it
+
+
+@PROFILE
+@given(st.text(max_size=40))
+def test_header_codec_matches_the_sdk_and_round_trips(value: str) -> None:
+    encoded = encode_header_value(value)
+    assert encoded == sdk_inbound.encode_header_value(value)
+    assert decode_header_value(encoded) == value
+    assert encoded.isascii() and "\r" not in encoded and "\n" not in encoded
+
+
+@pytest.mark.parametrize("value", ["search_people", "bos_execute", "bos://contexts/c1/schema/person"])
+def test_plain_names_pass_verbatim(value: str) -> None:
+    assert encode_header_value(value) == value
+
+
+def test_ids_are_unique_strings_across_generators() -> None:
+    first, second = IdGenerator(), IdGenerator()
+    ids = [first.next() for _ in range(100)] + [second.next() for _ in range(100)]
+    assert len(set(ids)) == 200 and all(i.startswith("bos-") for i in ids)
+
+
+def test_rpc_error_hint_for_unsupported_version_lists_supported_versions() -> None:
+    err = rpc_error({"code": -32022, "message": "Unsupported protocol version",
+                     "data": {"supported": ["2026-07-28"], "requested": "x"}}, "tools/call")
+    assert isinstance(err, BosJsonRpcError) and err.code == -32022 and err.method == "tools/call"
+    assert "supported: 2026-07-28" in str(err)
+
+
+def test_malformed_error_object_is_a_protocol_error() -> None:
+    with pytest.raises(BosProtocolError):
+        rpc_error({"code": "x"}, None)
+    with pytest.raises(BosProtocolError):
+        rpc_error({"code": True, "message": "m"}, None)
