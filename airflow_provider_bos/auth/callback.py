@@ -1,0 +1,136 @@
+"""The native loopback callback: a one-shot HTTP listener on 127.0.0.1 for the OAuth redirect.
+
+It works when the browser runs on the same machine as the listener (RFC 8252 §7.3). The server
+supplies no remote relay; on a headless host use the paste mode of the connect command instead.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from airflow_provider_bos.exceptions import BosCallbackError
+
+__all__ = ["LoopbackCallbackListener", "RULE_CALLBACK_TIMEOUT"]
+
+RULE_CALLBACK_TIMEOUT = "callback-timeout"
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>BOS connect</title></head>
+<body style="font-family: sans-serif; margin: 3em"><h1>{title}</h1><p>{text}</p></body></html>"""
+
+
+class _Server(HTTPServer):
+    allow_reuse_address = False
+
+    def __init__(self, address: tuple[str, int], listener: LoopbackCallbackListener) -> None:
+        self.listener = listener
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    server_version = "airflow-provider-bos"
+    sys_version = ""
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+        listener = self.server.listener
+        if urlsplit(self.path).path != listener.path:
+            self._answer(404, "Not found", "This listener only serves the BOS sign-in callback.")
+            return
+        first = listener._deliver(f"{listener.base_url}{self.path}")
+        if not first:
+            self._answer(
+                409, "Already received", "The sign-in callback was already received; close this tab."
+            )
+        elif any(name == "error" for name, _ in parse_qsl(urlsplit(self.path).query, keep_blank_values=True)):
+            # Never echo query values back into the page: they are untrusted and may be secret.
+            self._answer(200, "Sign-in was not completed", "Return to the terminal for details.")
+        else:
+            self._answer(200, "Sign-in received", "You can close this tab and return to the terminal.")
+
+    def _answer(self, status: int, title: str, text: str) -> None:
+        body = _PAGE.format(title=title, text=text).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        # The default logs the request line, which holds the authorization code: stay silent.
+        return
+
+
+class LoopbackCallbackListener:
+    """Serve ``http://127.0.0.1:<port><path>`` in a thread until one callback arrives.
+
+    ``redirect_uri`` is the exact URI to register; :meth:`wait` returns the full callback URL the
+    browser was sent to. Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, path: str = "/callback") -> None:
+        if not path.startswith("/"):
+            path = "/" + path
+        self.host = host
+        self.path = path
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callback_url: str | None = None
+        self._server = _Server((host, port), self)
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="bos-oauth-callback",
+            daemon=True,
+        )
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    @property
+    def redirect_uri(self) -> str:
+        return f"{self.base_url}{self.path}"
+
+    def _deliver(self, url: str) -> bool:
+        with self._lock:
+            if self._callback_url is not None:
+                return False
+            self._callback_url = url
+        self._event.set()
+        return True
+
+    def wait(self, timeout: float | None = None) -> str:
+        """The callback URL; :class:`BosCallbackError` (rule ``callback-timeout``) if none arrives."""
+        if not self._event.wait(timeout):
+            raise BosCallbackError(
+                f"No sign-in callback arrived at {self.redirect_uri} within {timeout:g} s; "
+                "run connect again.",
+                rule=RULE_CALLBACK_TIMEOUT,
+            )
+        assert self._callback_url is not None
+        return self._callback_url
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> LoopbackCallbackListener:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LoopbackCallbackListener({self.redirect_uri!r})"

@@ -1,0 +1,338 @@
+"""Using a grant: bearer injection, refresh ahead of expiry, and rotation-safe refresh.
+
+:class:`OAuthGrantAuth` is an ``httpx.Auth``. Before each request it makes sure it holds an access
+token that does not expire within ``refresh_margin_s``; on a 401 it refreshes once and retries the
+request once. Every refresh runs under the token store's row lock (see
+:mod:`airflow_provider_bos.auth.token_store`): the row is re-read after the lock is taken, a token
+another worker just refreshed is reused, and otherwise the refresh call is made and the rotated
+refresh token committed before the new access token is used. ``invalid_grant`` re-reads the row:
+if its generation moved (someone else refreshed, or the Connection was re-connected) that grant is
+used, otherwise :class:`~airflow_provider_bos.exceptions.BosReconnectRequired` tells the user to
+run the connect command again.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from airflow_provider_bos.auth.token_store import SqlTokenStore, StoredGrant, refresh_token_fingerprint
+from airflow_provider_bos.exceptions import (
+    BosAuthError,
+    BosConfigurationError,
+    BosReconnectRequired,
+    BosTransportError,
+    excerpt,
+)
+from airflow_provider_bos.redaction import register_secret
+
+__all__ = [
+    "TokenSet",
+    "BosTokenEndpointError",
+    "request_token",
+    "OAuthGrantAuth",
+    "ApiKeyAuth",
+    "DEFAULT_SCOPES",
+]
+
+DEFAULT_SCOPES = "mcp:tools offline_access"
+
+
+class BosTokenEndpointError(BosAuthError):
+    """The token endpoint refused a request; ``oauth_error`` is the RFC 6749 error code."""
+
+    def __init__(self, message: str, *, oauth_error: str | None, status_code: int | None, url: str) -> None:
+        self.oauth_error = oauth_error
+        self.status_code = status_code
+        self.url = url
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class TokenSet:
+    """A token response with an absolute expiry. The repr never shows a token."""
+
+    access_token: str
+    refresh_token: str | None
+    expires_at: float | None  # epoch seconds; None when the server gave no expires_in
+    scope: str
+    token_type: str = "Bearer"
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenSet(access_token=***, refresh_token={'***' if self.refresh_token else None}, "
+            f"expires_at={self.expires_at!r}, scope={self.scope!r}, token_type={self.token_type!r})"
+        )
+
+    __str__ = __repr__
+
+    @classmethod
+    def from_response(cls, payload: Mapping[str, Any], *, now: float, default_scope: str = "") -> TokenSet:
+        access_token = payload.get("access_token")
+        if not isinstance(access_token, str) or not access_token:
+            raise BosAuthError("The token response has no access_token.")
+        register_secret(access_token)
+        refresh_token = payload.get("refresh_token")
+        if refresh_token is not None and not isinstance(refresh_token, str):
+            raise BosAuthError("The token response has a non-string refresh_token.")
+        register_secret(refresh_token)
+        token_type = str(payload.get("token_type") or "Bearer")
+        if token_type.lower() != "bearer":
+            raise BosAuthError(f"The token response has token_type {token_type!r}; only Bearer is supported.")
+        expires_in = payload.get("expires_in")
+        expires_at: float | None = None
+        if expires_in is not None:
+            try:
+                expires_at = now + float(expires_in)
+            except (TypeError, ValueError):
+                raise BosAuthError("The token response has a non-numeric expires_in.") from None
+        scope = payload.get("scope")
+        return cls(
+            access_token=access_token,
+            refresh_token=refresh_token or None,
+            expires_at=expires_at,
+            scope=scope if isinstance(scope, str) else default_scope,
+            token_type="Bearer",
+        )
+
+
+def request_token(
+    http_client: httpx.Client, token_endpoint: str, form: Mapping[str, str], *, default_scope: str = ""
+) -> TokenSet:
+    """POST a form to the token endpoint and parse the answer; errors carry only the OAuth code."""
+    started = time.time()
+    try:
+        response = http_client.post(
+            token_endpoint,
+            data=dict(form),
+            headers={"Accept": "application/json"},
+            auth=None,
+            follow_redirects=False,
+        )
+    except httpx.HTTPError as exc:
+        raise BosTransportError(
+            f"The token endpoint {token_endpoint} is unreachable: {type(exc).__name__}"
+        ) from None
+    try:
+        payload = json.loads(response.content)
+    except ValueError:
+        payload = None
+    if not 200 <= response.status_code < 300:
+        error = payload.get("error") if isinstance(payload, dict) else None
+        description = payload.get("error_description") if isinstance(payload, dict) else None
+        detail = f"{error}" if isinstance(error, str) else "no OAuth error code"
+        if isinstance(description, str) and description:
+            detail += f" ({excerpt(description, 160)})"
+        if not isinstance(payload, dict):
+            detail += f"; body: {excerpt(response.content, 120)!r}"
+        raise BosTokenEndpointError(
+            f"The token endpoint {token_endpoint} refused the {form.get('grant_type', 'token')} request: "
+            f"HTTP {response.status_code}, {detail}.",
+            oauth_error=error if isinstance(error, str) else None,
+            status_code=response.status_code,
+            url=token_endpoint,
+        )
+    if not isinstance(payload, dict):
+        raise BosTokenEndpointError(
+            f"The token endpoint {token_endpoint} answered HTTP {response.status_code} "
+            "without a JSON object: "
+            f"{excerpt(response.content, 120)!r}",
+            oauth_error=None,
+            status_code=response.status_code,
+            url=token_endpoint,
+        )
+    return TokenSet.from_response(payload, now=started, default_scope=default_scope)
+
+
+class ApiKeyAuth(httpx.Auth):
+    """``Authorization: Bearer <api key>`` (the contract's API-key alternative: no refresh)."""
+
+    def __init__(self, api_key: str) -> None:
+        if not api_key:
+            raise BosConfigurationError("The BOS API key is empty.")
+        register_secret(api_key)
+        self._api_key = api_key
+
+    def __repr__(self) -> str:
+        return "ApiKeyAuth(api_key=***)"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._api_key}"
+        yield request
+
+
+class OAuthGrantAuth(httpx.Auth):
+    """Bearer auth from a rotating OAuth grant kept in a :class:`SqlTokenStore` row ``key``.
+
+    ``seed_refresh_token`` is the refresh token stored in the Airflow Connection: when the store has
+    no row for ``key``, or its row was seeded from a different token (the Connection was
+    re-connected), the row is (re)seeded from it. Thread-safe; one instance per process is enough.
+    """
+
+    requires_request_body = True  # a retried request must be re-sendable
+
+    def __init__(
+        self,
+        store: SqlTokenStore,
+        key: str,
+        *,
+        token_endpoint: str,
+        client_id: str,
+        resource: str,
+        refresh_margin_s: float = 60.0,
+        http_client: httpx.Client | None = None,
+        seed_refresh_token: str | None = None,
+        scope: str = DEFAULT_SCOPES,
+    ) -> None:
+        self._store = store
+        self._key = key
+        self._token_endpoint = token_endpoint
+        self._client_id = client_id
+        self._resource = resource
+        self._margin = float(refresh_margin_s)
+        self._http = http_client
+        self._owns_http = http_client is None
+        self._seed = seed_refresh_token
+        self._scope = scope
+        register_secret(seed_refresh_token)
+        self._lock = threading.Lock()
+        self._grant: StoredGrant | None = None
+        self.refresh_count = 0  # refresh calls this instance made (diagnostics)
+
+    def __repr__(self) -> str:
+        return (
+            f"OAuthGrantAuth(key={self._key!r}, resource={self._resource!r}, client_id={self._client_id!r})"
+        )
+
+    def close(self) -> None:
+        if self._owns_http and self._http is not None:
+            self._http.close()
+            self._http = None
+
+    @property
+    def grant(self) -> StoredGrant | None:
+        """The grant this instance currently uses (tokens hidden in its repr)."""
+        return self._grant
+
+    # --- httpx.Auth ---------------------------------------------------------------------------
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        token = self.access_token()
+        request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code != 401:
+            return
+        token = self.access_token(rejected=token)
+        request.headers["Authorization"] = f"Bearer {token}"
+        yield request
+
+    # --- grant handling ----------------------------------------------------------------------
+
+    def access_token(self, *, rejected: str | None = None) -> str:
+        """A usable access token; ``rejected`` is one the server just refused with 401."""
+        with self._lock:
+            grant = self._grant or self._load_or_seed()
+            if rejected is None and grant.access_token_valid(margin_s=self._margin):
+                assert grant.access_token is not None
+                return grant.access_token
+            if rejected is not None and grant.access_token and grant.access_token != rejected:
+                # Another thread already replaced the token the server refused.
+                return grant.access_token
+            grant = self._refresh(grant, rejected=rejected)
+            assert grant.access_token is not None
+            return grant.access_token
+
+    def _load_or_seed(self) -> StoredGrant:
+        grant = self._store.load(self._key)
+        if self._seed is not None:
+            if grant is None or grant.seed_fingerprint != refresh_token_fingerprint(self._seed):
+                grant = self._store.seed(
+                    self._key,
+                    client_id=self._client_id,
+                    token_endpoint=self._token_endpoint,
+                    resource=self._resource,
+                    scope=self._scope,
+                    refresh_token=self._seed,
+                )
+        if grant is None:
+            raise BosReconnectRequired(
+                f"No OAuth grant is stored for {self._key!r} and the connection holds no refresh token.",
+                conn_id=self._key,
+            )
+        self._grant = grant
+        return grant
+
+    def _http_client(self) -> httpx.Client:
+        if self._http is None:
+            self._http = httpx.Client(timeout=30.0)
+        return self._http
+
+    def _refresh(self, seen: StoredGrant, *, rejected: str | None, follow_moved: bool = True) -> StoredGrant:
+        """Refresh under the row lock, reusing a newer row when another worker got there first."""
+        attempted_generation: list[int] = []
+
+        def update(current: StoredGrant | None) -> StoredGrant | None:
+            if current is None:
+                raise BosReconnectRequired(
+                    f"The OAuth grant for {self._key!r} is no longer in the token store.", conn_id=self._key
+                )
+            moved = current.generation != seen.generation or current.access_token != seen.access_token
+            if moved and current.access_token != rejected and current.access_token_valid():
+                return None  # somebody else refreshed: reuse, do not refresh again
+            if not current.refresh_token:
+                raise BosReconnectRequired(
+                    f"The OAuth grant for {self._key!r} has no refresh token.", conn_id=self._key
+                )
+            attempted_generation.append(current.generation)
+            form = {
+                "grant_type": "refresh_token",
+                "refresh_token": current.refresh_token,
+                "client_id": current.client_id,
+            }
+            if current.resource:
+                form["resource"] = current.resource
+            tokens = request_token(
+                self._http_client(), current.token_endpoint, form, default_scope=current.scope
+            )
+            self.refresh_count += 1
+            # Returned to the store, which commits it before we hand out the new access token.
+            return replace(
+                current,
+                access_token=tokens.access_token,
+                refresh_token=tokens.refresh_token or current.refresh_token,
+                expires_at=tokens.expires_at,
+                scope=tokens.scope or current.scope,
+                generation=current.generation + 1,
+                updated_at=time.time(),
+            )
+
+        try:
+            grant = self._store.refresh_locked(self._key, update)
+        except BosTokenEndpointError as exc:
+            if exc.oauth_error != "invalid_grant":
+                raise
+            tried = attempted_generation[-1] if attempted_generation else seen.generation
+            grant = self._after_invalid_grant(tried, follow_moved=follow_moved)
+        assert grant is not None
+        self._grant = grant
+        return grant
+
+    def _after_invalid_grant(self, generation: int, *, follow_moved: bool) -> StoredGrant:
+        current = self._store.load(self._key)
+        if follow_moved and current is not None and current.generation != generation:
+            if current.access_token_valid():
+                return current
+            # The moved row's access token is already stale: one more locked refresh from it.
+            self._grant = current
+            return self._refresh(current, rejected=None, follow_moved=False)
+        raise BosReconnectRequired(
+            f"BOS rejected the stored refresh token for {self._key!r} (invalid_grant): "
+            "the grant was revoked, expired, or used elsewhere.",
+            conn_id=self._key,
+        )

@@ -1,0 +1,96 @@
+"""8 processes share one token store and one rotating grant with short-lived access tokens.
+
+Refresh tokens rotate with reuse detection on the server: any refresh made with an already-used
+refresh token revokes the grant. With the row lock and re-read, there must be no reuse at all.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_bos.auth.discovery import discover
+from airflow_provider_bos.auth.token_store import SqlTokenStore
+
+WORKERS = 8
+TARGET_REFRESHES = 100
+WORKER_SCRIPT = Path(__file__).with_name("rotation_worker.py")
+
+
+def run_rotation(bos_server, store_url: str) -> None:
+    table = f"grants_{uuid.uuid4().hex[:10]}"
+    bos_server.set_access_token_ttl(2)
+    token_endpoint = discover(bos_server.mcp_url).token_endpoint
+    grant = bos_server.mint_grant()
+    store = SqlTokenStore(store_url, table=table)
+    try:
+        store.seed(
+            "bos_default",
+            client_id=grant["client_id"],
+            token_endpoint=token_endpoint,
+            resource=bos_server.mcp_url,
+            scope=grant["scope"],
+            refresh_token=grant["refresh_token"],
+            access_token=grant["access_token"],
+            expires_at=time.time() + grant["expires_in"],
+        )
+        config = {
+            "store_url": store_url,
+            "table": table,
+            "key": "bos_default",
+            "token_endpoint": token_endpoint,
+            "client_id": grant["client_id"],
+            "mcp_url": bos_server.mcp_url,
+            # 2 s tokens refreshed 1.85 s ahead: a new refresh cycle about every 0.15 s.
+            "margin": 1.85,
+            "seed_refresh_token": grant["refresh_token"],
+            "target_refreshes": TARGET_REFRESHES,
+            "max_seconds": 60,
+        }
+        workers = [
+            subprocess.Popen(
+                [sys.executable, str(WORKER_SCRIPT), json.dumps(config)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(WORKERS)
+        ]
+        summaries = []
+        for worker in workers:
+            out, err = worker.communicate(timeout=120)
+            assert worker.returncode == 0, err[-2000:]
+            summaries.append(json.loads(out.strip().splitlines()[-1]))
+        final = store.load("bos_default")
+    finally:
+        with store.engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        store.dispose()
+
+    failures = [f for s in summaries for f in s["failures"]]
+    assert failures == []
+    assert all(s["ok"] > 0 for s in summaries), summaries  # every process really took part
+    counters = bos_server.counters
+    assert counters.refresh_reuse_detected == 0
+    assert counters.grants_revoked == 0
+    client_refreshes = sum(s["refreshes"] for s in summaries)
+    assert counters.refreshes == client_refreshes == final.generation - 1
+    assert counters.refreshes >= TARGET_REFRESHES
+    # More than one process did refreshes: the lock was actually contended, not one hot worker.
+    assert sum(1 for s in summaries if s["refreshes"]) > 1
+
+
+def test_eight_processes_on_the_sqlite_file_store(bos_server, tmp_path: Path) -> None:
+    run_rotation(bos_server, f"sqlite:///{tmp_path / 'bos_token_store.db'}")
+
+
+@pytest.mark.postgres
+def test_eight_processes_on_postgres(bos_server, postgres_url: str) -> None:
+    run_rotation(bos_server, postgres_url)

@@ -1,0 +1,313 @@
+"""The ``airflow-provider-bos`` command against the reference server (auto-consent)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urljoin
+
+import httpx
+import pytest
+from cryptography.fernet import Fernet
+from sqlalchemy.engine import make_url
+
+from airflow_provider_bos import cli
+from airflow_provider_bos.auth.grants import OAuthGrantAuth
+from airflow_provider_bos.auth.token_store import SqlTokenStore
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+def run(argv: list[str], stdin: io.TextIOBase | None = None) -> tuple[int, str]:
+    out = io.StringIO()
+    code = cli.main(argv, stdout=out, stdin=stdin or io.StringIO(""))
+    return code, out.getvalue()
+
+
+def connection_json(output: str) -> dict:
+    line = next(line for line in output.splitlines() if line.strip().startswith('{"conn_type"'))
+    return json.loads(line.strip())
+
+
+def works(bos_server, store: SqlTokenStore, doc: dict, refresh_token: str | None = None) -> bool:
+    auth = OAuthGrantAuth(
+        store,
+        "bos_default",
+        token_endpoint=store.load("bos_default").token_endpoint,
+        client_id=doc["extra"]["client_id"],
+        resource=doc["host"],
+        seed_refresh_token=refresh_token,
+    )
+    with httpx.Client(auth=auth, headers={"Accept": "application/json, text/event-stream"}) as client:
+        return client.post(bos_server.mcp_url, json=INIT).status_code == 200
+
+
+@pytest.fixture()
+def store_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'tokens.db'}"
+
+
+def test_connect_with_the_loopback_listener(bos_server, store_url: str) -> None:
+    code, output = run(
+        [
+            "connect",
+            "--conn-id",
+            "bos_default",
+            "--resource",
+            bos_server.mcp_url,
+            "--token-store-url",
+            store_url,
+            "--auto-follow",
+            "--timeout",
+            "30",
+        ]
+    )
+    assert code == 0, output
+    store = SqlTokenStore(store_url)
+    row = store.load("bos_default")
+    assert row is not None and row.generation == 1 and row.resource == bos_server.mcp_url
+    assert row.refresh_token not in output and row.access_token not in output
+    assert re.search(r"/authorize\?response_type=code&client_id=", output)
+    doc = connection_json(output)
+    assert doc == {
+        "conn_type": "bos",
+        "host": bos_server.mcp_url,
+        "password": "***",
+        "extra": {
+            "auth_type": "oauth",
+            "client_id": row.client_id,
+            "protocol": "auto",
+            "scopes": "mcp:tools offline_access",
+            "token_store_url": store_url,
+        },
+    }
+    assert "export AIRFLOW_CONN_BOS_DEFAULT=" in output
+    add = next(line for line in output.splitlines() if "airflow connections add" in line)
+    args = shlex.split(add)
+    assert args[:4] == ["airflow", "connections", "add", "bos_default"] and json.loads(args[5]) == doc
+    assert works(bos_server, store, doc)
+    store.dispose()
+
+
+def test_show_secrets_prints_the_refresh_token_for_the_connection(bos_server, store_url: str) -> None:
+    code, output = run(
+        [
+            "connect",
+            "--resource",
+            bos_server.mcp_url,
+            "--token-store-url",
+            store_url,
+            "--auto-follow",
+            "--show-secrets",
+        ]
+    )
+    assert code == 0, output
+    store = SqlTokenStore(store_url)
+    doc = connection_json(output)
+    assert doc["password"] == store.load("bos_default").refresh_token
+    # A worker reading this Connection finds the row seeded from exactly this token: no re-seed.
+    assert works(bos_server, store, doc, refresh_token=doc["password"])
+    assert store.load("bos_default").generation == 1
+    store.dispose()
+
+
+class PastingStdin(io.StringIO):
+    """A user who opens the printed URL in a browser and pastes where it landed."""
+
+    def __init__(self, out: io.StringIO, redirect: str) -> None:
+        super().__init__()
+        self.out, self.redirect = out, redirect
+
+    def readline(self, *args) -> str:  # type: ignore[override]
+        url = re.search(r"^\s+(http\S+/authorize\?\S+)$", self.out.getvalue(), re.M).group(1)
+        with httpx.Client() as browser:
+            while not url.startswith(self.redirect):
+                url = urljoin(url, browser.get(url).headers["location"])
+        return url + "\n"
+
+
+def test_paste_mode_with_a_registered_client(bos_server, store_url: str) -> None:
+    redirect = "https://airflow.example.com/bos/callback"
+    client_id = bos_server.register_client([redirect])
+    out = io.StringIO()
+    code = cli.main(
+        [
+            "connect",
+            "--conn-id",
+            "bos_paste",
+            "--resource",
+            bos_server.mcp_url,
+            "--client-id",
+            client_id,
+            "--redirect-uri",
+            redirect,
+            "--no-browser",
+            "--token-store-url",
+            store_url,
+        ],
+        stdout=out,
+        stdin=PastingStdin(out, redirect),
+    )
+    assert code == 0, out.getvalue()
+    assert "paste the full URL" in out.getvalue()
+    assert connection_json(out.getvalue())["extra"]["client_id"] == client_id
+    store = SqlTokenStore(store_url)
+    assert store.load("bos_paste").client_id == client_id
+    store.dispose()
+
+
+def test_the_store_is_encrypted_with_airflows_fernet_key(bos_server, store_url: str, monkeypatch) -> None:
+    fernet = Fernet(Fernet.generate_key())
+    monkeypatch.setattr(cli, "airflow_fernet_cipher", lambda: fernet)
+    code, output = run(
+        ["connect", "--resource", bos_server.mcp_url, "--token-store-url", store_url, "--auto-follow"]
+    )
+    assert code == 0 and "encrypted with Airflow Fernet key" in output
+    raw = SqlTokenStore(store_url).raw_row("bos_default")
+    assert raw["refresh_token"].startswith("enc:v1:")
+    assert SqlTokenStore(store_url, cipher=fernet).load("bos_default").refresh_token
+
+
+def test_token_store_show_prints_status_without_secrets(bos_server, store_url: str) -> None:
+    assert (
+        run(["connect", "--resource", bos_server.mcp_url, "--token-store-url", store_url, "--auto-follow"])[0]
+        == 0
+    )
+    code, output = run(["token-store", "show", "--conn-id", "bos_default", "--token-store-url", store_url])
+    assert code == 0
+    status = json.loads(output)
+    assert status["generation"] == 1 and status["access_token_valid"] is True and status["has_refresh_token"]
+    row = SqlTokenStore(store_url).load("bos_default")
+    assert row.refresh_token not in output and row.access_token not in output
+    assert run(["token-store", "show", "--conn-id", "other", "--token-store-url", store_url])[0] == 1
+
+
+def test_discovery_failure_exits_1_with_the_rule(capsys, store_url: str) -> None:
+    code, output = run(
+        ["connect", "--resource", "http://bos.example/mcp", "--auto-follow", "--token-store-url", store_url]
+    )
+    assert code == 1
+    assert "https-required" in capsys.readouterr().err
+
+
+def test_default_store_lives_under_airflow_home(bos_server, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "af"))
+    code, output = run(["connect", "--resource", bos_server.mcp_url, "--auto-follow"])
+    assert code == 0, output
+    assert "token_store_url" not in connection_json(output)["extra"]
+    assert (tmp_path / "af" / "bos_token_store.db").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.airflow
+def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, store_url: str) -> None:
+    conn_id = f"bos_cli_{int(time.time() * 1000)}"
+    code, output = run(
+        [
+            "connect",
+            "--conn-id",
+            conn_id,
+            "--resource",
+            bos_server.mcp_url,
+            "--token-store-url",
+            store_url,
+            "--auto-follow",
+            "--save-connection",
+        ]
+    )
+    assert code == 0, output
+    from airflow.models.connection import Connection
+
+    conn = Connection.get_connection_from_secrets(conn_id)
+    store = SqlTokenStore(store_url)
+    assert conn.conn_type == "bos" and conn.host == bos_server.mcp_url
+    assert conn.password == store.load(conn_id).refresh_token and conn.password not in output
+    assert conn.extra_dejson["token_store_url"] == store_url
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_token_store_in_an_airflow_sql_connection(
+    bos_server, tmp_path: Path, monkeypatch, request, backend: str
+) -> None:
+    if backend == "sqlite":
+        path = tmp_path / "shared-tokens.db"
+        monkeypatch.setenv("AIRFLOW_CONN_BOS_TOKENS", json.dumps({"conn_type": "sqlite", "host": str(path)}))
+        direct_url = f"sqlite:///{path}"
+    else:
+        direct_url = request.getfixturevalue("postgres_url")
+        u = make_url(direct_url)
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_BOS_TOKENS",
+            json.dumps(
+                {
+                    "conn_type": "postgres",
+                    "host": u.host,
+                    "port": u.port,
+                    "login": u.username,
+                    "schema": u.database,
+                }
+            ),
+        )
+    conn_id = f"bos_conn_{backend}_{int(time.time() * 1000)}"
+    code, output = run(
+        [
+            "connect",
+            "--conn-id",
+            conn_id,
+            "--resource",
+            bos_server.mcp_url,
+            "--token-store-conn-id",
+            "bos_tokens",
+            "--auto-follow",
+        ]
+    )
+    assert code == 0, output
+    assert connection_json(output)["extra"]["token_store_conn_id"] == "bos_tokens"
+    store = SqlTokenStore(direct_url)
+    try:
+        assert store.load(conn_id).generation == 1
+    finally:
+        store.delete(conn_id)
+        store.dispose()
+
+
+def test_console_script_encrypts_with_the_configured_airflow_fernet_key(bos_server, store_url: str) -> None:
+    key = Fernet.generate_key()
+    env = {**os.environ, "AIRFLOW__CORE__FERNET_KEY": key.decode()}
+    script = Path(sys.executable).with_name("airflow-provider-bos")
+    proc = subprocess.run(
+        [
+            str(script),
+            "connect",
+            "--resource",
+            bos_server.mcp_url,
+            "--token-store-url",
+            store_url,
+            "--auto-follow",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "encrypted with Airflow Fernet key" in proc.stdout
+    raw = SqlTokenStore(store_url).raw_row("bos_default")
+    assert raw["refresh_token"].startswith("enc:v1:") and raw["access_token"].startswith("enc:v1:")
+    row = SqlTokenStore(store_url, cipher=Fernet(key)).load("bos_default")
+    assert row.refresh_token not in proc.stdout + proc.stderr
