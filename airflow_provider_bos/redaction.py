@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["register_secret", "add_secret_sink", "known_secret_count"]
+__all__ = ["register_secret", "add_secret_sink", "known_secret_count", "redact"]
 
 _lock = threading.Lock()
 _sinks: list[Callable[[str], None]] = []
@@ -42,3 +42,13 @@ def register_secret(value: str | None) -> None:
 def known_secret_count() -> int:
     with _lock:
         return len(_pending)
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret replaced by ``***`` (for messages that get stored)."""
+    with _lock:
+        secrets = sorted(_pending, key=len, reverse=True)
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text

@@ -1,0 +1,187 @@
+"""The two-minute demo: reference BOS server -> real OAuth connect -> Airflow DAG -> SQLite table.
+
+Run by README command 1 (``bash .ci/demo``). Everything lives in a throwaway folder; the server it
+starts is stopped on exit, Ctrl-C or failure. No BOS account, no network beyond loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import httpx
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _banner(text: str) -> None:
+    print(f"\n\033[1m== {text}\033[0m", flush=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+_SHOWN = ("BOS progress:", "BOS sync ", "BOS completeness", "AirflowFailException: ", "bos_people: ")
+
+
+def _demo_line(line: str) -> str | None:
+    """The human part of an Airflow log line worth showing in the demo, else None."""
+    for marker in _SHOWN:
+        start = line.find(marker)
+        if start >= 0:
+            message = line[start:]
+            logger = message.rfind(" [airflow")  # structlog appends "[logger] loc=..."
+            return message[:logger].rstrip() if logger > 0 else message.rstrip()
+    return None
+
+
+class Demo:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.home = workdir / "airflow_home"
+        self.warehouse = workdir / "warehouse.db"
+        self.alerts = workdir / "alerts.jsonl"
+        self.server: subprocess.Popen[str] | None = None
+        self.base_url = ""
+        self.env = dict(os.environ)
+        self.env.update(
+            AIRFLOW_HOME=str(self.home),
+            AIRFLOW__CORE__DAGS_FOLDER=str(REPO_ROOT / "dags"),
+            AIRFLOW__CORE__LOAD_EXAMPLES="False",
+            AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home / 'airflow.db'}",
+            AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
+            AIRFLOW_CONN_BOS_WAREHOUSE=json.dumps({"conn_type": "sqlite", "host": str(self.warehouse)}),
+            BOS_ALERTS_FILE=str(self.alerts),
+        )
+
+    # --- steps ----------------------------------------------------------------------------------
+
+    def start_server(self) -> None:
+        _banner("Starting the shipped BOS reference server (loopback only)")
+        port = _free_port()
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "airflow_provider_bos.testing.server", "--port", str(port),
+             "--scenario", "complete"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=self.env,
+        )
+        assert self.server.stdout is not None
+        for line in self.server.stdout:  # blocks until the server says it is listening
+            print("   server:", line.rstrip())
+            if "/mcp/apps/bos/platform" in line:
+                break
+        else:
+            raise SystemExit("The reference server exited before it was ready.")
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def run(self, *args: str, check: bool = True, quiet: bool = False) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(list(args), env=self.env, text=True, capture_output=True)
+        if not quiet or (check and proc.returncode != 0):
+            out = (proc.stdout + proc.stderr).rstrip()
+            if out:
+                print(out)
+        if check and proc.returncode != 0:
+            raise SystemExit(f"Command failed ({proc.returncode}): {' '.join(args[:3])} ...")
+        return proc
+
+    def init_airflow(self) -> None:
+        _banner("Creating a throwaway AIRFLOW_HOME with an SQLite metadata database")
+        self.home.mkdir(parents=True)
+        print(f"   AIRFLOW_HOME={self.home}")
+        self.run(str(BIN / "airflow"), "db", "migrate", quiet=True)
+
+    def connect(self) -> None:
+        _banner("Signing in through the real OAuth connect flow (the reference server auto-consents)")
+        self.run(
+            str(BIN / "airflow-provider-bos"), "connect",
+            "--conn-id", "bos_default",
+            "--resource", f"{self.base_url}/mcp/apps/bos/platform",
+            "--auto-follow", "--no-browser", "--save-connection",
+        )
+
+    def set_scenario(self, name: str) -> None:
+        httpx.post(f"{self.base_url}/_bos/admin/scenario", json={"name": name}, timeout=10).raise_for_status()
+
+    def sync(self, label: str) -> int:
+        _banner(f"Running bos_sync_people with `airflow dags test` ({label} scenario)")
+        proc = self.run(str(BIN / "airflow"), "dags", "test", "bos_sync_people", check=False, quiet=True)
+        for line in (proc.stdout + proc.stderr).splitlines():
+            message = _demo_line(line)
+            if message:
+                print("  ", message)
+        return proc.returncode
+
+    def show_tables(self) -> None:
+        with sqlite3.connect(self.warehouse) as db:
+            print("\n   A few rows of bos_people (final, identity-merged records only):")
+            for ref, name, email, sources in db.execute(
+                "SELECT record_ref, display_name, email, sources FROM bos_people ORDER BY record_ref LIMIT 5"
+            ):
+                n = len(json.loads(sources))
+                print(f"     {ref:<34} {str(name):<26} {str(email):<32} {n} source(s)")
+            total = db.execute("SELECT COUNT(*) FROM bos_people").fetchone()[0]
+            print(f"   bos_people holds {total} records.")
+            print("\n   Audit rows (bos_sync_runs):")
+            for row in db.execute(
+                "SELECT run_id, status, completeness, result_count, inserted, updated, unchanged, "
+                "source_errors FROM bos_sync_runs ORDER BY started_at"
+            ):
+                run_id, status, comp, count, ins, upd, unch, errors = row
+                errs = ", ".join(
+                    f"{e['source']['source_identity']}={e['error']['code']}" for e in json.loads(errors or "[]")
+                )
+                print(f"     {run_id[:8]} {status:<8} {comp:<8} records={count} inserted={ins} "
+                      f"updated={upd} unchanged={unch} {('errors: ' + errs) if errs else ''}")
+
+    def stop_server(self) -> None:
+        if self.server and self.server.poll() is None:
+            self.server.send_signal(signal.SIGTERM)
+            try:
+                self.server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+
+
+def main() -> int:
+    workdir = Path(tempfile.mkdtemp(prefix="bos-demo-"))
+    demo = Demo(workdir)
+    try:
+        demo.start_server()
+        demo.init_airflow()
+        demo.connect()
+        complete_rc = demo.sync("complete")
+        demo.show_tables()
+        print(f"\n   Sensor verdict: {'PASS' if complete_rc == 0 else 'FAIL'} (complete read)")
+        demo.set_scenario("partial")
+        partial_rc = demo.sync("partial")
+        demo.show_tables()
+        print(f"\n   Sensor verdict: {'PASS' if partial_rc == 0 else 'FAIL'} (partial read: expected FAIL)")
+        if complete_rc != 0 or partial_rc == 0:
+            print("\nDemo did not behave as expected: the complete run must pass and the partial run fail.")
+            return 1
+        _banner("Demo finished: the complete read passed, the partial read was caught by the sensor")
+        return 0
+    except KeyboardInterrupt:
+        print("\nInterrupted.")
+        return 130
+    finally:
+        demo.stop_server()
+        if os.environ.get("BOS_DEMO_KEEP"):
+            print(f"Kept {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,258 @@
+"""BosHook: an Airflow Connection of type ``bos`` turned into a connected MCP session.
+
+Thin by design (like ``providers/http``): it reads the Connection, builds the auth (OAuth grant
+from the token store, or an API key), opens an :class:`~airflow_provider_bos.mcp.McpSession` and
+exposes the calls a TaskFlow user needs. All protocol logic lives in ``auth/`` and ``mcp/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import httpx
+from airflow.sdk import BaseHook
+
+from airflow_provider_bos.exceptions import BosConfigurationError, BosError
+from airflow_provider_bos.models import BosContext
+from airflow_provider_bos.redaction import add_secret_sink, register_secret
+
+__all__ = ["BosHook", "BosConnectionConfig"]
+
+PROTOCOLS = ("auto", "2025-11-25", "2026-07-28")
+AUTH_TYPES = ("oauth", "api_key")
+
+
+def _install_airflow_masker() -> None:
+    """Forward every secret the core registers to Airflow's secrets masker."""
+    from airflow.sdk.log import mask_secret
+
+    add_secret_sink(mask_secret)
+
+
+@dataclass(frozen=True)
+class BosConnectionConfig:
+    """The fields of a ``bos`` Connection, validated. ``secret`` is never shown in ``repr``."""
+
+    conn_id: str
+    resource_url: str
+    auth_type: str
+    secret: str
+    client_id: str | None
+    protocol: str
+    scopes: str
+    token_store_conn_id: str | None
+    token_store_url: str | None
+    context_handle: str | None
+    timeout: float
+
+    def __repr__(self) -> str:
+        return (
+            f"BosConnectionConfig(conn_id={self.conn_id!r}, resource_url={self.resource_url!r}, "
+            f"auth_type={self.auth_type!r}, protocol={self.protocol!r}, secret='***')"
+        )
+
+    @classmethod
+    def from_connection(cls, conn: Any) -> BosConnectionConfig:
+        raw_extra = conn.extra_dejson or {}
+        # The UI form may store custom fields under the legacy ``extra__bos__<name>`` key.
+        extra = {k.removeprefix("extra__bos__"): v for k, v in raw_extra.items() if v not in ("", None)}
+        conn_id = conn.conn_id
+        host = (conn.host or "").strip()
+        if not host:
+            raise BosConfigurationError(f"Connection {conn_id!r}: host must be the BOS MCP resource URL.")
+        if "://" not in host:
+            # Airflow's URI form splits the scheme off into the schema field.
+            scheme = conn.schema or "https"
+            port = f":{conn.port}" if conn.port else ""
+            host = f"{scheme}://{host}{port}"
+        auth_type = (extra.get("auth_type") or "oauth").lower()
+        if auth_type not in AUTH_TYPES:
+            raise BosConfigurationError(f"Connection {conn_id!r}: auth_type must be one of {AUTH_TYPES}.")
+        protocol = extra.get("protocol") or "auto"
+        if protocol not in PROTOCOLS:
+            raise BosConfigurationError(f"Connection {conn_id!r}: protocol must be one of {PROTOCOLS}.")
+        secret = conn.password or ""
+        if not secret:
+            what = "API key" if auth_type == "api_key" else "refresh token (run `airflow-provider-bos connect`)"
+            raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the {what}.")
+        client_id = extra.get("client_id") or None
+        if auth_type == "oauth" and not client_id:
+            raise BosConfigurationError(
+                f"Connection {conn_id!r}: OAuth needs client_id in extra (printed by the connect command)."
+            )
+        register_secret(secret)
+        return cls(
+            conn_id=conn_id,
+            resource_url=host,
+            auth_type=auth_type,
+            secret=secret,
+            client_id=client_id,
+            protocol=protocol,
+            scopes=extra.get("scopes") or "mcp:tools offline_access",
+            token_store_conn_id=extra.get("token_store_conn_id") or None,
+            token_store_url=extra.get("token_store_url") or None,
+            context_handle=extra.get("context_handle") or None,
+            timeout=float(extra.get("timeout") or 30),
+        )
+
+
+class BosHook(BaseHook):
+    """Talk to BOS through a ``bos`` Connection.
+
+    :param bos_conn_id: the Connection id (default ``bos_default``).
+    """
+
+    conn_name_attr = "bos_conn_id"
+    default_conn_name = "bos_default"
+    conn_type = "bos"
+    hook_name = "BOS (MCP)"
+
+    def __init__(self, bos_conn_id: str = default_conn_name, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.bos_conn_id = bos_conn_id
+        self._session: Any = None
+        _install_airflow_masker()
+
+    # --- configuration -------------------------------------------------------------------------
+
+    @cached_property
+    def config(self) -> BosConnectionConfig:
+        return BosConnectionConfig.from_connection(self.get_connection(self.bos_conn_id))
+
+    def _token_store(self) -> Any:
+        from airflow_provider_bos.auth import SqlTokenStore, default_token_store_url
+        from airflow_provider_bos.hooks.connections import airflow_fernet_cipher, engine_for_connection
+
+        cfg = self.config
+        if cfg.token_store_conn_id:
+            target: Any = engine_for_connection(cfg.token_store_conn_id)
+        else:
+            target = cfg.token_store_url or default_token_store_url()
+        return SqlTokenStore(target, cipher=airflow_fernet_cipher())
+
+    def _auth(self, http_client: httpx.Client) -> httpx.Auth:
+        from airflow_provider_bos.auth import ApiKeyAuth, OAuthGrantAuth, discover
+
+        cfg = self.config
+        if cfg.auth_type == "api_key":
+            return ApiKeyAuth(cfg.secret)
+        info = discover(cfg.resource_url, http_client=http_client)
+        return OAuthGrantAuth(
+            self._token_store(),
+            cfg.conn_id,
+            token_endpoint=info.token_endpoint,
+            client_id=cfg.client_id,
+            resource=info.resource,
+            http_client=http_client,
+            seed_refresh_token=cfg.secret,
+        )
+
+    # --- session -------------------------------------------------------------------------------
+
+    def get_conn(self) -> Any:
+        """A connected :class:`McpSession` (created once per hook)."""
+        if self._session is None:
+            from airflow_provider_bos.mcp import McpSession
+
+            cfg = self.config
+            http_client = httpx.Client(timeout=cfg.timeout, follow_redirects=False)
+            session = McpSession(
+                cfg.resource_url,
+                auth=self._auth(http_client),
+                era=cfg.protocol,
+                http_client=http_client,
+                timeout=cfg.timeout,
+            )
+            session.connect()
+            self._session = session
+        return self._session
+
+    def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            session.close()
+
+    def cancel(self) -> None:
+        """Close the in-flight stream (server-side cancel); safe from another thread."""
+        if self._session is not None:
+            self._session.cancel()
+
+    def __enter__(self) -> BosHook:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- calls a TaskFlow user makes -----------------------------------------------------------
+
+    def list_contexts(self) -> list[BosContext]:
+        return self.get_conn().get_contexts()
+
+    def resolve_context_handle(self, explicit: str | None = None) -> str:
+        """The explicit handle, else the connection default, else the context BOS marks default."""
+        if explicit:
+            return explicit
+        if self.config.context_handle:
+            return self.config.context_handle
+        contexts = self.list_contexts()
+        for ctx in contexts:
+            if ctx.is_default:
+                return ctx.context_handle
+        if len(contexts) == 1:
+            return contexts[0].context_handle
+        raise BosConfigurationError(
+            f"No context_handle given and BOS marks none of {len(contexts)} contexts as default; "
+            "set context_handle on the operator or the connection."
+        )
+
+    def list_context_tools(self, context_handle: str | None = None) -> dict[str, Any]:
+        return self.get_conn().list_context_tools(self.resolve_context_handle(context_handle))
+
+    def list_tools(self) -> list[dict[str, Any]]:
+        return self.get_conn().list_tools()
+
+    def read_resource(self, uri: str) -> dict[str, Any]:
+        return self.get_conn().read_resource(uri)
+
+    def federated_read(
+        self,
+        tool_name: str,
+        arguments: dict[str, Any] | None = None,
+        *,
+        context_handle: str | None = None,
+        via: str = "auto",
+        stream: bool = True,
+        on_progress: Callable[[Any], None] | None = None,
+        deadline_s: float | None = None,
+    ) -> Any:
+        """Run a federated read; returns the authoritative ``FinalResult``.
+
+        ``via="auto"`` calls ``tool_name`` directly when it is a listed tool, else through
+        ``bos_execute`` in ``context_handle`` (default: the connection's, else BOS's default).
+        """
+        return self.get_conn().federated_read(
+            tool_name,
+            arguments or {},
+            context_handle=context_handle or self.config.context_handle,
+            via=via,
+            stream=stream,
+            on_progress=on_progress,
+            deadline_s=deadline_s,
+        )
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Discovery + token + ``bos_get_context``; the message says what worked or what failed."""
+        try:
+            contexts = self.list_contexts()
+        except BosError as exc:
+            return False, str(exc)
+        except httpx.HTTPError as exc:
+            return False, f"Could not reach BOS: {type(exc).__name__}: {exc}"
+        finally:
+            self.close()
+        names = ", ".join(c.context_handle + (" (default)" if c.is_default else "") for c in contexts)
+        return True, f"Connected to BOS; {len(contexts)} authorized context(s): {names}"
+

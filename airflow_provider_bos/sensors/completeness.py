@@ -1,0 +1,132 @@
+"""BosCompletenessSensor: did the BOS sync I depend on complete?
+
+Answered from the audit table ``bos_sync_runs``; partial reads never pass silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from airflow_provider_bos.sensors.verdict import PASS, UNKNOWN, Verdict, judge
+
+if TYPE_CHECKING:
+    from airflow.sdk import BaseNotifier, Context
+
+__all__ = ["BosCompletenessSensor"]
+
+ON_PARTIAL = ("fail", "alert", "skip")
+
+
+class BosCompletenessSensor(BaseSensorOperator):
+    """Wait for a BOS sync's audit row and fail, alert or skip unless it is complete.
+
+    Target one of:
+
+    * ``sync_task_id``: the run written by that ``BosFederatedReadOperator`` task in this DAG run;
+    * ``bos_conn_id`` + ``tool_name`` (+ ``context_handle``): the latest run of that read, which
+      must be no older than ``max_age`` (for monitor DAGs).
+
+    :param destination_conn_id: the SQL connection holding the audit table.
+    :param on_partial: ``fail`` (default; no retries), ``alert`` (notify, warn, succeed) or ``skip``.
+    :param notifiers: Airflow notifiers (any ``BaseNotifier``) called on ``alert``.
+    :param on_partial_callback: ``callable(context, verdict)`` called on ``alert``.
+    :param min_records: a complete run with fewer records is treated like a partial one (default 1:
+        a sync that returns nothing is usually broken; set 0 for reads that may be empty).
+    :param max_age: the run must have finished within this window (stale data otherwise).
+    """
+
+    template_fields: Sequence[str] = ("sync_task_id", "tool_name", "context_handle", "bos_conn_id")
+
+    def __init__(
+        self,
+        *,
+        destination_conn_id: str,
+        sync_task_id: str | None = None,
+        bos_conn_id: str | None = None,
+        tool_name: str | None = None,
+        context_handle: str | None = None,
+        audit_table: str = "bos_sync_runs",
+        destination_schema: str | None = None,
+        on_partial: str = "fail",
+        notifiers: Sequence[BaseNotifier] = (),
+        on_partial_callback: Callable[[Context, Verdict], None] | None = None,
+        min_records: int = 1,
+        max_age: timedelta | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if on_partial not in ON_PARTIAL:
+            raise ValueError(f"on_partial must be one of {ON_PARTIAL}")
+        if not sync_task_id and not (bos_conn_id and tool_name):
+            raise ValueError("Give sync_task_id, or bos_conn_id and tool_name for the latest run.")
+        if not sync_task_id and max_age is None:
+            raise ValueError("max_age is required when watching the latest run (else stale data passes).")
+        self.destination_conn_id = destination_conn_id
+        self.sync_task_id = sync_task_id
+        self.bos_conn_id = bos_conn_id
+        self.tool_name = tool_name
+        self.context_handle = context_handle
+        self.audit_table = audit_table
+        self.destination_schema = destination_schema
+        self.on_partial = on_partial
+        self.notifiers = list(notifiers)
+        self.on_partial_callback = on_partial_callback
+        self.min_records = min_records
+        self.max_age = max_age
+
+    def _reader(self) -> Any:
+        from airflow_provider_bos.hooks.connections import engine_for_connection
+        from airflow_provider_bos.warehouse import AuditReader
+
+        return AuditReader(
+            engine_for_connection(self.destination_conn_id),
+            audit_table=self.audit_table,
+            schema=self.destination_schema,
+        )
+
+    def _find_run(self, context: Context) -> dict[str, Any] | None:
+        reader = self._reader()
+        if self.sync_task_id:
+            run_id = context["ti"].xcom_pull(task_ids=self.sync_task_id, key="bos_run_id")
+            if not run_id:
+                self.log.info("Task %s has not published a BOS run id yet.", self.sync_task_id)
+                return None
+            return reader.get_run(run_id)
+        return reader.latest_run(self.bos_conn_id, self.context_handle, self.tool_name)
+
+    def poke(self, context: Context) -> bool:
+        run = self._find_run(context)
+        if run is None:
+            self.log.info("No BOS sync run recorded yet; waiting.")
+            return False
+        if self.sync_task_id and run.get("finished_at") is None:
+            return False
+        verdict = judge(
+            run,
+            min_records=self.min_records,
+            max_age=self.max_age,
+            now=datetime.now(timezone.utc),
+        )
+        if verdict.outcome == PASS:
+            self.log.info(verdict.message)
+            return True
+        self._act(context, verdict)
+        return True
+
+    def _act(self, context: Context, verdict: Verdict) -> None:
+        # Unknown statuses fail whatever on_partial says: we cannot tell what was read.
+        if verdict.outcome == UNKNOWN or self.on_partial == "fail":
+            raise AirflowFailException(verdict.message)
+        if self.on_partial == "skip":
+            raise AirflowSkipException(verdict.message)
+        self.log.warning("BOS completeness alert: %s", verdict.message)
+        context["bos_verdict"] = verdict  # type: ignore[typeddict-unknown-key]
+        for notifier in self.notifiers:
+            notifier(context)
+        if self.on_partial_callback is not None:
+            self.on_partial_callback(context, verdict)

@@ -1,0 +1,27 @@
+"""Helpers for the Airflow end-to-end tests: task states, table dumps, audit rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+
+def task_states(dag_run: Any) -> dict[str, str]:
+    return {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dag_run.get_task_instances()}
+
+
+def table_dump(engine: sa.Engine, table: str) -> list[tuple]:
+    """Every row of ``table`` in key order, as comparable tuples (empty if the table is missing)."""
+    if not sa.inspect(engine).has_table(table):
+        return []
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY record_ref")).all()
+    return [tuple(str(v) for v in row) for row in rows]
+
+
+def audit_rows(engine: sa.Engine, table: str, audit_table: str = "bos_sync_runs") -> list[dict[str, Any]]:
+    """Audit rows of syncs into ``table`` (the audit table is shared by tests on a server database)."""
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(f"SELECT * FROM {audit_table} ORDER BY started_at")).mappings().all()
+    return [dict(r) for r in rows if str(r["destination_table"]).split(".")[-1] == table]

@@ -1,0 +1,163 @@
+"""End to end: reference server -> BosFederatedReadOperator in a real dag.test() -> a real database.
+
+Each test runs the test DAG ``bos_test_sync`` (tests/airflow/dags/bos_test_sync.py) against the
+reference BOS server over loopback HTTP, into SQLite, PostgreSQL and MariaDB.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_bos.testing.federation import plan_read
+from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
+
+from afhelpers import audit_rows, table_dump, task_states
+
+pytestmark = pytest.mark.airflow
+
+
+def final_refs(scenario: Any) -> set[str]:
+    read = plan_read(scenario, request_id="expected", context={"context_handle": "x"}, arguments={})
+    return {r["record_ref"] for r in read.iter_final_records()}
+
+
+def provisional_refs(scenario: Any) -> set[str]:
+    read = plan_read(scenario, request_id="expected", context={"context_handle": "x"}, arguments={})
+    return {rec["record_ref"] for _, note in read.iter_notifications() for rec in note["records"]}
+
+
+def table_refs(engine: sa.Engine, table: str) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(sa.text(f"SELECT record_ref FROM {table}")).scalars())
+
+
+def xcom_summary(dag_run: Any, task_id: str = "sync") -> dict[str, Any]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(
+            sa.select(XComModel).where(
+                XComModel.dag_id == dag_run.dag_id,
+                XComModel.run_id == dag_run.run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == "return_value",
+            )
+        ).one()
+        value = row.value
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def test_identity_merge_lands_exactly_the_final_records(bos_airflow, run_dag) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    scenario = load_scenario("identity_merge")
+    server.set_scenario(scenario)
+
+    dag_run = run_dag("bos_test_sync")
+
+    assert task_states(dag_run) == {"sync": "success", "check": "success", "downstream": "success"}
+    refs = table_refs(engine, table)
+    assert refs == final_refs(scenario)
+    # The streamed pages carried source-local refs for the same people: none of them may land.
+    assert refs.isdisjoint(provisional_refs(scenario))
+    [audit] = audit_rows(engine, table)
+    assert audit["status"] == "complete"
+    assert audit["result_count"] == len(refs)
+    assert audit["inserted"] == len(refs)
+    assert audit["provisional_records"] > 0
+    summary = xcom_summary(dag_run)
+    assert summary["status"] == "complete"
+    assert summary["inserted"] == len(refs)
+    assert "records" not in summary
+
+
+def test_partial_read_is_upserted_audited_partial_and_stopped_by_the_sensor(bos_airflow, run_dag, tmp_path) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    scenario = load_scenario("partial")
+    server.set_scenario(scenario)
+    marker = tmp_path / "downstream.txt"
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_MARKER=str(marker))
+
+    states = task_states(dag_run)
+    assert states["sync"] == "success"  # partial records are authoritative for what they cover
+    assert states["check"] == "failed"  # ... but a partial read never passes silently
+    assert not marker.exists()
+    assert table_refs(engine, table) == final_refs(scenario)
+    [audit] = audit_rows(engine, table)
+    assert audit["status"] == "partial"
+    errors = audit["source_errors"]
+    errors = json.loads(errors) if isinstance(errors, str) else errors
+    assert sorted(e["error"]["code"] for e in errors) == ["rate_limited", "source_timeout"]
+
+
+def test_connection_drop_before_final_leaves_the_table_unchanged_and_audits_failed(bos_airflow, run_dag) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    server.set_scenario(load_scenario("complete"))
+    assert task_states(run_dag("bos_test_sync"))["sync"] == "success"
+    before = table_dump(engine, table)
+
+    dropping = load_scenario("complete").model_copy(update={"revision": 3, "faults": FaultSpec(drop_before_final=True)})
+    server.set_scenario(dropping)
+    dag_run = run_dag("bos_test_sync")
+
+    assert task_states(dag_run)["sync"] == "failed"
+    assert table_dump(engine, table) == before
+    audits = audit_rows(engine, table)
+    assert [a["status"] for a in audits] == ["complete", "failed"]
+    assert "final response" in audits[-1]["error_message"] or "ended" in audits[-1]["error_message"]
+
+
+def test_second_identical_run_rewrites_zero_rows(bos_airflow, run_dag) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    server.set_scenario(load_scenario("complete"))
+    first = run_dag("bos_test_sync")
+    before = table_dump(engine, table)
+
+    second = run_dag("bos_test_sync")
+
+    assert task_states(second)["sync"] == "success"
+    summary = xcom_summary(second)
+    assert (summary["inserted"], summary["updated"]) == (0, 0)
+    assert summary["unchanged"] == xcom_summary(first)["inserted"]
+    assert table_dump(engine, table) == before  # not even _bos_synced_at / _bos_run_id moved
+
+
+def test_older_observation_never_overwrites_newer_data(bos_airflow, run_dag) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    newer = load_scenario("complete").model_copy(update={"observed_at": "2026-10-09T12:00:00Z", "revision": 1})
+    server.set_scenario(newer)
+    run_dag("bos_test_sync")
+    before = table_dump(engine, table)
+
+    older = load_scenario("complete").model_copy(update={"observed_at": "2026-10-01T12:00:00Z", "revision": 2})
+    server.set_scenario(older)
+    dag_run = run_dag("bos_test_sync")
+
+    summary = xcom_summary(dag_run)
+    assert summary["updated"] == 0
+    assert summary["skipped_stale"] > 0
+    assert table_dump(engine, table) == before
+
+
+@pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("protocol", ["2025-11-25", "2026-07-28", "auto"])
+@pytest.mark.parametrize(("tool", "via"), [("search_people", "direct"), ("people.search", "execute"),
+                                           ("people.search", "auto")])
+def test_both_protocol_eras_and_both_tool_styles(bos_airflow, run_dag, monkeypatch, protocol, tool, via) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    conn = json.loads(__import__("os").environ["AIRFLOW_CONN_BOS_DEFAULT"])
+    conn["extra"]["protocol"] = protocol
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
+    scenario = load_scenario("identity_merge")
+    server.set_scenario(scenario)
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_TOOL=tool, BOS_TEST_VIA=via)
+
+    assert task_states(dag_run)["sync"] == "success"
+    assert table_refs(engine, table) == final_refs(scenario)
+    assert server.counters.streamed_calls >= 1

@@ -1,0 +1,95 @@
+"""End to end: BosCompletenessSensor's fail / alert / skip / min_records / max_age behaviours."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from afhelpers import task_states
+from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
+
+pytestmark = [pytest.mark.airflow, pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)]
+
+
+def test_fail_mode_fails_the_check_and_blocks_downstream(bos_airflow, run_dag, tmp_path) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("partial"))
+    marker = tmp_path / "downstream.txt"
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_ON_PARTIAL="fail", BOS_TEST_MARKER=str(marker))
+
+    assert task_states(dag_run) == {"sync": "success", "check": "failed", "downstream": "upstream_failed"}
+    assert not marker.exists()
+
+
+def test_alert_mode_notifies_warns_and_lets_downstream_run(bos_airflow, run_dag, tmp_path) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("partial"))
+    alerts, marker = tmp_path / "alerts.jsonl", tmp_path / "downstream.txt"
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_ON_PARTIAL="alert", BOS_TEST_ALERTS_FILE=str(alerts),
+                      BOS_TEST_MARKER=str(marker))
+
+    assert task_states(dag_run) == {"sync": "success", "check": "success", "downstream": "success"}
+    [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert alert["outcome"] == "partial"
+    assert sorted(code for _, code in alert["failing_sources"]) == ["rate_limited", "source_timeout"]
+    assert "partial" in alert["message"]
+
+
+def test_skip_mode_skips_the_check_and_short_circuits_downstream(bos_airflow, run_dag, tmp_path) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("partial"))
+    marker = tmp_path / "downstream.txt"
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_ON_PARTIAL="skip", BOS_TEST_MARKER=str(marker))
+
+    assert task_states(dag_run) == {"sync": "success", "check": "skipped", "downstream": "skipped"}
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(("min_records", "expected"), [(1, "failed"), (0, "success")])
+def test_min_records_treats_an_empty_complete_read_as_broken(bos_airflow, run_dag, min_records, expected) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("empty"))
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_MIN_RECORDS=str(min_records))
+
+    states = task_states(dag_run)
+    assert states["sync"] == "success"
+    assert states["check"] == expected
+
+
+def test_complete_read_passes(bos_airflow, run_dag) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("complete"))
+    assert task_states(run_dag("bos_test_sync")) == {"sync": "success", "check": "success", "downstream": "success"}
+
+
+def test_failed_sync_is_judged_failed_by_a_monitor(bos_airflow, run_dag) -> None:
+    dropping = load_scenario("complete").model_copy(update={"faults": FaultSpec(drop_before_final=True)})
+    bos_airflow["server"].set_scenario(dropping)
+    assert task_states(run_dag("bos_test_sync"))["sync"] == "failed"
+
+    monitor = run_dag("bos_test_monitor", BOS_TEST_MAX_AGE_S="3600")
+
+    assert task_states(monitor) == {"watch": "failed", "after_watch": "upstream_failed"}
+
+
+@pytest.mark.parametrize(("max_age_s", "expected"), [("3600", "success"), ("0.001", "failed")])
+def test_max_age_flags_stale_data_in_a_monitor_dag(bos_airflow, run_dag, max_age_s, expected) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("complete"))
+    assert task_states(run_dag("bos_test_sync"))["check"] == "success"
+
+    monitor = run_dag("bos_test_monitor", BOS_TEST_MAX_AGE_S=max_age_s)
+
+    assert task_states(monitor)["watch"] == expected
+
+
+def test_stale_data_alert_goes_through_the_notifier(bos_airflow, run_dag, tmp_path) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("complete"))
+    run_dag("bos_test_sync")
+    alerts = tmp_path / "alerts.jsonl"
+
+    monitor = run_dag("bos_test_monitor", BOS_TEST_MAX_AGE_S="0.001", BOS_TEST_ON_PARTIAL="alert",
+                      BOS_TEST_ALERTS_FILE=str(alerts))
+
+    assert task_states(monitor) == {"watch": "success", "after_watch": "success"}
+    [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert alert["outcome"] == "stale"
