@@ -58,6 +58,13 @@ def works(bos_server, store: SqlTokenStore, doc: dict, refresh_token: str | None
         return client.post(bos_server.mcp_url, json=INIT).status_code == 200
 
 
+@pytest.fixture(autouse=True)
+def _no_airflow_fernet_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether AIRFLOW_HOME has a Fernet key depends on which tests ran before (``airflow db
+    migrate`` writes one into airflow.cfg); tests that are not about encryption run without one."""
+    monkeypatch.setattr(cli, "airflow_fernet_cipher", lambda: None)
+
+
 @pytest.fixture()
 def store_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'tokens.db'}"

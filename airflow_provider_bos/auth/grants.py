@@ -238,7 +238,7 @@ class OAuthGrantAuth(httpx.Auth):
         """A usable access token; ``rejected`` is one the server just refused with 401."""
         with self._lock:
             grant = self._grant or self._load_or_seed()
-            if rejected is None and grant.access_token_valid(margin_s=self._margin):
+            if rejected is None and grant.access_token_valid(margin_s=self._margin_for(grant)):
                 assert grant.access_token is not None
                 return grant.access_token
             if rejected is not None and grant.access_token and grant.access_token != rejected:
@@ -247,6 +247,16 @@ class OAuthGrantAuth(httpx.Auth):
             grant = self._refresh(grant, rejected=rejected)
             assert grant.access_token is not None
             return grant.access_token
+
+    def _margin_for(self, grant: StoredGrant) -> float:
+        """Refresh-ahead margin: the configured one while it is shorter than the token's lifetime,
+        else half the lifetime — a margin longer than the lifetime would refresh (and rotate) on
+        every request. The lifetime is counted from when the row was last written.
+        """
+        if grant.expires_at is None or grant.updated_at is None:
+            return self._margin
+        lifetime = max(grant.expires_at - grant.updated_at, 0.0)
+        return self._margin if self._margin < lifetime else lifetime / 2
 
     def _load_or_seed(self) -> StoredGrant:
         grant = self._store.load(self._key)

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import httpx
+import sqlalchemy as sa
 import pytest
 
 from airflow_provider_bos.auth.discovery import discover
@@ -63,6 +64,13 @@ def seed_minted(
     return grant
 
 
+def age_stored_token(store: SqlTokenStore, seconds: float) -> None:
+    """Pretend the stored access token was issued ``seconds`` earlier (a longer lifetime), so the
+    configured refresh margin applies in full rather than the half-lifetime cap."""
+    with store._engine.begin() as conn:
+        conn.execute(sa.text(f"UPDATE {store.table_name} SET updated_at = updated_at - :s"), {"s": seconds})
+
+
 def make_auth(bos_server, store, token_endpoint, grant: dict, **kwargs) -> OAuthGrantAuth:
     return OAuthGrantAuth(
         store,
@@ -89,6 +97,7 @@ def test_a_fresh_token_is_used_without_refreshing(bos_server, store, token_endpo
 
 def test_refresh_ahead_of_expiry_rotates_and_persists_first(bos_server, store, token_endpoint) -> None:
     grant = seed_minted(bos_server, store, token_endpoint, expires_in=30)  # inside the 60 s margin
+    age_stored_token(store, 600)
     auth = make_auth(bos_server, store, token_endpoint, grant)
     assert initialize(bos_server, auth).status_code == 200
     row = store.load(KEY)
@@ -96,6 +105,15 @@ def test_refresh_ahead_of_expiry_rotates_and_persists_first(bos_server, store, t
     assert row.refresh_token != grant["refresh_token"] and row.access_token != grant["access_token"]
     assert row.expires_at is not None and row.expires_at > time.time() + 3000
     assert auth.grant == row  # what the auth uses is exactly what was committed
+
+
+def test_refresh_margin_is_capped_at_half_the_token_lifetime(bos_server, store, token_endpoint) -> None:
+    # A 60 s margin on a 30 s token would refresh (and rotate) on every request.
+    grant = seed_minted(bos_server, store, token_endpoint, expires_in=30)
+    auth = make_auth(bos_server, store, token_endpoint, grant)
+    for _ in range(3):
+        assert initialize(bos_server, auth).status_code == 200
+    assert bos_server.counters.refreshes == 0
 
 
 def test_rotation_over_several_cycles_keeps_generations(bos_server, store, token_endpoint) -> None:
@@ -152,6 +170,7 @@ def test_a_token_another_worker_refreshed_is_reused(bos_server, store, token_end
 
 def test_refresh_ahead_reuses_another_workers_refresh(bos_server, store, token_endpoint) -> None:
     grant = seed_minted(bos_server, store, token_endpoint, expires_in=10)
+    age_stored_token(store, 600)
     worker_a = make_auth(bos_server, store, token_endpoint, grant)
     worker_b = make_auth(bos_server, store, token_endpoint, grant, refresh_margin_s=0)
     worker_b.access_token()  # caches generation 1 (valid for b's zero margin)
