@@ -213,7 +213,12 @@ class BosFederatedReadOperator(BaseOperator):
             counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale,
         )
         self._emit_asset_event(context, engine, summary)
-        self._lineage = {"engine_url": engine.url, "summary": summary}
+        self._lineage = {
+            "engine_url": engine.url,
+            "summary": summary,
+            "resource_url": hook.config.resource_url,
+            "context_handle": run.context_handle,
+        }
         if status == "partial" and self.fail_on_partial:
             raise BosPartialReadError(
                 f"BOS read was partial ({len(summary['source_errors'])} source error(s): "
@@ -261,7 +266,7 @@ class BosFederatedReadOperator(BaseOperator):
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
         """BOS read as the input dataset; the destination table (schema, rowCount) as the output."""
         from airflow.providers.openlineage.extractors import OperatorLineage
-        from openlineage.client.event_v2 import Dataset
+        from openlineage.client.event_v2 import InputDataset, OutputDataset
         from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
 
         from airflow_provider_bos.assets.tables import table_asset_uri
@@ -271,20 +276,26 @@ class BosFederatedReadOperator(BaseOperator):
             return OperatorLineage()
         url = self._lineage["engine_url"]
         summary = self._lineage["summary"]
-        hook_conf = BosHook(self.bos_conn_id).config
-        bos_input = Dataset(namespace=hook_conf.resource_url, name=f"{self.context_handle or 'default'}.{self.tool_name}")
-        uri = table_asset_uri(url, self.destination_schema, self.destination_table)
-        namespace, _, name = uri.rpartition("/")
-        fields = [schema_dataset.SchemaDatasetFacetFields(name=n, type=t) for n, t in record_columns(url.get_backend_name())]
-        output = Dataset(
+        bos_input = InputDataset(
+            namespace=self._lineage["resource_url"],
+            name=f"{self._lineage['context_handle'] or 'default'}/{self.tool_name}",
+        )
+        # Namespace and name as the asset URI splits them: "<scheme>://<host>..." / "<table>".
+        namespace, _, name = table_asset_uri(url, self.destination_schema, self.destination_table).rpartition("/")
+        fields = [
+            schema_dataset.SchemaDatasetFacetFields(name=column, type=type_name)
+            for column, type_name in record_columns(url.get_backend_name())
+        ]
+        output = OutputDataset(
             namespace=namespace,
             name=name,
             facets={"schema": schema_dataset.SchemaDatasetFacet(fields=fields)},
+            outputFacets={
+                "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+                    rowCount=summary["inserted"] + summary["updated"]
+                )
+            },
         )
-        written = summary["inserted"] + summary["updated"]
-        output.outputFacets = {  # type: ignore[attr-defined]
-            "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(rowCount=written)
-        }
         return OperatorLineage(inputs=[bos_input], outputs=[output])
 
 

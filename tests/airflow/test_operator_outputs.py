@@ -1,0 +1,73 @@
+"""What the operator hands to the rest of Airflow: the asset event and the OpenLineage facets."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from afhelpers import task_states
+from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
+from airflow_provider_bos.testing.scenario import load_scenario
+
+pytestmark = [pytest.mark.airflow, pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)]
+
+
+def test_asset_event_for_the_destination_table_carries_counts(bos_airflow, run_dag) -> None:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+
+    bos_airflow["server"].set_scenario(load_scenario("complete"))
+    dag_run = run_dag("bos_test_sync")
+    assert task_states(dag_run)["sync"] == "success"
+
+    with create_session() as session:
+        events = session.execute(
+            sa.select(AssetModel.uri, AssetEvent.extra)
+            .join(AssetEvent, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_run_id == dag_run.run_id, AssetEvent.source_task_id == "sync")
+        ).all()
+    [(uri, extra)] = events
+    database = sa.engine.make_url(bos_airflow["url"]).database
+    assert uri.startswith("sqlite://") and uri.endswith(f"{database.lstrip('/')}/{bos_airflow['table']}")
+    assert extra["completeness"] == "complete"
+    assert extra["inserted"] == 350 and extra["result_count"] == 350
+
+
+class _Accessor:
+    def __init__(self) -> None:
+        self.added: list[tuple[Any, dict]] = []
+
+    def add(self, asset: Any, extra: dict | None = None) -> None:
+        self.added.append((asset, extra or {}))
+
+
+def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None:
+    bos_airflow["server"].set_scenario(load_scenario("identity_merge"))
+    operator = BosFederatedReadOperator(
+        task_id="sync", tool_name="people.search", destination_conn_id="bos_warehouse",
+        destination_table=bos_airflow["table"],
+    )
+    xcoms: dict[str, Any] = {}
+    ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1",
+                         xcom_push=lambda key, value: xcoms.__setitem__(key, value))
+    outlet_events: defaultdict[Any, _Accessor] = defaultdict(_Accessor)
+
+    summary = operator.execute({"ti": ti, "outlet_events": outlet_events})
+
+    assert xcoms["bos_run_id"] == summary["run_id"]
+    json.dumps(summary)  # XCom-serialisable, and small: no records in it
+    assert set(summary) >= {"run_id", "status", "completeness", "inserted", "source_errors"}
+    lineage = operator.get_openlineage_facets_on_complete(None)
+    [bos_input] = lineage.inputs
+    assert bos_input.namespace == bos_airflow["server"].mcp_url
+    assert bos_input.name.endswith("/people.search")
+    [output] = lineage.outputs
+    assert output.name == bos_airflow["table"]
+    columns = {f.name for f in output.facets["schema"].fields}
+    assert {"record_ref", "sources", "_bos_record_hash"} <= columns
+    assert output.outputFacets["outputStatistics"].rowCount == summary["inserted"] == 60
