@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, WireRecord
 from airflow_provider_bos.mcp.retry import RetryPolicy, parse_retry_after
 from airflow_provider_bos.mcp.session import HANDSHAKE_VERSIONS, BosReadCancelled, McpSession
 from airflow_provider_bos.mcp.source_results import (
     FinalFrameParser,
     FinalResult,
+    StreamingFinalResult,
     SourceProgress,
     SourceResultsTracker,
     SourceStats,
@@ -28,6 +30,9 @@ __all__ = [
     "SourceResultsTracker",
     "FinalResult",
     "FinalFrameParser",
+    "FinalFrameScanner",
+    "StreamingFinalResult",
+    "WireRecord",
     "parse_final_response",
     "parse_retry_after",
 ]

@@ -66,12 +66,15 @@ from airflow_provider_bos.mcp.jsonrpc import (
     rpc_error,
 )
 from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, parse_retry_after, run_with_retries
+from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner, check_record
 from airflow_provider_bos.mcp.source_results import (
     FinalFrameParser,
     FinalResult,
     SourceProgress,
     SourceResultsTracker,
+    StreamingFinalResult,
     ToolStyle,
+    _same_id,
 )
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES, SseParser
 from airflow_provider_bos.models import (
@@ -92,6 +95,9 @@ _ERAS = {"auto": "auto", "2025": PROTOCOL_2025, PROTOCOL_2025: PROTOCOL_2025, "2
          PROTOCOL_2026: PROTOCOL_2026, "stateless": PROTOCOL_2026, "legacy": PROTOCOL_2025}
 _ACCEPT = "application/json, text/event-stream"
 _ERROR_BODY_LIMIT = 64 * 1024
+#: Events larger than this are streamed (stream_records=True): their data goes to a
+#: FinalFrameScanner as it arrives instead of being buffered. Notifications are far smaller.
+DEFAULT_STREAM_THRESHOLD = 1024 * 1024
 
 
 class BosReadCancelled(BosIncompleteStreamError):
@@ -120,9 +126,127 @@ class _ReadConsumer:
 
 @dataclass
 class _Reply:
-    message: Any  # the decoded JSON-RPC response object
+    message: Any  # the decoded JSON-RPC response object (None when ``stream`` is set)
     request_id: str
     streamed: bool  # the server answered with text/event-stream
+    raw: bytes | None = None  # the message's JSON text, when the caller streams records
+    stream: _FrameStream | None = None  # the final frame, still arriving (owns the response)
+
+
+class _FrameRouter:
+    """The SSE data sink of streamed events: one :class:`FinalFrameScanner` per event."""
+
+    def __init__(self, tool_style: ToolStyle, max_value_bytes: int) -> None:
+        self.tool_style = tool_style
+        self.max_value_bytes = max_value_bytes
+        self.current: FinalFrameScanner | None = None
+        self.finished: list[FinalFrameScanner] = []
+        self.records: list[Any] = []
+
+    def open(self) -> _FrameRouter:
+        self.current = FinalFrameScanner(tool_style=self.tool_style, max_value_bytes=self.max_value_bytes)
+        return self
+
+    def write(self, data: bytes) -> None:
+        assert self.current is not None
+        records = self.current.feed(data)
+        if records:
+            self.records.extend(records)
+
+    def end(self) -> None:
+        assert self.current is not None
+        self.finished.append(self.current)
+        self.current = None
+
+
+class _FrameStream:
+    """Pulls the rest of a streamed final frame from the open response, record by record."""
+
+    def __init__(
+        self,
+        session: McpSession,
+        response: httpx.Response,
+        chunks: Iterator[bytes],
+        parser: SseParser,
+        router: _FrameRouter,
+        scanner: FinalFrameScanner,
+        *,
+        method: str,
+        request_id: str,
+        deadline: float | None,
+        deadline_s: float | None,
+        observations: SourceResultsTracker | None,
+        finished: bool,
+    ) -> None:
+        self._session = session
+        self._response = response
+        self._chunks = chunks
+        self._parser = parser
+        self._router = router
+        self.scanner = scanner
+        self._method = method
+        self.request_id = request_id
+        self._deadline = deadline
+        self._deadline_s = deadline_s
+        self._observations = observations
+        self._finished = finished
+        self._closed = False
+
+    def records(self) -> Iterator[Any]:
+        session, router = self._session, self._router
+        where = self.scanner.records_where
+        index = 0
+        try:
+            while True:
+                if router.records:
+                    batch, router.records = router.records, []
+                    for raw in batch:
+                        check_record(raw, index, where)
+                        index += 1
+                        yield raw
+                if self._finished:
+                    break
+                chunk = next(self._chunks, None)
+                if chunk is None:
+                    self._parser.close()
+                    raise self._incomplete("the event stream ended")
+                for event in self._parser.feed(chunk):
+                    if event.streamed:
+                        self._finished = True
+                if session._cancel.is_set():
+                    raise BosReadCancelled(f"{self._method} was cancelled; there is no result.",
+                                           observations=self._observations)
+                if self._deadline is not None and time.monotonic() >= self._deadline:
+                    raise _deadline_error(self._method, self._deadline_s, self._observations)
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            if session._cancel.is_set():
+                raise BosReadCancelled(f"{self._method} was cancelled; there is no result.",
+                                       observations=self._observations) from exc
+            if _past(self._deadline):
+                raise _deadline_error(self._method, self._deadline_s, self._observations) from exc
+            raise self._incomplete(f"the connection failed ({type(exc).__name__})") from exc
+        finally:
+            self.close()
+
+    def _incomplete(self, why: str) -> BosIncompleteStreamError:
+        return BosIncompleteStreamError(
+            f"{why.capitalize()} inside the final response to {self._method}; there is no confirmed "
+            "result and the records received are not authoritative. Re-run the read.",
+            observations=self._observations,
+        )
+
+    def skeleton(self) -> dict[str, Any]:
+        return self.scanner.finish()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        session = self._session
+        with session._lock:
+            if session._inflight is self._response:
+                session._inflight = None
+        self._response.close()
 
 
 class _NotStateless(Exception):
@@ -143,6 +267,7 @@ class McpSession:
         retry: RetryPolicy | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         client_name: str = "airflow-provider-bos",
+        stream_threshold_bytes: int = DEFAULT_STREAM_THRESHOLD,
     ) -> None:
         if era not in _ERAS:
             raise BosConfigurationError(
@@ -153,6 +278,7 @@ class McpSession:
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self.max_event_bytes = max_event_bytes
+        self.stream_threshold_bytes = stream_threshold_bytes
         self.client_info = {"name": client_name, "version": __version__}
         self._auth = auth
         self._own_client = http_client is None
@@ -302,6 +428,7 @@ class McpSession:
         stream: bool = True,
         on_progress: Callable[[SourceProgress], None] | None = None,
         deadline_s: float | None = None,
+        stream_records: bool = False,
     ) -> FinalResult:
         """Run a federated read and return its authoritative :class:`FinalResult`.
 
@@ -311,6 +438,14 @@ class McpSession:
         extension) the call opts in to ``bos/source-results/v1``; each notification is validated
         and handed to ``on_progress`` in wire order; an exception from the callback ends the read.
         ``deadline_s`` bounds the whole operation (retries and keepalive-only stalls included).
+
+        ``stream_records=True``: return as soon as the final frame starts, with a
+        :class:`StreamingFinalResult` whose ``records`` is a one-shot iterator of plain dicts
+        pulled from the still-open response in constant memory; end-of-frame attributes
+        (completeness, metadata, ...) are available once it is exhausted; EOF or a connection
+        failure mid-frame raises :class:`BosIncompleteStreamError` from the iterator. Consume or
+        close the result before the next call on this session (:meth:`cancel` still works). A
+        JSON or small SSE answer behaves the same (its records are iterated from memory).
         """
         if via not in ("auto", "direct", "execute"):
             raise BosConfigurationError(f"via must be 'auto', 'direct' or 'execute', not {via!r}.")
@@ -348,12 +483,50 @@ class McpSession:
                 deadline=deadline,
                 make_consumer=make_consumer,
                 deadline_s=deadline_s,
+                final_style=style if stream_records else None,
             )
             tracker = consumers[-1].tracker if consumers else SourceResultsTracker(reply.request_id)
             parser = FinalFrameParser(
                 reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in
             )
+            if stream_records:
+                return self._streaming_result(reply, parser)
             return parser.parse_message(reply.message)
+
+    def _streaming_result(self, reply: _Reply, parser: FinalFrameParser) -> StreamingFinalResult:
+        """The deferred result of ``federated_read(stream_records=True)``."""
+        stream = reply.stream
+        if stream is None:
+            # The whole frame is here (JSON body or a small SSE event): scan it from memory.
+            message = reply.message
+            if isinstance(message, Mapping) and "error" in message:
+                parser.parse_message(message)  # raises the typed JSON-RPC error at once
+            raw = reply.raw if reply.raw is not None else _dumps(message)
+            scanner = FinalFrameScanner(tool_style=parser.tool_style, max_value_bytes=len(raw) + 1)
+            records = scanner.feed(raw)
+            where = scanner.records_where
+
+            def from_memory() -> Iterator[Any]:
+                for index, raw_record in enumerate(records):
+                    yield check_record(raw_record, index, where)
+                records.clear()
+
+            def finish_memory(count: int) -> FinalResult:
+                return parser.parse_message(scanner.finish(), record_count=count)
+
+            return StreamingFinalResult(
+                request_id=parser.request_id, tool_style=parser.tool_style, streamed=parser.streamed,
+                observations=parser.observations, records=from_memory(), finish=finish_memory,
+            )
+
+        def finish_stream(count: int) -> FinalResult:
+            return parser.parse_message(stream.skeleton(), record_count=count)
+
+        return StreamingFinalResult(
+            request_id=parser.request_id, tool_style=parser.tool_style, streamed=parser.streamed,
+            observations=parser.observations, records=stream.records(), finish=finish_stream,
+            on_close=stream.close,
+        )
 
     # --- internals: operations -----------------------------------------------------------------
 
@@ -509,12 +682,13 @@ class McpSession:
         deadline: float | None = None,
         make_consumer: Callable[[str], _Consumer] | None = None,
         deadline_s: float | None = None,
+        final_style: ToolStyle | None = None,
     ) -> _Reply:
         """One request with retries; a stale 2025 session is re-initialised once."""
 
         def attempt() -> _Reply:
             return run_with_retries(
-                lambda: self._attempt(method, params, deadline, make_consumer, deadline_s),
+                lambda: self._attempt(method, params, deadline, make_consumer, deadline_s, final_style),
                 self.retry,
                 deadline=deadline,
                 sleep=self._sleep,
@@ -609,6 +783,7 @@ class McpSession:
         deadline: float | None,
         make_consumer: Callable[[str], _Consumer] | None,
         deadline_s: float | None,
+        final_style: ToolStyle | None = None,
     ) -> _Reply:
         if deadline is not None and time.monotonic() >= deadline:
             raise BosDeadlineExceeded(f"The {method} deadline of {deadline_s}s passed before the request was sent.")
@@ -627,6 +802,7 @@ class McpSession:
             raise
         with self._lock:
             self._inflight = response
+        handed_over = False
         try:
             if self._cancel.is_set():
                 _abort(response)
@@ -639,13 +815,18 @@ class McpSession:
             media_type = _media_type(response)
             if media_type == "application/json":
                 try:
+                    if final_style is not None:
+                        body = self._read_body(response, method)
+                        return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
                     return _Reply(self._read_json(response, method), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:
                     if _past(deadline) and not isinstance(exc, BosReadCancelled):
                         raise _deadline_error(method, deadline_s, None) from exc
                     raise
             if media_type == "text/event-stream":
-                return self._read_stream(response, method, request_id, consumer, deadline, deadline_s)
+                reply = self._read_stream(response, method, request_id, consumer, deadline, deadline_s, final_style)
+                handed_over = reply.stream is not None
+                return reply
             raise BosHttpError(
                 f"BOS answered {method} with an unexpected content type",
                 status_code=response.status_code,
@@ -654,9 +835,10 @@ class McpSession:
                 url=self.url,
             )
         finally:
-            with self._lock:
-                self._inflight = None
-            response.close()
+            if not handed_over:
+                with self._lock:
+                    self._inflight = None
+                response.close()
 
     def _raise_for_status(self, response: httpx.Response, method: str) -> None:
         status = response.status_code
@@ -707,14 +889,19 @@ class McpSession:
         )
 
     def _read_json(self, response: httpx.Response, method: str) -> Any:
+        return self._decode_json(self._read_body(response, method), method)
+
+    def _read_body(self, response: httpx.Response, method: str) -> bytes:
         try:
-            body = response.read()
+            return response.read()
         except httpx.HTTPError as exc:
             if self._cancel.is_set():
                 raise BosReadCancelled(f"{method} was cancelled.") from exc
             raise BosIncompleteStreamError(
                 f"The connection failed while reading the response to {method} ({type(exc).__name__})."
             ) from exc
+
+    def _decode_json(self, body: bytes, method: str) -> Any:
         try:
             return loads(body)
         except ValueError:
@@ -730,15 +917,37 @@ class McpSession:
         consumer: _Consumer | None,
         deadline: float | None,
         deadline_s: float | None,
+        final_style: ToolStyle | None = None,
     ) -> _Reply:
-        parser = SseParser(max_event_bytes=self.max_event_bytes)
+        router: _FrameRouter | None = None
+        if final_style is not None:
+            router = _FrameRouter(final_style, min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
+            parser = SseParser(max_event_bytes=self.max_event_bytes, stream_threshold=self.stream_threshold_bytes,
+                               open_stream=router.open)
+        else:
+            parser = SseParser(max_event_bytes=self.max_event_bytes)
         observations = _observations_of(consumer)
+        chunks = response.iter_bytes()
         try:
-            for chunk in response.iter_bytes():
+            for chunk in chunks:
                 for event in parser.feed(chunk):
+                    if event.streamed:
+                        assert router is not None
+                        scanner = router.finished.pop(0)
+                        if scanner.kind == "response":
+                            return self._frame_reply(response, chunks, parser, router, scanner, method, request_id,
+                                                     deadline, deadline_s, observations, finished=True)
+                        message = self._dispatch_message(scanner.finish(), request_id, consumer)
+                        if message is not None:
+                            return _Reply(message, request_id, streamed=True)
+                        continue
                     message = self._dispatch_event(event.event, event.data, request_id, consumer)
                     if message is not None:
-                        return _Reply(message, request_id, streamed=True)
+                        raw = event.data.encode("utf-8") if router is not None else None
+                        return _Reply(message, request_id, streamed=True, raw=raw)
+                if router is not None and router.current is not None and router.current.kind == "response":
+                    return self._frame_reply(response, chunks, parser, router, router.current, method, request_id,
+                                             deadline, deadline_s, observations, finished=False)
                 # Checked per chunk, so keepalive comments alone cannot outlive the deadline, and a
                 # cancel() is honoured even where the socket could not be shut down under us.
                 if self._cancel.is_set():
@@ -764,6 +973,33 @@ class McpSession:
             observations=observations,
         )
 
+    def _frame_reply(
+        self,
+        response: httpx.Response,
+        chunks: Iterator[bytes],
+        parser: SseParser,
+        router: _FrameRouter,
+        scanner: FinalFrameScanner,
+        method: str,
+        request_id: str,
+        deadline: float | None,
+        deadline_s: float | None,
+        observations: SourceResultsTracker | None,
+        *,
+        finished: bool,
+    ) -> _Reply:
+        """The final frame has started (its first key says it is a result): hand the response over."""
+        if "id" in scanner.message and not _same_id(scanner.message["id"], request_id):
+            raise BosResultError(
+                f"The response id {scanner.message['id']!r} does not match the request id {request_id!r}; "
+                "the server answered some other request."
+            )
+        stream = _FrameStream(
+            self, response, chunks, parser, router, scanner, method=method, request_id=request_id,
+            deadline=deadline, deadline_s=deadline_s, observations=observations, finished=finished,
+        )
+        return _Reply(None, request_id, streamed=True, stream=stream)
+
     def _dispatch_event(self, event: str, data: str, request_id: str, consumer: _Consumer | None) -> Any:
         """Route one SSE event; return the final response message, or None to keep reading."""
         if event != "message":
@@ -773,6 +1009,10 @@ class McpSession:
             message = loads(data)
         except ValueError:
             raise BosProtocolError(f"An SSE message event is not valid JSON ({len(data)} characters).") from None
+        return self._dispatch_message(message, request_id, consumer)
+
+    def _dispatch_message(self, message: Any, request_id: str, consumer: _Consumer | None) -> Any:
+        """Route one decoded SSE message; return the final response message, or None to keep reading."""
         if not isinstance(message, Mapping):
             raise BosProtocolError("An SSE message event is not a JSON-RPC object.")
         method = message.get("method")

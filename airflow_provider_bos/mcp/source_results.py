@@ -8,15 +8,16 @@ contract (§4-§5) and keeps per-source progress. Pages are provisional observat
 cross-checked against what the stream showed. Mismatches are warnings, not failures: the final
 result is authoritative (contract §5).
 
-The parser takes the final frame's ``data`` string today; it is the class boundary where a later
-version consumes the frame incrementally and yields records in constant memory.
+:class:`StreamingFinalResult` is the constant-memory form (``McpSession.federated_read(...,
+stream_records=True)``): its records are pulled from the still-open response as they arrive (see
+:mod:`.final_frame`), and what depends on the end of the frame is available once they are consumed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,6 +46,7 @@ __all__ = [
     "SourceProgress",
     "SourceResultsTracker",
     "FinalResult",
+    "StreamingFinalResult",
     "FinalFrameParser",
     "parse_final_response",
     "ToolStyle",
@@ -273,6 +275,127 @@ class FinalResult:
             f"result_count={self.result_count}, streamed={self.streamed}, warnings={len(self.warnings)})"
         )
 
+    def close(self) -> None:
+        """Release the response behind the records (a no-op for a materialised result)."""
+
+    def __enter__(self) -> FinalResult:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_DEFERRED = ("is_error", "completeness", "metadata", "context", "result_type", "warnings")
+
+
+class StreamingFinalResult(FinalResult):
+    """A :class:`FinalResult` whose records stream from the still-open response.
+
+    ``records`` is a ONE-SHOT iterator of plain dicts (the wire records, lightly checked: a
+    non-empty ``record_ref``, non-empty ``sources`` with ``observed_at``). ``request_id``,
+    ``tool_style``, ``streamed`` and ``observations`` are available at once; ``is_error``,
+    ``completeness``, ``metadata``, ``context``, ``result_type``, ``warnings``, ``source_errors``
+    and ``result_count`` raise :class:`BosResultError` until the iterator is exhausted and the
+    frame validated. An EOF or connection failure mid-frame raises
+    :class:`~airflow_provider_bos.exceptions.BosIncompleteStreamError` from the iterator, so a
+    consumer's transaction rolls back. Use as a context manager (or call :meth:`close`) to release
+    the response if the records are not consumed to the end.
+    """
+
+    def __init__(
+        self,
+        *,
+        request_id: str | int,
+        tool_style: str,
+        streamed: bool,
+        observations: SourceResultsTracker,
+        records: Iterable[Any],
+        finish: Callable[[int], FinalResult],
+        on_close: Callable[[], None] | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.tool_style = tool_style
+        self.streamed = streamed
+        self.observations = observations
+        self._source = records
+        self._finish = finish
+        self._on_close = on_close
+        self._final: FinalResult | None = None
+        self._iterated = False
+        self._failure: BaseException | None = None
+        #: Records handed out so far.
+        self.records_consumed = 0
+
+    @classmethod
+    def of(cls, result: FinalResult) -> StreamingFinalResult:
+        """The deferred form of an already complete result (same rules, for uniform consumers)."""
+        return cls(
+            request_id=result.request_id,
+            tool_style=result.tool_style,
+            streamed=result.streamed,
+            observations=result.observations,
+            records=result.records,
+            finish=lambda _count: result,
+        )
+
+    @property  # type: ignore[override]
+    def records(self) -> Iterator[Any]:
+        if self._iterated:
+            raise BosResultError("The records of a streamed result can be consumed only once.")
+        self._iterated = True
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[Any]:
+        n = 0
+        try:
+            for record in self._source:
+                n += 1
+                self.records_consumed = n
+                yield record
+            self._final = self._finish(self.records_consumed)
+        except BaseException as exc:
+            self._failure = exc
+            raise
+        finally:
+            self.close()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in _DEFERRED:
+            final = object.__getattribute__(self, "_final")
+            if final is None:
+                failure = object.__getattribute__(self, "_failure")
+                why = (
+                    f"; the record stream failed ({type(failure).__name__})"
+                    if failure is not None and not isinstance(failure, GeneratorExit)
+                    else ""
+                )
+                raise BosResultError(
+                    f"FinalResult.{name} is available once records are consumed (stream_records=True){why}."
+                )
+            return getattr(final, name)
+        return object.__getattribute__(self, name)
+
+    @property
+    def complete(self) -> bool:
+        """True once every record was consumed and the frame validated."""
+        return self._final is not None
+
+    def close(self) -> None:
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
+
+    __eq__ = object.__eq__  # type: ignore[assignment]
+    __hash__ = object.__hash__  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if self._final is None:
+            return (
+                f"StreamingFinalResult(request_id={self.request_id!r}, tool_style={self.tool_style!r}, "
+                f"streamed={self.streamed}, records_consumed={self.records_consumed}, pending)"
+            )
+        return "Streaming" + repr(self._final).replace("FinalResult", "FinalResult", 1)
+
 
 def _loads(data: str | bytes) -> Any:
     try:
@@ -310,8 +433,13 @@ class FinalFrameParser:
         """Parse the final frame from its JSON text (an SSE ``data`` payload or a JSON body)."""
         return self.parse_message(_loads(data))
 
-    def parse_message(self, message: Any) -> FinalResult:
-        """Parse an already-decoded JSON-RPC response object."""
+    def parse_message(self, message: Any, *, record_count: int | None = None) -> FinalResult:
+        """Parse an already-decoded JSON-RPC response object.
+
+        With ``record_count`` the message is a skeleton whose record array was streamed elsewhere
+        (:class:`~.final_frame.FinalFrameScanner`): records are not validated here, the
+        cross-checks use ``record_count``, and the result's ``records`` is empty.
+        """
         if not isinstance(message, Mapping):
             raise BosResultError("The final response is not a JSON object.")
         if "id" not in message or not _same_id(message.get("id"), self.request_id):
@@ -323,9 +451,9 @@ class FinalFrameParser:
             raise _rpc_error(message["error"], self.method)
         if "result" not in message:
             raise BosResultError("The final response has neither 'result' nor 'error'.")
-        return self.parse_result(message["result"])
+        return self.parse_result(message["result"], record_count=record_count)
 
-    def parse_result(self, result: Any) -> FinalResult:
+    def parse_result(self, result: Any, *, record_count: int | None = None) -> FinalResult:
         """Parse a ``CallToolResult`` object (the JSON-RPC ``result``)."""
         if not isinstance(result, Mapping):
             raise BosResultError("The final result is not an object.")
@@ -378,9 +506,12 @@ class FinalFrameParser:
             metadata = ReadMetadata.model_validate(raw_metadata)
         except ValidationError as exc:
             raise BosResultError(f"The final metadata is malformed: {_describe(exc)}") from None
-        records = list(_validate_records(raw_records, where))
-
-        warnings.extend(self._cross_check(metadata, is_error, len(records)))
+        if record_count is None:
+            records = list(_validate_records(raw_records, where))
+            record_count = len(records)
+        else:
+            records = []
+        warnings.extend(self._cross_check(metadata, is_error, record_count))
         for warning in warnings:
             logger.warning("BOS read %s: %s", self.request_id, warning)
         return FinalResult(

@@ -26,6 +26,17 @@ Rules implemented, in the standard's words where it matters:
   :class:`~airflow_provider_bos.exceptions.BosEventTooLarge`. After an error the parser is
   unusable.
 
+Streaming the data of one large event (``stream_threshold`` + ``open_stream``): notifications
+are small, the final response of a big read is not. Events are buffered as above until the bytes
+held for one event exceed ``stream_threshold``; the parser then calls ``open_stream()`` and, if it
+returns a sink (an object with ``write(bytes)`` and ``end()``), hands it the event's data so far
+and every later data byte as it arrives (raw UTF-8 bytes, data lines joined with ``b"\n"``)
+instead of keeping them. At the blank line it calls ``sink.end()`` and dispatches an
+:class:`SseEvent` with ``streamed=True`` and empty ``data``. Only ``message`` events are streamed
+(an ``event:`` line with another name seen before the switch keeps the event buffered); streamed
+data does not count towards ``max_event_bytes`` (the sink bounds what it keeps), the event's
+other lines still do.
+
 Performance: chunks are scanned with ``bytes`` ``in`` / ``split`` (C speed); an unterminated
 line is kept as a list of chunks and joined once when its line break arrives, so a 100 MB
 ``data:`` line costs one join and one decode, not a quadratic re-scan.
@@ -35,13 +46,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from airflow_provider_bos.exceptions import BosEventTooLarge, BosSseError
 
-__all__ = ["SseEvent", "SseParser", "iter_sse", "DEFAULT_MAX_EVENT_BYTES"]
+__all__ = ["SseEvent", "SseDataSink", "SseParser", "iter_sse", "DEFAULT_MAX_EVENT_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +70,16 @@ class SseEvent:
     data: str
     id: str | None = None
     retry: int | None = None
+    #: True if the data went to a sink (see ``SseParser(open_stream=...)``); ``data`` is then "".
+    streamed: bool = False
+
+
+class SseDataSink(Protocol):
+    """Receives the data of one streamed event."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def end(self) -> None: ...
 
 
 class SseParser:
@@ -69,7 +90,13 @@ class SseParser:
         *,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         invalid_utf8: Literal["replace", "error"] = "replace",
+        stream_threshold: int | None = None,
+        open_stream: Callable[[], SseDataSink | None] | None = None,
     ) -> None:
+        if (stream_threshold is None) != (open_stream is None):
+            raise ValueError("stream_threshold and open_stream go together")
+        if stream_threshold is not None and stream_threshold < 0:
+            raise ValueError("stream_threshold must not be negative")
         if max_event_bytes <= 0:
             raise ValueError("max_event_bytes must be positive")
         if invalid_utf8 not in ("replace", "error"):
@@ -88,6 +115,13 @@ class SseParser:
         self._data: list[str] = []
         self._event_name = ""
         self._event_bytes = 0
+        # Streaming of one large event's data (see the module docstring).
+        self._stream_threshold = stream_threshold
+        self._open_stream = open_stream
+        self._sink: SseDataSink | None = None
+        self._sink_line = False  # the current unterminated line is a data line going to the sink
+        self._sink_lines = 0  # data lines given to the sink (a b"\n" goes between two)
+        self._stream_declined = False  # open_stream() said no for the current event
         # Persistent state (survives dispatch), per the standard.
         self.last_event_id: str | None = None
         self.retry: int | None = None
@@ -113,6 +147,9 @@ class SseParser:
         if self._failed is not None or self._closed:
             return []
         self._closed = True
+        if self._sink is not None:
+            logger.debug("Event stream ended inside a streamed event; discarding it.")
+            self._sink = None
         if self._pending or self._data:
             logger.debug("Event stream ended inside an event; discarding the incomplete event.")
         self._pending.clear()
@@ -147,7 +184,19 @@ class SseParser:
                 chunk = chunk[1:]
                 if not chunk:
                     return []
+        if self._sink is not None:
+            return self._feed_streaming(chunk)
+        events = self._feed_lines(chunk)
+        if (
+            self._sink is None
+            and self._stream_threshold is not None
+            and not self._stream_declined
+            and self._event_bytes + self._pending_len > self._stream_threshold
+        ):
+            self._start_stream()
+        return events
 
+    def _feed_lines(self, chunk: bytes) -> list[SseEvent]:
         if b"\r" in chunk:
             lines = _LINE_BREAK.split(chunk)
             # A trailing CR is a complete line break, but its LF may arrive in the next chunk.
@@ -167,13 +216,132 @@ class SseParser:
             self._pending = []
             self._pending_len = 0
         events: list[SseEvent] = []
-        for line in lines:
+        for index, line in enumerate(lines):
             event = self._process_line(line)
             if event is not None:
                 events.append(event)
+            if (
+                self._stream_threshold is not None
+                and self._sink is None
+                and not self._stream_declined
+                and self._event_bytes > self._stream_threshold
+                and self._start_stream()
+            ):
+                # The rest of this chunk belongs to (or follows) the streamed event. Any line break
+                # is a line break, so the complete lines are re-joined with LF; a CR that ended the
+                # chunk keeps its _skip_lf.
+                later = lines[index + 1 :]
+                tail = b"\n".join(later) + b"\n" + rest if later else rest
+                if tail:
+                    events.extend(self._feed_streaming(tail))
+                return events
         if rest:
             self._append_pending(rest)
         return events
+
+    # -- streaming one event's data ---------------------------------------------------------------
+
+    def _start_stream(self) -> bool:
+        """Switch the current event to streaming; False if it cannot or the caller declined."""
+        if self._event_name not in ("", "message"):
+            return False
+        pending = b"".join(self._pending)
+        if pending and not _is_data_line(pending):
+            if not (len(pending) < 6 and b"data: ".startswith(pending)):
+                return False  # a huge non-data line: keep buffering under max_event_bytes
+            if not self._data:
+                return False  # cannot tell yet
+        if not self._data and not pending:
+            return False
+        assert self._open_stream is not None
+        sink = self._open_stream()
+        if sink is None:
+            self._stream_declined = True
+            return False
+        self._sink = sink
+        head = "\n".join(self._data).encode("utf-8")
+        self._sink_lines = len(self._data)
+        self._data = []
+        self._event_bytes = 0
+        self._pending = []
+        self._pending_len = 0
+        self._sink_line = False
+        if head:
+            sink.write(head)
+        if pending:
+            # Undecided short heads ("dat") are re-examined by the streaming line reader.
+            self._feed_streaming_line_start(pending, complete=False)
+        return True
+
+    def _feed_streaming(self, chunk: bytes) -> list[SseEvent]:
+        """Consume ``chunk`` while an event streams; data goes to the sink, other lines as usual."""
+        events: list[SseEvent] = []
+        n = len(chunk)
+        i = 0
+        while i < n:
+            if self._sink is None:  # the streamed event was dispatched: back to normal parsing
+                events.extend(self._feed(chunk[i:]))
+                return events
+            m = _LINE_BREAK.search(chunk, i)
+            if m is None:
+                piece, nxt = chunk[i:], n
+            else:
+                piece, nxt = chunk[i : m.start()], m.end()
+                if m.group() == b"\r" and m.end() == n:
+                    self._skip_lf = True  # its LF may start the next chunk
+            complete = m is not None
+            if self._sink_line:
+                if piece:
+                    self._sink.write(piece)
+                if complete:
+                    self._sink_line = False
+            else:
+                event = self._feed_streaming_line_start(piece, complete=complete)
+                if event is not None:
+                    events.append(event)
+            i = nxt
+        return events
+
+    def _feed_streaming_line_start(self, piece: bytes, *, complete: bool) -> SseEvent | None:
+        """A piece of a line whose field was not decided yet, while streaming."""
+        if self._pending:
+            self._check_size(len(piece))
+            self._pending.append(piece)
+            piece = b"".join(self._pending)
+            self._pending = []
+            self._pending_len = 0
+        assert self._sink is not None
+        if piece.startswith(b"data:") and (len(piece) > 5 or complete):
+            value = piece[6:] if piece[5:6] == b" " else piece[5:]
+            if self._sink_lines:
+                self._sink.write(b"\n")
+            self._sink_lines += 1
+            if value:
+                self._sink.write(value)
+            self._sink_line = not complete
+            return None
+        if piece == b"data" and complete:
+            if self._sink_lines:
+                self._sink.write(b"\n")
+            self._sink_lines += 1
+            return None
+        if not complete:
+            self._append_pending(piece)
+            return None
+        if piece:
+            self._process_line(piece)  # comment, event, id, retry, unknown field
+            return None
+        # Blank line: dispatch the streamed event.
+        sink = self._sink
+        self._sink = None
+        self._sink_lines = 0
+        self._stream_declined = False
+        name = self._event_name
+        self._event_name = ""
+        self._event_bytes = 0
+        self._data = []
+        sink.end()
+        return SseEvent(event=name or "message", data="", id=self.last_event_id, retry=self.retry, streamed=True)
 
     def _append_pending(self, piece: bytes) -> None:
         self._check_size(len(piece))
@@ -240,6 +408,7 @@ class SseParser:
     def _dispatch(self) -> SseEvent | None:
         data = self._data
         name = self._event_name
+        self._stream_declined = False
         self._data = []
         self._event_name = ""
         self._event_bytes = 0
@@ -251,6 +420,10 @@ class SseParser:
             id=self.last_event_id,
             retry=self.retry,
         )
+
+
+def _is_data_line(line: bytes) -> bool:
+    return line.startswith(b"data:") or line == b"data"
 
 
 def iter_sse(

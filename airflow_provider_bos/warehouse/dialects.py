@@ -320,6 +320,12 @@ class PostgresDialect(WarehouseDialect):
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.
         return " ON COMMIT DROP"
 
+    def _stage_column_defs(self, *, with_seq: bool) -> list[str]:
+        # JSON arrives as canonical text and stays TEXT in staging: COPY does not parse it, and the
+        # merge casts to JSONB only the rows it actually writes (none on an unchanged re-run).
+        jsonb = self.type_sql("json")
+        return [d.replace(f" {jsonb}", " TEXT", 1) for d in super()._stage_column_defs(with_seq=with_seq)]
+
     def copy_staging(self, stage: str, schema: str | None) -> str:
         cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
         return f"COPY {self.stage_ref(stage, schema)} ({cols}) FROM STDIN"
@@ -340,14 +346,35 @@ class PostgresDialect(WarehouseDialect):
             Statement(f"LOCK TABLE {target} IN SHARE ROW EXCLUSIVE MODE"),
         ]
 
+    def _select_stage_row(self, s: str) -> str:
+        json_cols = {"lifecycle", "identity_match", "attributes", "sources"}
+        parts = []
+        for col in RECORD_COLUMNS:
+            if col == "_bos_synced_at":
+                parts.append(self.bind_ts())
+            elif col == "_bos_run_id":
+                parts.append(self.bind_id())
+            elif col in json_cols:
+                parts.append(f"CAST({s}.{self.quote(col)} AS JSONB)")
+            else:
+                parts.append(f"{s}.{self.quote(col)}")
+        return ", ".join(parts)
+
     def merge(self, stage, target, schema, *, synced_at, run_id):
         q = self.quote
+        ref = q("record_ref")
         cols = ", ".join(q(c) for c in RECORD_COLUMNS)
         sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in _UPDATED_COLUMNS)
+        target_ref = self.table_ref(target, schema)
+        # Only new rows and rows the guard lets through reach the INSERT (the table lock keeps this
+        # equal to the classification); unchanged rows cost one join probe, no write, no JSONB cast.
+        # The ON CONFLICT guard stays as the authoritative check.
         sql = (
-            f"INSERT INTO {self.table_ref(target, schema)} AS t ({cols}) "
+            f"INSERT INTO {target_ref} AS t ({cols}) "
             f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s "
-            f"ON CONFLICT ({q('record_ref')}) DO UPDATE SET {sets} "
+            f"LEFT JOIN {target_ref} o ON o.{ref} = s.{ref} "
+            f"WHERE o.{ref} IS NULL OR ({self._write_allowed('o', 's')} AND {self._changed('o', 's')}) "
+            f"ON CONFLICT ({ref}) DO UPDATE SET {sets} "
             f"WHERE {self._write_allowed('t', 'EXCLUDED')} AND {self._changed('t', 'EXCLUDED')}"
         )
         return [(Statement(sql, (synced_at, run_id)), "inserted+updated")]

@@ -8,7 +8,7 @@ transaction back, so the records table is either the old state or the new one, n
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from itertools import islice
@@ -20,7 +20,7 @@ from airflow_provider_bos.exceptions import BosError, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.dialects import Statement, dialect_for, staging_table_name
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.records import RecordRow, parse_timestamp, record_to_row
+from airflow_provider_bos.warehouse.records import RecordRow, json_row_values, parse_timestamp, record_to_row
 from airflow_provider_bos.warehouse.schema import audit_table, records_table
 
 __all__ = ["UpsertCounts", "WarehouseWriter"]
@@ -162,15 +162,16 @@ class WarehouseWriter:
         run: SyncRunInfo,
         records: Iterable[Any],
         *,
-        completeness: str | None,
-        status: str,
-        result_count: int | None,
+        completeness: str | None = None,
+        status: str | None = None,
+        result_count: int | None = None,
         source_errors: list[Any] | None = None,
         source_summary: list[Any] | None = None,
         provisional_records: int = 0,
         provisional_pages: int = 0,
         default_observed_at: str | datetime | None = None,
         audit_failure: bool = False,
+        audit: Callable[[], Mapping[str, Any]] | None = None,
     ) -> UpsertCounts:
         """Upsert ``records`` and write exactly one audit row, in ONE transaction.
 
@@ -180,9 +181,27 @@ class WarehouseWriter:
         are; database errors become :class:`BosWarehouseError`. With ``audit_failure=True`` a
         ``failed`` audit row is then written in its own transaction (otherwise the caller does that
         with :meth:`record_failure`).
+
+        ``audit``: for results whose metadata is known only once the records are consumed (a
+        streamed final frame). Every record is staged first; THEN ``audit()`` is called, inside the
+        same transaction, and its dict supplies any of ``completeness``, ``status``,
+        ``result_count``, ``source_errors``, ``source_summary``, ``provisional_records``,
+        ``provisional_pages`` (overriding the keywords). If it raises (e.g. an unknown
+        completeness: fail closed), everything is rolled back and the error re-raised as is. It may
+        also update ``run`` (e.g. ``context_handle``): the audit row is built after it returns.
+        ``default_observed_at`` must be given up front (records are mapped while staging).
         """
-        if status not in RUN_STATUSES:
+        if audit is None and status not in RUN_STATUSES:
             raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {status!r}.")
+        fields: dict[str, Any] = {
+            "status": status,
+            "completeness": completeness,
+            "result_count": result_count,
+            "source_errors": source_errors,
+            "source_summary": source_summary,
+            "provisional_records": provisional_records,
+            "provisional_pages": provisional_pages,
+        }
         try:
             default_obs = parse_timestamp(default_observed_at) if default_observed_at else None
         except ValueError:
@@ -193,13 +212,8 @@ class WarehouseWriter:
                 run,
                 records,
                 default_obs,
-                status=status,
-                completeness=completeness,
-                result_count=result_count,
-                source_errors=source_errors,
-                source_summary=source_summary,
-                provisional_records=provisional_records,
-                provisional_pages=provisional_pages,
+                audit,
+                fields,
             )
         except Exception as exc:
             if audit_failure:
@@ -207,12 +221,12 @@ class WarehouseWriter:
                     self.record_failure(
                         run,
                         error=str(exc),
-                        source_summary=source_summary,
-                        provisional_records=provisional_records,
-                        provisional_pages=provisional_pages,
-                        source_errors=source_errors,
-                        completeness=completeness,
-                        result_count=result_count,
+                        source_summary=fields["source_summary"],
+                        provisional_records=fields["provisional_records"],
+                        provisional_pages=fields["provisional_pages"],
+                        source_errors=fields["source_errors"],
+                        completeness=fields["completeness"],
+                        result_count=fields["result_count"],
                     )
                 except BosError as audit_exc:  # the original error matters more
                     log.warning("Could not record the failed run %s: %s", run.run_id, audit_exc)
@@ -228,7 +242,8 @@ class WarehouseWriter:
         run: SyncRunInfo,
         records: Iterable[Any],
         default_obs: datetime | None,
-        **audit: Any,
+        audit_fn: Callable[[], Mapping[str, Any]] | None,
+        audit: dict[str, Any],
     ) -> UpsertCounts:
         d = self.dialect
         target = d.table_ref(self.table, self.schema)
@@ -261,6 +276,15 @@ class WarehouseWriter:
                     lock()
                 self._exec(conn, d.create_staging(stage, self.schema))
                 received = self._stage(conn, stage, records, default_obs)
+                if audit_fn is not None:
+                    # Known only now that every record was consumed; raising here rolls back.
+                    late = audit_fn()
+                    unknown = set(late) - set(audit)
+                    if unknown:
+                        raise BosWarehouseError(f"audit() returned unknown fields {sorted(unknown)}.")
+                    audit.update(late)
+                    if audit["status"] not in RUN_STATUSES:
+                        raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {audit['status']!r}.")
                 distinct = int(self._exec(conn, d.count_distinct(stage, self.schema)).scalar_one())
                 duplicates = received - distinct
                 source = stage
@@ -341,7 +365,14 @@ class WarehouseWriter:
 
     def _rows(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
         stage_value = self.dialect.stage_value
+        bind_ts = self.dialect.bind_timestamp
         for seq, record in enumerate(records):
+            if getattr(record, "from_json", False):
+                # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
+                values = json_row_values(record, default_obs)
+                if values is not None:
+                    yield (*values[:8], bind_ts(values[8]), values[9], seq)
+                    continue
             row: RecordRow = record_to_row(record, default_observed_at=default_obs)
             yield stage_value(row, seq)
 

@@ -1,0 +1,609 @@
+"""Incremental scanner for the final JSON-RPC frame of a federated read.
+
+The final response holds every record twice: ``content[0].text`` (the JSON of
+``structuredContent`` as one JSON string) and ``structuredContent`` itself. A 1M-record result is
+over 1 GB in ONE frame, so :class:`FinalFrameScanner` is fed the frame's bytes as they arrive and:
+
+- yields each element of the records array (``structuredContent.result`` for direct tools,
+  ``structuredContent.result.result`` for ``bos_execute``) as soon as its bytes are complete,
+  decoded with orjson (stdlib json without it);
+- skips every ``content[*].text`` string without materialising it (only a short excerpt is kept,
+  for the error message of a failed call);
+- captures everything else (``id``, ``isError``, ``resultType``, ``_meta``, ``context``,
+  ``metadata``...) as a small *skeleton* of the message, whose records array is left empty, for
+  validation once the frame is complete (:meth:`FinalFrameScanner.finish`).
+
+Any key order works. Memory is bounded by the largest single record or captured value
+(``max_value_bytes``) plus one network chunk.
+
+Speed, without a per-byte Python loop:
+
+- records: complete elements are cut in batches: the scanner guesses the last element boundary
+  in its buffer (``}`` + the separator + the first key seen between the first two records) and
+  lets orjson parse ``[`` + everything up to it + ``]`` in one call. The parse succeeds only if
+  the guess is a real boundary (the slice starts at a real element start, so a cut inside a
+  string or a nested value leaves it unbalanced), so a wrong guess costs time, never
+  correctness; after a few misses one element is delimited exactly instead;
+- the skipped text: escaped backslashes and escaped quotes are overwritten by same-length
+  filler (``bytes.replace``), after which the first ``"`` is the closing quote (``bytes.find``);
+- exact delimiting (small values, the odd record): a compiled regex finds structural
+  characters, strings are skipped with the same closing-quote search.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from airflow_provider_bos.exceptions import BosResultError
+from airflow_provider_bos.mcp.jsonrpc import loads
+
+__all__ = ["FinalFrameScanner", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record"]
+
+DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
+_TEXT_EXCERPT = 2048
+_BATCH_ATTEMPTS = 3
+
+_STRUCT = re.compile(rb'["{}\[\]]')
+_SCALAR_END = re.compile(rb"[\s,}\]]")
+_NOT_WS = re.compile(rb"[^ \t\r\n]")
+
+_QUOTE, _BSLASH = 0x22, 0x5C
+_LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 0x7B, 0x7D, 0x5B, 0x5D
+_COMMA, _COLON = 0x2C, 0x3A
+
+# What to do with a value, by its path (tuples of keys; "*" is any array element).
+_DESCEND, _CAPTURE, _TEXT, _RECORDS = "descend", "capture", "text", "records"
+
+
+def _plan(tool_style: str) -> dict[tuple[str, ...], str]:
+    plan = {
+        ("result",): _DESCEND,
+        ("result", "content"): _DESCEND,
+        ("result", "content", "*"): _DESCEND,
+        ("result", "content", "*", "text"): _TEXT,
+        ("result", "structuredContent"): _DESCEND,
+    }
+    if tool_style == "execute":
+        plan[("result", "structuredContent", "result")] = _DESCEND
+        plan[("result", "structuredContent", "result", "result")] = _RECORDS
+    else:
+        plan[("result", "structuredContent", "result")] = _RECORDS
+    return plan
+
+
+def _malformed(detail: str) -> BosResultError:
+    return BosResultError(f"The final response is not valid JSON ({detail}).")
+
+
+def _string_end(buf: bytes | bytearray, start: int) -> int:
+    """Index of the closing ``"`` of a string whose body starts at ``start`` (not inside an escape), or -1.
+
+    For ordinary strings: ``find`` plus a look at the backslashes before each candidate.
+    """
+    i = buf.find(b'"', start)
+    while i >= 0:
+        j = i
+        while j > start and buf[j - 1] == _BSLASH:
+            j -= 1
+        if (i - j) % 2 == 0:
+            return i
+        i = buf.find(b'"', i + 1)
+    return -1
+
+
+def _text_end(buf: bytes | bytearray, start: int) -> int:
+    """Like :func:`_string_end`, for strings full of escaped quotes (JSON inside a JSON string).
+
+    Escaped backslashes, then escaped quotes, are overwritten with same-length filler, so the
+    first remaining ``"`` is the closing one: two ``replace`` and one ``find``, all in C.
+    """
+    block = buf[start:] if start else buf
+    if 0x5C in block:
+        block = block.replace(b"\\\\", b"..").replace(b'\\"', b"..")
+    i = block.find(b'"')
+    return i + start if i >= 0 else -1
+
+
+def _odd_trailing_backslash(buf: bytes | bytearray, start: int) -> bool:
+    """True if ``buf[start:]`` (scanned from an escape boundary) ends inside an escape sequence."""
+    n = len(buf)
+    run = 0
+    while n - run - 1 >= start and buf[n - run - 1] == _BSLASH:
+        run += 1
+    return run % 2 == 1
+
+
+class _Node:
+    __slots__ = ("path", "container", "is_obj", "state", "key")
+
+    def __init__(self, path: tuple[str, ...], container: Any, is_obj: bool) -> None:
+        self.path = path
+        self.container = container
+        self.is_obj = is_obj
+        # obj: "first" (after "{"), "key" (after ","), "colon", "value", "next" (after a value)
+        # arr: "first" (after "["), "value" (after ","), "next"
+        self.state = "first"
+        self.key: str | None = None
+
+
+class _ValueScan:
+    """Exact, resumable delimiting of one JSON value starting at ``start`` in the buffer."""
+
+    __slots__ = ("start", "pos", "depth", "in_string", "escaped", "scalar")
+
+    def __init__(self, start: int, first: int) -> None:
+        self.start = start
+        self.pos = start
+        self.depth = 0
+        self.in_string = False
+        self.escaped = False
+        self.scalar = first not in (_LBRACE, _LBRACKET, _QUOTE)
+
+    def shift(self, n: int) -> None:
+        self.start -= n
+        self.pos -= n
+
+    def run(self, buf: bytearray, eof: bool) -> int:
+        """The end (exclusive) of the value, or -1 if it needs more bytes."""
+        if self.scalar:
+            m = _SCALAR_END.search(buf, self.pos)
+            if m is not None:
+                return m.start()
+            self.pos = len(buf)
+            return len(buf) if eof else -1
+        pos = self.pos
+        n = len(buf)
+        while True:
+            if self.in_string:
+                if self.escaped:
+                    if pos >= n:
+                        self.pos = pos
+                        return -1
+                    pos += 1
+                    self.escaped = False
+                q = _string_end(buf, pos)
+                if q < 0:
+                    self.escaped = _odd_trailing_backslash(buf, pos)
+                    self.pos = n
+                    return -1
+                pos = q + 1
+                self.in_string = False
+                if self.depth == 0:  # a string value
+                    return pos
+                continue
+            m = _STRUCT.search(buf, pos)
+            if m is None:
+                self.pos = n
+                return -1
+            pos = m.end()
+            c = buf[pos - 1]
+            if c == _QUOTE:
+                self.in_string = True
+            elif c == _LBRACE or c == _LBRACKET:
+                self.depth += 1
+            else:
+                self.depth -= 1
+                if self.depth <= 0:
+                    return pos
+
+
+def check_record(raw: Any, index: int, where: str) -> WireRecord:
+    """A light structural check of one wire record (the fields the warehouse relies on)."""
+    if not isinstance(raw, dict):
+        raise BosResultError(f"Record {index} at {where} is not an object.")
+    ref = raw.get("record_ref")
+    if not isinstance(ref, str) or not ref:
+        raise BosResultError(f"Record {index} at {where} has no record_ref.")
+    sources = raw.get("sources")
+    if not isinstance(sources, list) or not sources:
+        raise BosResultError(f"Record {index} ({ref[:80]!r}) at {where} has no sources (a non-empty list is required).")
+    for entry in sources:
+        if not isinstance(entry, dict) or not isinstance(entry.get("observed_at"), str):
+            raise BosResultError(
+                f"Record {index} ({ref[:80]!r}) at {where} has a provenance entry without observed_at."
+            )
+    return WireRecord(raw)
+
+
+class FinalFrameScanner:
+    """Push bytes of one JSON-RPC message in with :meth:`feed`; take records from its return value.
+
+    ``kind`` is decided by the first top-level key that tells: ``"response"`` (``result``),
+    ``"error"`` (``error``) or ``"notification"`` (``method``; also server-to-client requests).
+    A notification or error is simply captured whole (bounded by ``max_value_bytes`` per value).
+    """
+
+    def __init__(self, *, tool_style: Literal["execute", "direct"], max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
+        if tool_style not in ("execute", "direct"):
+            raise ValueError("tool_style must be 'execute' or 'direct'")
+        self.tool_style = tool_style
+        self.max_value_bytes = max_value_bytes
+        self.records_where = (
+            "structuredContent.result.result" if tool_style == "execute" else "structuredContent.result"
+        )
+        self._plan = _plan(tool_style)
+        self.kind: str | None = None
+        self.message: dict[str, Any] = {}
+        self.records_seen = 0
+        self.records_arrays = 0
+        self.bytes_fed = 0
+        self._buf = bytearray()
+        self._pos = 0
+        self._stack: list[_Node] = []
+        self._started = False
+        self._done = False
+        # The value being captured, the text being skipped, or the records array being read.
+        self._scan: _ValueScan | None = None
+        self._text: dict[str, Any] | None = None
+        self._records: _Node | None = None
+        self._record_state = "first"  # "first" (after "["), "value" (after ","), "next"
+        self._record_scan: _ValueScan | None = None
+        self._sep: bytes | None = None  # learned: "}" + separator + first key of the 2nd record
+        self._first_key: bytes | None = None
+        self._after_first_end: int | None = None
+        self._out: list[Any] = []
+        self._scan_node: _Node | None = None
+
+    # -- public API -------------------------------------------------------------------------
+
+    @property
+    def done(self) -> bool:
+        """The top-level JSON value is complete."""
+        return self._done
+
+    @property
+    def captured_id(self) -> Any:
+        return self.message.get("id")
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Any]:
+        """Consume bytes of the frame; return the records they complete (decoded, in order)."""
+        if not data:
+            return []
+        self.bytes_fed += len(data)
+        self._buf += data
+        self._run(eof=False)
+        self._trim()
+        out, self._out = self._out, []
+        return out
+
+    def finish(self) -> dict[str, Any]:
+        """End of the frame: return the skeleton message (records array empty) or raise if incomplete."""
+        self._run(eof=True)
+        if not self._done:
+            if not self._started:
+                raise _malformed("the frame is empty")
+            raise BosResultError("The final response ended before its JSON was complete.")
+        if _NOT_WS.search(self._buf, self._pos) is not None:
+            raise _malformed("data after the top-level value")
+        if self._out:  # pragma: no cover - records are always handed out by feed()
+            raise BosResultError("Internal error: records were left in the scanner.")
+        return self.message
+
+    # -- the walk ---------------------------------------------------------------------------
+
+    def _trim(self) -> None:
+        keep = self._pos
+        for scan in (self._scan, self._record_scan):
+            if scan is not None:
+                keep = min(keep, scan.start)
+        if self._sep is None and self._after_first_end is not None:
+            keep = min(keep, self._after_first_end)
+        if keep > 65536 or (keep and keep == len(self._buf)):
+            del self._buf[:keep]
+            self._pos -= keep
+            for scan in (self._scan, self._record_scan):
+                if scan is not None:
+                    scan.shift(keep)
+            if self._after_first_end is not None:
+                self._after_first_end -= keep
+
+    def _skip_ws(self) -> bool:
+        """Move to the next non-whitespace byte; False if the buffer ran out."""
+        buf, pos = self._buf, self._pos
+        if pos < len(buf) and buf[pos] not in b" \t\r\n":
+            return True
+        m = _NOT_WS.search(buf, pos)
+        if m is None:
+            self._pos = len(buf)
+            return False
+        self._pos = m.start()
+        return True
+
+    def _run(self, *, eof: bool) -> None:
+        while not self._done:
+            if self._text is not None:
+                if not self._skip_text():
+                    return
+                continue
+            if self._scan is not None:
+                if not self._finish_capture(eof):
+                    return
+                continue
+            if self._records is not None:
+                if not self._read_records(eof):
+                    return
+                continue
+            if not self._skip_ws():
+                return
+            if not self._started:
+                if self._buf[self._pos] != _LBRACE:
+                    raise BosResultError("The final response is not a JSON object.")
+                self._pos += 1
+                self._started = True
+                self._stack.append(_Node((), self.message, True))
+                continue
+            if not self._step(eof):
+                return
+
+    def _step(self, eof: bool) -> bool:
+        """One structural token in a descended container; False if more bytes are needed."""
+        node = self._stack[-1]
+        buf = self._buf
+        c = buf[self._pos]
+        state = node.state
+        if node.is_obj:
+            if state in ("first", "key"):
+                if c == _RBRACE and state == "first":
+                    return self._close()
+                if c != _QUOTE:
+                    raise _malformed(f"expected a key, found {chr(c)!r}")
+                end = _string_end(buf, self._pos + 1)
+                if end < 0:
+                    if len(buf) - self._pos > self.max_value_bytes:
+                        raise BosResultError("A key of the final response is too long.")
+                    return False
+                try:
+                    node.key = loads(bytes(buf[self._pos : end + 1]))
+                except ValueError:
+                    raise _malformed("bad key") from None
+                self._pos = end + 1
+                node.state = "colon"
+                return True
+            if state == "colon":
+                if c != _COLON:
+                    raise _malformed(f"expected ':', found {chr(c)!r}")
+                self._pos += 1
+                node.state = "value"
+                return True
+            if state == "value":
+                assert node.key is not None
+                if not node.path:
+                    self._decide_kind(node.key)
+                return self._value(node, node.path + (node.key,), c)
+            # "next"
+            if c == _COMMA:
+                self._pos += 1
+                node.state = "key"
+                return True
+            if c == _RBRACE:
+                return self._close()
+            raise _malformed(f"expected ',' or '}}', found {chr(c)!r}")
+        # array
+        if state in ("first", "value"):
+            if c == _RBRACKET and state == "first":
+                return self._close()
+            return self._value(node, node.path + ("*",), c)
+        if c == _COMMA:
+            self._pos += 1
+            node.state = "value"
+            return True
+        if c == _RBRACKET:
+            return self._close()
+        raise _malformed(f"expected ',' or ']', found {chr(c)!r}")
+
+    def _decide_kind(self, key: str) -> None:
+        if self.kind is None:
+            if key == "result":
+                self.kind = "response"
+            elif key == "error":
+                self.kind = "error"
+            elif key == "method":
+                self.kind = "notification"
+
+    def _close(self) -> bool:
+        self._pos += 1
+        self._stack.pop()
+        if self._stack:
+            self._stack[-1].state = "next"
+        else:
+            self._done = True
+        return True
+
+    def _store(self, node: _Node, value: Any) -> None:
+        if node.is_obj:
+            node.container[node.key] = value
+        else:
+            node.container.append(value)
+        node.state = "next"
+
+    def _value(self, node: _Node, path: tuple[str, ...], c: int) -> bool:
+        action = self._plan.get(path, _CAPTURE)
+        if self.kind == "notification":
+            action = _CAPTURE
+        if action == _DESCEND and c in (_LBRACE, _LBRACKET):
+            is_obj = c == _LBRACE
+            container: Any = {} if is_obj else []
+            self._store(node, container)
+            self._pos += 1
+            self._stack.append(_Node(path, container, is_obj))
+            return True
+        if action == _RECORDS and c == _LBRACKET:
+            self.records_arrays += 1
+            if self.records_arrays > 1:
+                raise BosResultError(f"The final response holds more than one record array at {self.records_where}.")
+            self._store(node, [])
+            self._pos += 1
+            self._records = node
+            self._record_state = "first"
+            return True
+        if action == _TEXT and c == _QUOTE:
+            self._text = {"node": node, "excerpt": bytearray(), "escaped": False}
+            self._pos += 1
+            return True
+        self._scan = _ValueScan(self._pos, c)
+        self._scan_node = node
+        return self._finish_capture(False)
+
+    def _finish_capture(self, eof: bool) -> bool:
+        scan = self._scan
+        assert scan is not None
+        end = scan.run(self._buf, eof)
+        if end < 0:
+            if len(self._buf) - scan.start > self.max_value_bytes:
+                raise BosResultError(
+                    f"A value of the final response exceeds {self.max_value_bytes} bytes; "
+                    "raise max_event_bytes if such values are expected."
+                )
+            return False
+        raw = bytes(self._buf[scan.start : end])
+        try:
+            value = loads(raw)
+        except ValueError:
+            raise _malformed(f"a value does not parse: {raw[:60]!r}") from None
+        self._pos = end
+        self._scan = None
+        self._store(self._scan_node, value)
+        return True
+
+    def _skip_text(self) -> bool:
+        """Skip a content text string (keeping only an excerpt); False if more bytes are needed."""
+        text = self._text
+        assert text is not None
+        buf = self._buf
+        pos = self._pos
+        if text["escaped"]:
+            if pos >= len(buf):
+                return False
+            pos += 1
+            text["escaped"] = False
+        q = _text_end(buf, pos)
+        end = q if q >= 0 else len(buf)
+        excerpt: bytearray = text["excerpt"]
+        if len(excerpt) < _TEXT_EXCERPT:
+            excerpt += buf[self._pos : min(end, self._pos + _TEXT_EXCERPT - len(excerpt))]
+        if q < 0:
+            text["escaped"] = _odd_trailing_backslash(buf, pos)
+            self._pos = len(buf)
+            return False
+        self._pos = q + 1
+        self._text = None
+        self._store(text["node"], _decode_excerpt(bytes(excerpt)))
+        return True
+
+    # -- records ----------------------------------------------------------------------------
+
+    def _read_records(self, eof: bool) -> bool:
+        """Cut complete elements of the records array; False if more bytes are needed."""
+        buf = self._buf
+        while True:
+            if self._record_scan is not None:
+                scan = self._record_scan
+                end = scan.run(buf, eof)
+                if end < 0:
+                    if len(buf) - scan.start > self.max_value_bytes:
+                        raise BosResultError(
+                            f"A record of the final response exceeds {self.max_value_bytes} bytes."
+                        )
+                    return False
+                self._emit_one(bytes(buf[scan.start : end]))
+                self._record_scan = None
+                self._pos = end
+                self._record_state = "next"
+                if self._after_first_end is None and self._first_key is not None:
+                    self._after_first_end = end
+                continue
+            if not self._skip_ws():
+                return False
+            c = buf[self._pos]
+            state = self._record_state
+            if state == "next":
+                if c == _COMMA:
+                    self._pos += 1
+                    self._record_state = "value"
+                    continue
+                if c == _RBRACKET:
+                    self._pos += 1
+                    node = self._records
+                    assert node is not None
+                    self._records = None
+                    node.state = "next"
+                    return True
+                raise _malformed(f"expected ',' or ']' in the record array, found {chr(c)!r}")
+            if c == _RBRACKET and state == "first":
+                self._pos += 1
+                node = self._records
+                assert node is not None
+                self._records = None
+                node.state = "next"
+                return True
+            if c == _RBRACKET:
+                raise _malformed("a trailing comma in the record array")
+            if self._first_key is None and c == _LBRACE:
+                # Remember how the first record starts ("{" and its first key), to spot boundaries.
+                m = _NOT_WS.search(buf, self._pos + 1)
+                if m is not None and buf[m.start()] == _QUOTE:
+                    key_end = _string_end(buf, m.start() + 1)
+                    if key_end > 0:
+                        self._first_key = bytes(buf[self._pos : key_end + 1])
+            elif self._sep is None and self._after_first_end is not None and self._first_key is not None:
+                sep = bytes(buf[self._after_first_end : self._pos])
+                if buf.startswith(self._first_key, self._pos):
+                    self._sep = b"}" + sep + self._first_key
+            if self._sep is not None and self._batch():
+                continue
+            self._record_scan = _ValueScan(self._pos, c)
+
+    def _batch(self) -> bool:
+        """Parse all complete elements up to a guessed boundary in one call; False if no guess worked."""
+        buf, start, sep = self._buf, self._pos, self._sep
+        assert sep is not None
+        hi = len(buf)
+        for _ in range(_BATCH_ATTEMPTS):
+            cut = buf.rfind(sep, start, hi)
+            if cut < 0:
+                return False
+            chunk = bytearray(b"[")
+            chunk += buf[start : cut + 1]
+            chunk += b"]"
+            try:
+                items = loads(bytes(chunk))
+            except ValueError:
+                hi = cut  # inside a string or a nested value: try an earlier candidate
+                continue
+            self._out.extend(items)
+            self.records_seen += len(items)
+            self._pos = cut + 1
+            self._record_state = "next"
+            return True
+        return False
+
+    def _emit_one(self, raw: bytes) -> None:
+        try:
+            self._out.append(loads(raw))
+        except ValueError:
+            raise _malformed(f"record {self.records_seen} does not parse") from None
+        self.records_seen += 1
+
+
+def _decode_excerpt(raw: bytes) -> str:
+    """The start of a skipped text as a string (best effort; used only in error messages)."""
+    for cut in range(len(raw), max(len(raw) - 8, -1), -1):
+        try:
+            value = loads(b'"' + raw[:cut] + b'"')
+            return value if isinstance(value, str) else ""
+        except ValueError:
+            continue
+    return raw.decode("utf-8", "replace")
+
+
+class WireRecord(dict):  # type: ignore[type-arg]
+    """A record decoded from the wire's JSON text (a plain dict otherwise).
+
+    ``from_json = True`` tells the warehouse it holds no NaN/Infinity and only string keys, so it
+    may take its orjson fast path.
+    """
+
+    __slots__ = ()
+    from_json = True
