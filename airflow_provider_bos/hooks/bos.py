@@ -227,8 +227,12 @@ class BosHook(BaseHook):
         stream: bool = True,
         on_progress: Callable[[Any], None] | None = None,
         deadline_s: float | None = None,
+        stream_records: bool = False,
     ) -> Any:
         """Run a federated read; returns the authoritative ``FinalResult``.
+
+        With ``stream_records=True`` the final records are a one-shot iterator read from the open
+        response (constant memory); the result's metadata is available once they are consumed.
 
         ``via="auto"`` calls ``tool_name`` directly when it is a listed tool, else through
         ``bos_execute`` in ``context_handle`` (default: the connection's, else BOS's default).
@@ -241,6 +245,7 @@ class BosHook(BaseHook):
             stream=stream,
             on_progress=on_progress,
             deadline_s=deadline_s,
+            stream_records=stream_records,
         )
 
     def test_connection(self) -> tuple[bool, str]:

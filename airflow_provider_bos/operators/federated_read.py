@@ -7,8 +7,6 @@ and never written; only the final, identity-merged records are.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import threading
 import uuid
 from collections.abc import Sequence
@@ -17,24 +15,15 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias, BaseOperator
 
-from airflow_provider_bos.exceptions import BosError, BosPartialReadError, BosResultError
+from airflow_provider_bos.exceptions import BosPartialReadError
 from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.operators.progress import ProgressLogger
-from airflow_provider_bos.redaction import redact
+from airflow_provider_bos.sync import run_sync
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-__all__ = ["BosFederatedReadOperator", "arguments_hash"]
-
-KNOWN_COMPLETENESS = {"complete": "complete", "partial": "partial"}
-
-
-def arguments_hash(arguments: dict[str, Any]) -> str:
-    """A stable hash of the read's arguments, so audit rows of the same read can be grouped."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
+__all__ = ["BosFederatedReadOperator"]
 
 def alias_name(destination_conn_id: str, schema: str | None, table: str) -> str:
     return f"bos:{destination_conn_id}:{schema or ''}:{table}"
@@ -115,7 +104,7 @@ class BosFederatedReadOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_bos.hooks.connections import engine_for_connection
-        from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter, validate_identifier
+        from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter, hash_arguments, validate_identifier
 
         validate_identifier(self.destination_table, what="destination_table")
         if self.destination_schema:
@@ -141,7 +130,7 @@ class BosFederatedReadOperator(BaseOperator):
             conn_id=self.bos_conn_id,
             context_handle=self.context_handle,
             tool_name=self.tool_name,
-            arguments_hash=arguments_hash(self.arguments),
+            arguments_hash=hash_arguments(self.arguments),
             started_at=datetime.now(timezone.utc),
         )
         # Published first so a sensor can find the run even if this task fails.
@@ -150,66 +139,30 @@ class BosFederatedReadOperator(BaseOperator):
         hook = BosHook(self.bos_conn_id)
         with self._hook_lock:
             self._hook = hook
-        progress = ProgressLogger(self.log)
-        result = None
         try:
-            result = hook.federated_read(
-                self.tool_name,
-                self.arguments,
+            outcome = run_sync(
+                hook.federated_read,
+                writer,
+                run,
+                tool_name=self.tool_name,
+                arguments=self.arguments,
+                logger=self.log,
                 context_handle=self.context_handle,
                 via=self.via,
                 stream=self.stream,
-                on_progress=progress,
+                on_progress=ProgressLogger(self.log),
                 deadline_s=self.read_deadline.total_seconds(),
             )
-            if result.context is not None:
-                run.context_handle = result.context.context_handle
-            status = KNOWN_COMPLETENESS.get(result.completeness)
-            if status is None:
-                # Fail closed: a completeness we do not know cannot be trusted as complete.
-                raise BosResultError(f"Unknown completeness {result.completeness!r} in the final result.")
-            for warning in result.warnings:
-                self.log.warning("BOS final result cross-check: %s", warning)
-            counts = writer.write_run(
-                run,
-                result.records,
-                completeness=result.completeness,
-                status=status,
-                result_count=result.result_count,
-                source_errors=[e.model_dump(mode="json") for e in result.source_errors],
-                source_summary=result.observations.summary(),
-                provisional_records=result.observations.provisional_records,
-                provisional_pages=result.observations.pages,
-                default_observed_at=result.metadata.observed_at,
-            )
-        except BaseException as exc:
-            self._audit_failure(writer, run, exc, result)
-            raise
         finally:
             with self._hook_lock:
                 self._hook = None
             hook.close()
 
-        summary = {
-            "run_id": run.run_id,
-            "status": status,
-            "completeness": result.completeness,
-            "result_count": result.result_count,
-            "inserted": counts.inserted,
-            "updated": counts.updated,
-            "unchanged": counts.unchanged,
-            "skipped_stale": counts.skipped_stale,
-            "duplicates": counts.duplicates,
-            "provisional_records": result.observations.provisional_records,
-            "source_errors": [
-                {"source": f"{e.source.source_type}/{e.source.source_identity}", "code": e.error.code}
-                for e in result.source_errors
-            ],
-            "destination": writer.destination_table,
-        }
+        summary = outcome.summary(writer.destination_table)
+        status, counts = outcome.status, outcome.counts
         self.log.info(
             "BOS sync %s: %s, %s final records -> %s (inserted %d, updated %d, unchanged %d, stale %d)",
-            run.run_id, status, result.result_count, writer.destination_table,
+            run.run_id, status, summary["result_count"], writer.destination_table,
             counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale,
         )
         self._emit_asset_event(context, engine, summary)
@@ -226,20 +179,6 @@ class BosFederatedReadOperator(BaseOperator):
                 + "); the partial records were landed and audited."
             )
         return summary
-
-    def _audit_failure(self, writer: Any, run: Any, exc: BaseException, result: Any) -> None:
-        """Write the ``failed`` audit row; never let a failure to audit hide the original error."""
-        observations = result.observations if result is not None else getattr(exc, "observations", None)
-        try:
-            writer.record_failure(
-                run,
-                error=_failure_message(exc),
-                source_summary=observations.summary() if observations is not None else [],
-                provisional_records=getattr(observations, "provisional_records", 0),
-                provisional_pages=getattr(observations, "pages", 0),
-            )
-        except Exception as audit_exc:  # the database may be what failed
-            self.log.error("Could not write the failed audit row for run %s: %s", run.run_id, audit_exc)
 
     def on_kill(self) -> None:
         """Close the stream; the server sees the disconnect and cancels the call."""
@@ -298,10 +237,3 @@ class BosFederatedReadOperator(BaseOperator):
         )
         return OperatorLineage(inputs=[bos_input], outputs=[output])
 
-
-def _failure_message(exc: BaseException) -> str:
-    """The audit row's error text: the error type and a bounded, secret-scrubbed message."""
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        return f"{type(exc).__name__}: the task was interrupted"
-    limit = 2000 if isinstance(exc, BosError) else 500
-    return redact(f"{type(exc).__name__}: {str(exc)[:limit]}")
