@@ -1,0 +1,567 @@
+"""``bench/run``: plan the measurements, run each in its own process, print ONE table, set the exit code.
+
+Exit status: 0 every selected target passed; 1 a target failed or a measurement it needs errored;
+2 nothing failed but some target could not be measured (e.g. our path "not available yet");
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import signal
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.data import ScenarioParams, final_record_count, scenario
+from bench.procs import ChildFailed, ReferenceServerProcess, ReplayProcess, run_child
+
+DIALECTS = ("postgres", "sqlite", "mysql")
+TARGETS = ("P1", "P2", "P3", "P4")
+DEFAULT_URLS = {
+    "postgres": os.environ.get("BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    "mysql": os.environ.get("BENCH_MYSQL_URL", "mysql+pymysql://root:@127.0.0.1:3306/test?charset=utf8mb4"),
+}
+
+# Targets (issue 6).
+P1_VS_COPY = 0.6
+P1_VS_NAIVE = 2.0
+P2_MAX_RATIO = 1.3
+P2_MAX_MIB = 300.0
+P2_FULL_SIZE = 1_000_000
+P3_SPEEDUP = 2.0
+P4_MB_S = 200.0
+
+
+@dataclass
+class Row:
+    """One line of the table."""
+
+    target: str  # "P1".."P4", or "-" for a figure reported without a target
+    name: str
+    db: str = "-"
+    records: int | None = None
+    seconds: float | None = None
+    mbytes: float | None = None  # MB (10^6 bytes) moved: wire bytes (sync), row payload (baselines), stream (SSE)
+    rss_mib: float | None = None
+    vs_copy: float | None = None
+    vs_naive: float | None = None
+    goal: str = ""
+    check: str = ""
+    result: str = ""  # PASS | FAIL | N/A | ERROR | "" (figure only)
+    note: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float | None:
+        return self.records / self.seconds if self.records and self.seconds else None
+
+    @property
+    def mb_s(self) -> float | None:
+        return self.mbytes / self.seconds if self.mbytes and self.seconds else None
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(rows: list[Row]) -> str:
+    headers = ("target", "measurement", "db", "records", "time s", "records/s", "MB/s", "peak RSS MiB",
+               "vs COPY/raw", "vs naive", "goal", "observed", "result")
+    table = [headers]
+    for r in rows:
+        table.append((
+            r.target, r.name, r.db, _fmt(r.records, ","), _fmt(r.seconds, ".2f"), _fmt(r.rate, ",.0f"),
+            _fmt(r.mb_s, ".1f"), _fmt(r.rss_mib, ".0f"),
+            "-" if r.vs_copy is None else f"{r.vs_copy:.2f}x", "-" if r.vs_naive is None else f"{r.vs_naive:.2f}x",
+            r.goal or "-", r.check or "-", r.result or "-",
+        ))
+    widths = [max(len(str(line[i])) for line in table) for i in range(len(headers))]
+    numeric = {3, 4, 5, 6, 7, 8, 9}
+    out = []
+    for n, line in enumerate(table):
+        cells = [str(c).rjust(widths[i]) if i in numeric else str(c).ljust(widths[i]) for i, c in enumerate(line)]
+        out.append("  ".join(cells).rstrip())
+        if n == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    records: int
+    records_min: int
+    records_max: int
+    dialects: list[str]
+    targets: list[str]
+    style: str
+    sources: int
+    shared_people: int
+    sse_mb: int
+    notifications: int
+    notification_records: int
+    urls: dict[str, str]
+    profile: Path | None
+    timeout_s: float
+    json_out: Path | None = None
+    quick: bool = False
+    feed: str = "replay"
+
+    def params(self, records: int) -> ScenarioParams:
+        shared = min(self.shared_people, records // max(self.sources, 1))
+        return ScenarioParams(records=records, sources=self.sources, shared_people=shared)
+
+
+class Bench:
+    def __init__(self, config: Config, workdir: Path) -> None:
+        self.config = config
+        self.workdir = workdir
+        self.rows: list[Row] = []
+        self.server: ReferenceServerProcess | None = None
+        self.replay: ReplayProcess | None = None
+        self._primed: set[int] = set()
+        self.token: str | None = None
+        self.notes: list[str] = []
+        self._tables: list[tuple[str, str]] = []  # (url, table) to drop at the end
+        self._current_records: int | None = None
+
+    # -- infrastructure ------------------------------------------------------------------------
+    def _live(self, params: ScenarioParams) -> str:
+        """The reference server, serving ``params``' scenario; returns its MCP URL."""
+        from bench.grant import mint_access_token
+
+        doc = scenario(params).model_dump_json()
+        if self.server is None:
+            self.server = ReferenceServerProcess(doc, self.workdir)
+            self.server.start()
+            self.token = mint_access_token(self.server.mcp_url)
+        elif self._current_records != params.records:
+            self.server.set_scenario(doc)
+            if self.replay is not None:
+                self.replay.reset()
+            self._primed.clear()
+        self._current_records = params.records
+        return self.server.mcp_url
+
+    def _feed(self, params: ScenarioParams) -> str:
+        """The MCP URL a sync reads from: the live server, or the primed replay feed in front of it."""
+        live = self._live(params)
+        if self.config.feed == "live":
+            return live
+        if self.replay is None:
+            self.replay = ReplayProcess(live, self.workdir)
+            self.replay.start()
+        if params.records not in self._primed:
+            # Priming read (untimed): the replay feed captures the server's bytes for this scenario.
+            result = self._child("drain", {"mcp_url": self.replay.url, "style": self.config.style, "records": 0},
+                                 env={"BENCH_BEARER_TOKEN": self.token or ""})
+            if "error" in result:
+                raise RuntimeError(f"priming the replay feed failed: {result['error']}")
+            self._primed.add(params.records)
+        return self.replay.url
+
+    def _table(self, url: str, role: str) -> str:
+        name = f"bench_{role}_{secrets.token_hex(4)}"
+        self._tables.append((url, name))
+        return name
+
+    def drop_tables(self) -> None:
+        import sqlalchemy as sa
+
+        by_url: dict[str, list[str]] = {}
+        for url, name in self._tables:
+            by_url.setdefault(url, []).append(name)
+        for url, names in by_url.items():
+            try:
+                engine = sa.create_engine(url)
+                with engine.begin() as conn:
+                    for name in names:
+                        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {engine.dialect.identifier_preparer.quote(name)}")
+                engine.dispose()
+            except Exception as exc:  # cleanup must not hide the results
+                self.notes.append(f"cleanup of {names} on {url.split('@')[-1]} failed: {exc}")
+        self._tables.clear()
+
+    def close(self) -> None:
+        try:
+            self.drop_tables()
+        finally:
+            if self.replay is not None:
+                self.replay.stop()
+            if self.server is not None:
+                self.server.stop()
+
+    def _child(self, kind: str, spec: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, Any]:
+        try:
+            return run_child(kind, spec, timeout_s=self.config.timeout_s, env=env)
+        except ChildFailed as exc:
+            tail = exc.detail.strip().splitlines()[-1:] or [""]
+            return {"error": f"{exc} {tail[0][:200]}"}
+
+    # -- measurements --------------------------------------------------------------------------
+    def baseline(self, dialect: str, kind: str, records: int) -> Row:
+        url = self.config.urls[dialect]
+        label = {"raw": "baseline: COPY (psycopg)" if dialect == "postgres" else "baseline: raw executemany",
+                 "naive": "baseline: naive upsert, 5k chunks"}[kind]
+        row = Row("-", label, dialect)
+        table = self._table(url, kind)
+        result = self._child("baseline", {"dialect": dialect, "kind": kind, "url": url, "table": table,
+                                          "scenario": self.config.params(records).as_dict()})
+        return self._fill(row, result, bytes_key="payload_bytes", expect=records)
+
+    def sync(self, dialect: str, records: int, table: str, audit: str, label: str) -> Row:
+        row = Row("-", label, dialect)
+        params = self.config.params(records)
+        try:
+            feed = self._feed(params)
+        except Exception as exc:
+            row.result, row.note = "ERROR", f"feed: {exc}"
+            return row
+        misses = self._replay_misses()
+        spec = {"mcp_url": feed, "url": self.config.urls[dialect], "table": table, "audit_table": audit,
+                "style": self.config.style}
+        if self.config.profile is not None:
+            slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
+            spec["profile"] = str(self.config.profile / f"{slug}-{dialect}-{records}-{secrets.token_hex(2)}")
+        result = self._child("sync", spec, env={"BENCH_BEARER_TOKEN": self.token or ""})
+        self._fill(row, result, bytes_key="wire_bytes", expect=final_record_count(params))
+        if misses is not None and self._replay_misses() != misses:
+            row.note = (row.note + "; " if row.note else "") + (
+                "replay MISS: this timed run included a live read (its request differs from the priming read)")
+        return row
+
+    def _replay_misses(self) -> int | None:
+        if self.replay is None or self.config.feed != "replay":
+            return None
+        try:
+            return int(self.replay.stats()["misses"])
+        except Exception:  # a dead replay process shows up as the sync's own error
+            return -1
+
+    def drain(self, records: int, *, replay: bool) -> Row:
+        row = Row("-", "ceiling: replay feed, drained" if replay else "ceiling: live server, drained", "-")
+        params = self.config.params(records)
+        try:
+            url = self._feed(params) if replay else self._live(params)
+        except Exception as exc:
+            row.result, row.note = "ERROR", f"feed: {exc}"
+            return row
+        result = self._child("drain", {"mcp_url": url, "style": self.config.style,
+                                       "records": final_record_count(params)},
+                             env={"BENCH_BEARER_TOKEN": self.token or ""})
+        return self._fill(row, result, bytes_key="wire_bytes")
+
+    def _fill(self, row: Row, result: dict[str, Any], *, bytes_key: str, expect: int | None = None) -> Row:
+        row.raw = result
+        row.rss_mib = result.get("peak_rss_mib")
+        if "unavailable" in result:
+            row.result, row.note = "N/A", result["unavailable"]
+            return row
+        if "error" in result:
+            row.result, row.note = "ERROR", result["error"]
+            return row
+        row.records = result.get("records")
+        row.seconds = result.get("seconds")
+        row.mbytes = result[bytes_key] / 1e6 if result.get(bytes_key) else None
+        loaded = result.get("loaded")
+        if expect is not None and row.records != expect:
+            row.result, row.note = "ERROR", f"got {row.records} records, expected {expect}"
+        elif loaded is not None and loaded != row.records:
+            row.result, row.note = "ERROR", f"table holds {loaded} rows after loading {row.records}"
+        return row
+
+
+def _ok(row: Row | None) -> bool:
+    return row is not None and row.result not in ("N/A", "ERROR") and row.seconds is not None
+
+
+def _judge(row: Row, needed: list[Row | None], *, correct: bool, fast: bool, quick: bool) -> None:
+    """Set ``row.result``: ERROR/N/A if a needed measurement is missing, FAIL if incorrect, else by speed.
+
+    With ``--quick`` the sizes are too small for timing targets: they show as PASS*/MISS* and only
+    correctness can fail the run.
+    """
+    present = [r for r in needed if r is not None]
+    if any(r.result == "ERROR" for r in present):
+        row.result = "ERROR"
+    elif any(r.result == "N/A" for r in present) or len(present) < len(needed):
+        row.result = "N/A"
+    elif not correct:
+        row.result = "FAIL"
+    elif quick:
+        row.result = "PASS*" if fast else "MISS*"
+    else:
+        row.result = "PASS" if fast else "FAIL"
+
+
+def _add_note(row: Row, note: str) -> None:
+    row.note = f"{row.note}; {note}" if row.note else note
+
+
+def run_p4(config: Config, bench: Bench) -> None:
+    line = bench._child("sse-line", {"megabytes": config.sse_mb})
+    r = bench._fill(Row("P4", f"SSE parser: {config.sse_mb} MB data line"), line, bytes_key="bytes")
+    r.goal = f">={P4_MB_S:.0f} MB/s, intact"
+    if _ok(r):
+        r.check = f"{r.mb_s:.0f} MB/s, {line['detail']}"
+        _judge(r, [r], correct=line["intact"], fast=r.mb_s >= P4_MB_S, quick=config.quick)
+    bench.rows.append(r)
+    notes = bench._child("sse-notifications", {"count": config.notifications,
+                                               "records_per_page": config.notification_records})
+    r = bench._fill(Row("P4", f"SSE parser: {config.notifications:,} notifications"), notes, bytes_key="bytes")
+    r.goal = "none dropped/reordered"
+    if _ok(r):
+        r.records = notes["events"]
+        r.check = notes["detail"]
+        _judge(r, [r], correct=notes["intact"], fast=True, quick=False)
+    bench.rows.append(r)
+
+
+def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row], want: set[str]) -> Row | None:
+    """Baselines, first sync and re-run on one dialect; returns the first sync row (P2 reuses it)."""
+    is_pg = dialect == "postgres"
+    url = config.urls[dialect]
+    rows = bench.rows
+    raw = naive = first = second = None
+    if "P1" in want or not is_pg:
+        raw = bench.baseline(dialect, "raw", config.records)
+        naive = bench.baseline(dialect, "naive", config.records)
+        rows += [raw, naive]
+        if _ok(raw) and _ok(naive):
+            naive.vs_copy = naive.rate / raw.rate
+        for ceiling in ceilings if is_pg else []:
+            if _ok(ceiling) and _ok(raw):  # the most any client can reach from that feed, vs COPY
+                ceiling.vs_copy = ceiling.rate / raw.rate
+    if {"P1", "P3"} & want or (is_pg and "P2" in want and config.records_max == config.records):
+        table, audit = bench._table(url, "sync"), bench._table(url, "audit")
+        try:
+            first = bench.sync(dialect, config.records, table, audit, "sync: first run (empty table)")
+            rows.append(first)
+            if "P3" in want:
+                second = bench.sync(dialect, config.records, table, audit, "sync: re-run, unchanged data")
+                rows.append(second)
+        finally:
+            bench.drop_tables()
+    inserted_all = False
+    if _ok(first):
+        inserted = first.raw["counts"].get("inserted")
+        inserted_all = inserted == first.records
+        if not inserted_all:
+            _add_note(first, f"first run into an empty table inserted {inserted}, not {first.records}")
+        if _ok(raw):
+            first.vs_copy = first.rate / raw.rate
+        if _ok(naive):
+            first.vs_naive = first.rate / naive.rate
+    if first is not None and is_pg and "P1" in want:
+        first.target = "P1"
+        first.goal = f">={P1_VS_COPY}x COPY, >={P1_VS_NAIVE:.0f}x naive"
+        fast = (first.vs_copy or 0) >= P1_VS_COPY and (first.vs_naive or 0) >= P1_VS_NAIVE
+        if first.vs_copy is not None and first.vs_naive is not None:
+            first.check = f"{first.vs_copy:.2f}x / {first.vs_naive:.2f}x"
+        _judge(first, [first, raw, naive], correct=inserted_all, fast=fast, quick=config.quick)
+    if second is not None:
+        second.goal = f">={P3_SPEEDUP:.0f}x faster, 0 rewritten"
+        speedup = rewritten = None
+        if _ok(second):
+            counts = second.raw["counts"]
+            rewritten = counts.get("inserted", 0) + counts.get("updated", 0)
+            if _ok(first):
+                speedup = first.seconds / second.seconds
+            second.check = (f"{speedup:.2f}x faster, " if speedup else "") + f"{rewritten} rewritten"
+            if _ok(raw):
+                second.vs_copy = second.rate / raw.rate
+        if is_pg:
+            second.target = "P3"
+            _judge(second, [first, second], correct=rewritten == 0,
+                   fast=speedup is not None and speedup >= P3_SPEEDUP, quick=config.quick)
+    return first
+
+
+def run_p2(config: Config, bench: Bench, first_pg: Row | None) -> None:
+    url = config.urls["postgres"]
+    p2: list[Row] = []
+    for size in (config.records_min, config.records_max):
+        if size == config.records and first_pg is not None:
+            p2.append(first_pg)
+            continue
+        table, audit = bench._table(url, "p2"), bench._table(url, "p2audit")
+        try:
+            r = bench.sync("postgres", size, table, audit, f"sync: memory at {size:,}")
+        finally:
+            bench.drop_tables()
+        bench.rows.append(r)
+        p2.append(r)
+    small, big = p2
+    row = Row("P2", f"sync peak RSS at {config.records_max:,} vs {config.records_min:,}", "postgres")
+    row.goal = f"<={P2_MAX_RATIO}x and <={P2_MAX_MIB:.0f} MiB @1M"
+    fast = False
+    if _ok(small) and _ok(big) and small.rss_mib and big.rss_mib:
+        ratio = big.rss_mib / small.rss_mib
+        row.rss_mib = big.rss_mib
+        row.check = f"{ratio:.2f}x, {big.rss_mib:.0f} MiB"
+        fast = ratio <= P2_MAX_RATIO and big.rss_mib <= P2_MAX_MIB
+        if config.records_max < P2_FULL_SIZE:
+            _add_note(row, f"proxy: measured at {config.records_max:,}; the target is at 1M (--records-max 1000000)")
+    _judge(row, [small, big], correct=True, fast=fast, quick=config.quick)
+    bench.rows.append(row)
+
+
+def run(config: Config, bench: Bench) -> None:
+    want = set(config.targets)
+    if "P4" in want:
+        run_p4(config, bench)
+    ceilings: list[Row] = []
+    if {"P1", "P3"} & want:
+        ceilings.append(bench.drain(config.records, replay=False))
+        if config.feed == "replay":
+            ceilings.append(bench.drain(config.records, replay=True))
+        bench.rows.extend(ceilings)
+    first_pg = None
+    for dialect in config.dialects:
+        if {"P1", "P3"} & want or (dialect == "postgres" and "P2" in want):
+            first = run_dialect(config, bench, dialect, ceilings, want)
+            if dialect == "postgres":
+                first_pg = first
+    # P2 last: its other scenario sizes would otherwise re-prime the replay feed in between.
+    if "P2" in want and "postgres" in config.dialects:
+        run_p2(config, bench, first_pg)
+
+
+# --- entry point -----------------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def parse_args(argv: list[str] | None) -> Config:
+    p = argparse.ArgumentParser(prog="bench/run", description="Benchmark the BOS sync against raw and naive baselines.")
+    p.add_argument("--records", type=int, default=None, help="P1/P3 size and SQLite/MySQL size (default 200000)")
+    p.add_argument("--records-min", type=int, default=None, help="P2 small size (default 100000)")
+    p.add_argument("--records-max", type=int, default=None,
+                   help="P2 large size (default 200000 as a proxy; the target is at 1000000)")
+    p.add_argument("--quick", action="store_true", help="small sizes: a smoke run well under a minute")
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma list of P1,P2,P3,P4")
+    p.add_argument("--dialects", default=",".join(DIALECTS), help="comma list of postgres,sqlite,mysql")
+    p.add_argument("--style", choices=("execute", "direct"), default="execute",
+                   help="read people.search via bos_execute (default) or the direct search_people tool")
+    p.add_argument("--feed", choices=("replay", "live"), default="replay",
+                   help="syncs read from the replay feed (the server's captured bytes at wire speed; default) "
+                        "or straight from the live reference server")
+    p.add_argument("--sources", type=int, default=4)
+    p.add_argument("--shared-people", type=int, default=0, help="people present in every source (merged in the final)")
+    p.add_argument("--sse-mb", type=int, default=None, help="P4 data line size in MB (default 100)")
+    p.add_argument("--notifications", type=int, default=10_000)
+    p.add_argument("--pg-url", default=DEFAULT_URLS["postgres"])
+    p.add_argument("--mysql-url", default=DEFAULT_URLS["mysql"])
+    p.add_argument("--profile", type=Path, default=None, help="run sync children under cProfile, write reports here")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON to this file")
+    p.add_argument("--timeout", type=float, default=3600.0, help="per-measurement timeout in seconds")
+    a = p.parse_args(argv)
+
+    quick = a.quick
+    records = a.records or (5_000 if quick else 200_000)
+    targets = [t.strip().upper() for t in a.targets.split(",") if t.strip()]
+    dialects = [d.strip().lower() for d in a.dialects.split(",") if d.strip()]
+    for t in targets:
+        if t not in TARGETS:
+            p.error(f"unknown target {t!r}; choose from {', '.join(TARGETS)}")
+    for d in dialects:
+        if d not in DIALECTS:
+            p.error(f"unknown dialect {d!r}; choose from {', '.join(DIALECTS)}")
+    if a.profile is not None:
+        a.profile.mkdir(parents=True, exist_ok=True)
+    cfg = Config(
+        records=records,
+        records_min=a.records_min or (2_000 if quick else 100_000),
+        records_max=a.records_max or (records if quick else max(records, 200_000)),
+        dialects=dialects,
+        targets=targets,
+        style=a.style,
+        sources=a.sources,
+        shared_people=a.shared_people,
+        sse_mb=a.sse_mb or (10 if quick else 100),
+        notifications=a.notifications,
+        notification_records=1 if quick else 5,
+        urls={"postgres": a.pg_url, "mysql": a.mysql_url, "sqlite": ""},
+        profile=a.profile.resolve() if a.profile else None,
+        timeout_s=a.timeout,
+        json_out=a.json,
+        quick=quick,
+        feed=a.feed,
+    )
+    return cfg
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    # Ctrl-C and SIGTERM both end the run through the same cleanup (also when started in the
+    # background, where the shell leaves SIGINT ignored).
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
+    workdir = Path(tempfile.mkdtemp(prefix="bos-bench-"))
+    config.urls["sqlite"] = f"sqlite:///{workdir / 'bench.db'}"
+    bench = Bench(config, workdir)
+    started = datetime.now(UTC)
+    header = (f"BOS bench {started:%Y-%m-%d %H:%M:%SZ}  commit {_git('rev-parse', '--short', 'HEAD')}"
+              f"{' (+uncommitted changes)' if _git('status', '--porcelain') else ''}  "
+              f"python {platform.python_version()}  {os.cpu_count()} CPUs  load {os.getloadavg()[0]:.2f}  "
+              f"feed={config.feed} style={config.style} sources={config.sources} shared_people={config.shared_people}")
+    print(header, flush=True)
+    print("running ... (each measurement in its own process; server in another)", flush=True)
+    t0 = time.monotonic()
+    interrupted = False
+    try:
+        run(config, bench)
+    except KeyboardInterrupt:
+        interrupted = True
+        print("\ninterrupted; cleaning up", file=sys.stderr)
+    finally:
+        bench.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(render(bench.rows))
+    for r in bench.rows:
+        if r.note:
+            print(f"  note [{r.target} {r.name} {r.db}]: {r.note}")
+    for n in bench.notes:
+        print(f"  note: {n}")
+    print("  MB/s: wire bytes received (sync, drain), row payload (baselines), stream bytes (SSE). "
+          "vs COPY/raw and vs naive: records/s ratios.")
+    if config.feed == "replay" and any(r.name.startswith("sync") for r in bench.rows):
+        print("  feed=replay: syncs read the reference server's captured response bytes, served at wire speed "
+              "(see 'ceiling' rows; --feed live reads the server directly).")
+    if any(r.result.endswith("*") for r in bench.rows):
+        print("  * --quick: sizes too small for timing targets; shown as PASS*/MISS*, only correctness is enforced.")
+    print(f"  elapsed {time.monotonic() - t0:.0f}s")
+    if config.json_out:
+        config.json_out.write_text(json.dumps({"header": header, "rows": [asdict(r) for r in bench.rows]}, indent=2,
+                                       default=str), encoding="utf-8")
+    if interrupted:
+        return 130
+    verdicts = [r.result for r in bench.rows if r.target != "-"]
+    if any(v in ("FAIL", "ERROR") for v in verdicts):
+        return 1
+    if any(v == "N/A" for v in verdicts):
+        return 2
+    return 0

@@ -1,0 +1,132 @@
+"""Our path, end to end: MCP federated read (streamed) -> WarehouseWriter, timed as one sync.
+
+Coded against INTERFACES.md B (``McpSession.federated_read`` -> ``FinalResult``) and D
+(``WarehouseWriter.write_run``). If those modules cannot be imported yet, :func:`sync_once`
+raises :class:`Unavailable` and the bench prints "not available yet" for the row.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from bench.grant import BearerAuth
+
+__all__ = ["CountingTransport", "Unavailable", "sync_once"]
+
+# What a sync reads: the bos_execute-wrapped operation, or the direct tool (same records).
+TOOLS = {"execute": "people.search", "direct": "search_people"}
+
+
+class Unavailable(Exception):
+    """The client core or the warehouse room is not importable (yet)."""
+
+
+class _CountingStream(httpx.SyncByteStream):
+    def __init__(self, inner: httpx.SyncByteStream, owner: CountingTransport) -> None:
+        self._inner = inner
+        self._owner = owner
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        for chunk in self._inner:
+            self._owner.received_bytes += len(chunk)
+            yield chunk
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class CountingTransport(httpx.HTTPTransport):
+    """Counts response body bytes (the wire MB/s of the sync)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.received_bytes = 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        assert isinstance(response.stream, httpx.SyncByteStream)
+        return httpx.Response(status_code=response.status_code, headers=response.headers,
+                              stream=_CountingStream(response.stream, self), extensions=response.extensions)
+
+
+@dataclass
+class _Core:
+    McpSession: Any
+    WarehouseWriter: Any
+    SyncRunInfo: Any
+    hash_arguments: Any
+
+
+def _load_core() -> _Core:
+    try:
+        from airflow_provider_bos.mcp import McpSession
+        from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter, hash_arguments
+    except Exception as exc:  # ImportError, or a half-written module failing at import time
+        raise Unavailable(f"not available yet ({type(exc).__name__}: {exc})") from exc
+    return _Core(McpSession, WarehouseWriter, SyncRunInfo, hash_arguments)
+
+
+def _sync(core: _Core, session: Any, writer: Any, run: Any, *, tool: str, via: str,
+          arguments: dict[str, Any], marks: dict[str, float]) -> tuple[Any, Any]:
+    """The sync itself: the operator core's steps, minus Airflow.
+
+    The same ``run_sync`` the operator runs (the rest of this module is plumbing: auth, byte
+    counting, timing).
+    """
+    from airflow_provider_bos.sync import run_sync
+
+    outcome = run_sync(session.federated_read, writer, run, tool_name=tool, arguments=arguments,
+                       via=via, stream=True)
+    marks["final_result"] = time.perf_counter()
+    return outcome.result, outcome.counts
+
+
+def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table: str,
+              style: str = "execute", arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One end-to-end sync; returns timings, wire bytes and the upsert counts.
+
+    Timed: session open + handshake, the streamed read, the warehouse transaction, session close.
+    Not timed: imports and engine creation.
+    """
+    import sqlalchemy as sa
+
+    core = _load_core()
+    tool = TOOLS[style]
+    arguments = dict(arguments or {})
+    engine = sa.create_engine(db_url)
+    transport = CountingTransport()
+    client = httpx.Client(transport=transport, timeout=httpx.Timeout(120.0), follow_redirects=False)
+    try:
+        writer = core.WarehouseWriter(engine, table=table, audit_table=audit_table)
+        run = core.SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="bench", tool_name=tool,
+                               arguments_hash=core.hash_arguments(arguments))
+        marks: dict[str, float] = {}
+        start = time.perf_counter()
+        with core.McpSession(mcp_url, auth=BearerAuth(token), http_client=client, timeout=120.0) as session:
+            result, counts = _sync(core, session, writer, run, tool=tool, via=style, arguments=arguments, marks=marks)
+        seconds = time.perf_counter() - start
+    finally:
+        client.close()
+        engine.dispose()
+    counts_dict = counts.as_dict() if hasattr(counts, "as_dict") else dict(vars(counts))
+    return {
+        # What reached the warehouse (every record the writer received), checked against the scenario.
+        "records": sum(int(v) for v in counts_dict.values()),
+        "result_count": result.result_count,
+        "seconds": seconds,
+        # Until the final frame is streamed into the warehouse, the FinalResult arrives only after
+        # the whole frame is parsed, so this splits read from write; afterwards it is ~ first byte.
+        "to_final_result_s": marks.get("final_result", start) - start,
+        "wire_bytes": transport.received_bytes,
+        "counts": counts_dict,
+        "completeness": result.completeness,
+        "streamed": bool(result.streamed),
+        "notifications": getattr(result.observations, "notifications", None),
+        "warnings": len(result.warnings),
+        "run_id": run.run_id,
+    }
