@@ -114,6 +114,8 @@ class BosHook(BaseHook):
         super().__init__(**kwargs)
         self.bos_conn_id = bos_conn_id
         self._session: Any = None
+        # Everything get_conn() opens, closed again by close(): pools must not wait for the GC.
+        self._resources: list[Callable[[], None]] = []
         _install_airflow_masker()
 
     # --- configuration -------------------------------------------------------------------------
@@ -128,10 +130,14 @@ class BosHook(BaseHook):
 
         cfg = self.config
         if cfg.token_store_conn_id:
-            target: Any = engine_for_connection(cfg.token_store_conn_id)
+            engine = engine_for_connection(cfg.token_store_conn_id)
+            self._resources.append(engine.dispose)
+            target: Any = engine
         else:
             target = cfg.token_store_url or default_token_store_url()
-        return SqlTokenStore(target, cipher=airflow_fernet_cipher())
+        store = SqlTokenStore(target, cipher=airflow_fernet_cipher())
+        self._resources.append(store.dispose)
+        return store
 
     def _auth(self, http_client: httpx.Client) -> httpx.Auth:
         from airflow_provider_bos.auth import ApiKeyAuth, OAuthGrantAuth, discover
@@ -159,6 +165,7 @@ class BosHook(BaseHook):
 
             cfg = self.config
             http_client = httpx.Client(timeout=cfg.timeout, follow_redirects=False)
+            self._resources.append(http_client.close)
             session = McpSession(
                 cfg.resource_url,
                 auth=self._auth(http_client),
@@ -171,9 +178,15 @@ class BosHook(BaseHook):
         return self._session
 
     def close(self) -> None:
-        if self._session is not None:
-            session, self._session = self._session, None
-            session.close()
+        """End the MCP session, then release the HTTP client and the token store's connections."""
+        session, self._session = self._session, None
+        resources, self._resources = self._resources, []
+        try:
+            if session is not None:
+                session.close()
+        finally:
+            for release in reversed(resources):
+                release()
 
     def cancel(self) -> None:
         """Close the in-flight stream (server-side cancel); safe from another thread."""

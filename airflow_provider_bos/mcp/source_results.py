@@ -172,7 +172,7 @@ class SourceResultsTracker:
             )
         if status == "error":
             code = error.get("code") if isinstance(error, Mapping) else None
-            if code not in SOURCE_ERROR_CODES:
+            if not isinstance(code, str) or code not in SOURCE_ERROR_CODES:
                 raise _violation(
                     "error-code",
                     f"{where} error code {code!r} is not one of {', '.join(sorted(SOURCE_ERROR_CODES))}.",
