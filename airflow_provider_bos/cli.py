@@ -16,12 +16,14 @@ Airflow's Fernet key); the ``auth`` core never imports it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import shlex
 import sys
 import time
 import webbrowser
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 from urllib.parse import parse_qsl, urljoin, urlsplit
@@ -141,6 +143,19 @@ def _same_target(url: str, redirect_uri: str) -> bool:
     return a.origin == b.origin and a.path == b.path
 
 
+@contextlib.contextmanager
+def _quiet_http_debug() -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in ("httpx", "httpcore")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(max(lg.getEffectiveLevel(), logging.INFO))
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def auto_follow(authorization_url: str, *, deliver: bool, timeout_s: float = 30.0) -> str | None:
     """Testing aid: follow the authorization URL with httpx instead of a browser.
 
@@ -150,7 +165,8 @@ def auto_follow(authorization_url: str, *, deliver: bool, timeout_s: float = 30.
     """
     redirect_uri = dict(parse_qsl(urlsplit(authorization_url).query)).get("redirect_uri", "")
     url = authorization_url
-    with httpx.Client(timeout=timeout_s) as browser:
+    # A browser's hops are not logged; httpcore's DEBUG lines would show the code in Location.
+    with _quiet_http_debug(), httpx.Client(timeout=timeout_s) as browser:
         for _ in range(10):
             response = browser.get(url, follow_redirects=False)
             location = response.headers.get("location")
