@@ -1,0 +1,447 @@
+"""Fault matrix, end to end: reference server fault -> BosFederatedReadOperator in dag.test() -> database.
+
+Every case asserts the three things a user relies on: the task outcome, the records table (exactly
+the final records, or byte-for-byte unchanged) and the audit row (status and a typed reason).
+The DAG is ``bos_test_faults`` (tests/airflow/dags/bos_test_faults.py): one read task, no sensor.
+Each test gets its own records table AND its own audit table, so tests on the shared PostgreSQL and
+MariaDB servers cannot see each other's rows.
+
+Records without ``record_ref`` and duplicate ``record_ref``s cannot be produced by a scenario; they
+are tested through ``McpSession.federated_read`` + ``WarehouseWriter`` over ``httpx.MockTransport``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_bos.auth import SqlTokenStore
+from airflow_provider_bos.exceptions import BosError, BosResultError
+from airflow_provider_bos.mcp import McpSession, RetryPolicy
+from airflow_provider_bos.testing.scenario import Scenario
+from airflow_provider_bos.warehouse import AuditReader, SyncRunInfo, WarehouseWriter
+
+from afhelpers import table_dump, task_states
+from bos_fault_helpers import BASE, audits, final_records, final_refs, scenario, seed_table, table_refs
+
+pytestmark = pytest.mark.airflow
+
+DAG_ID, DAG_FILE = "bos_test_faults", "bos_test_faults.py"
+
+both = pytest.mark.parametrize(
+    "warehouse_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)], indirect=True
+)
+all_three = pytest.mark.parametrize(
+    "warehouse_url",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)],
+    indirect=True,
+)
+
+
+@pytest.fixture()
+def faults_env(bos_airflow: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """``bos_airflow`` plus a private audit table (dropped afterwards)."""
+    audit = f"a_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("BOS_TEST_AUDIT_TABLE", audit)
+    env = {**bos_airflow, "audit": audit}
+    yield env
+    with env["engine"].begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))
+
+
+def run_faults(run_dag: Any, **env: str) -> Any:
+    return run_dag(DAG_ID, DAG_FILE, **env)
+
+
+def assert_failed_untouched(env: dict[str, Any], dag_run: Any, before: list[tuple], *, error_type: type[BaseException],
+                            mentions: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Task failed, table byte-for-byte unchanged, exactly one new audit row: failed, typed reason."""
+    assert task_states(dag_run) == {"sync": "failed"}
+    assert table_dump(env["engine"], env["table"]) == before
+    rows = [a for a in audits(env["engine"], env["audit"]) if a["dag_id"] == DAG_ID]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert row["status"] == "failed"
+    assert row["airflow_run_id"] == dag_run.run_id
+    assert (row["inserted"] or 0) == 0 and (row["updated"] or 0) == 0
+    message = row["error_message"] or ""
+    error_name = message.split(":", 1)[0]
+    # The audit row names the typed error: the class itself or a subclass of the expected one.
+    assert error_name.startswith("Bos"), message
+    assert _is_subclass_named(error_name, error_type), message
+    for needle in mentions:
+        assert needle.lower() in message.lower(), message
+    return row
+
+
+def _is_subclass_named(name: str, base: type[BaseException]) -> bool:
+    stack = [base]
+    while stack:
+        cls = stack.pop()
+        if cls.__name__ == name:
+            return True
+        stack.extend(cls.__subclasses__())
+    return False
+
+
+def assert_landed(env: dict[str, Any], dag_run: Any, sc: Scenario) -> dict[str, Any]:
+    assert task_states(dag_run) == {"sync": "success"}
+    assert table_refs(env["engine"], env["table"]) == final_refs(sc)
+    rows = [a for a in audits(env["engine"], env["audit"]) if a["dag_id"] == DAG_ID]
+    assert [r["status"] for r in rows] == ["complete"]
+    assert rows[0]["result_count"] == len(final_refs(sc))
+    return rows[0]
+
+
+# --- the stream ends without a usable final response ------------------------------------------------
+
+
+@both
+def test_drop_after_some_notifications_changes_nothing(faults_env, run_dag) -> None:
+    from airflow_provider_bos.exceptions import BosIncompleteStreamError
+
+    before = seed_table(faults_env)
+    faults_env["server"].set_scenario(scenario(drop_after_notifications=3))
+
+    dag_run = run_faults(run_dag)
+
+    row = assert_failed_untouched(faults_env, dag_run, before, error_type=BosIncompleteStreamError)
+    # The progress seen before the drop is kept in the audit row (3 notifications were delivered).
+    assert row["provisional_pages"] == 3
+
+
+@both
+def test_reset_in_the_middle_of_the_final_frame_changes_nothing(faults_env, run_dag) -> None:
+    from airflow_provider_bos.exceptions import BosIncompleteStreamError
+
+    before = seed_table(faults_env)
+    faults_env["server"].set_scenario(scenario(drop_mid_final=True))
+
+    dag_run = run_faults(run_dag)
+
+    assert_failed_untouched(faults_env, dag_run, before, error_type=BosIncompleteStreamError)
+
+
+@both
+def test_keepalive_only_stall_hits_the_deadline_and_cancels_the_call(faults_env, run_dag) -> None:
+    from airflow_provider_bos.exceptions import BosDeadlineExceeded
+
+    server = faults_env["server"]
+    before = seed_table(faults_env)
+    server.set_scenario(scenario(stall=True, keepalive_interval_ms=100))
+
+    dag_run = run_faults(run_dag, BOS_TEST_DEADLINE_S="3")
+
+    assert_failed_untouched(faults_env, dag_run, before, error_type=BosDeadlineExceeded, mentions=("deadline",))
+    # The client closed the stream: the server saw the call cancelled (not completed).
+    assert server.wait_for_cancelled_calls(1, timeout=10)
+    assert server.counters.completed_streams == 0
+
+
+# --- HTTP statuses -------------------------------------------------------------------------------
+
+
+@all_three
+@pytest.mark.parametrize("faults", [{"http_429": 2, "retry_after_s": 1}, {"http_503": 2}], ids=["429", "503"])
+def test_retryable_status_then_success(faults_env, run_dag, faults) -> None:
+    server = faults_env["server"]
+    sc = scenario(**faults)
+    server.set_scenario(sc)
+
+    dag_run = run_faults(run_dag)
+
+    row = assert_landed(faults_env, dag_run, sc)
+    assert row["inserted"] == len(final_refs(sc))
+    # The two refused attempts plus the successful one reached the server's tools/call handler.
+    assert server.counters.completed_streams == 1
+
+
+@both
+def test_retries_exhausted_is_a_clear_failure(faults_env, run_dag) -> None:
+    from airflow_provider_bos.exceptions import BosRetryableHttpError
+
+    before = seed_table(faults_env)
+    faults_env["server"].set_scenario(scenario(http_503=1000))
+
+    dag_run = run_faults(run_dag)
+
+    assert_failed_untouched(faults_env, dag_run, before, error_type=BosRetryableHttpError, mentions=("503",))
+    assert faults_env["server"].counters.completed_streams == 0
+
+
+# --- OAuth ---------------------------------------------------------------------------------------
+
+
+def seed_token_store(env: dict[str, Any], *, expires_in: float) -> SqlTokenStore:
+    """Install the minted grant WITH its access token in the connection's token store, as the connect
+    CLI leaves it, so a run needs no refresh unless the access token stops being usable."""
+    from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
+
+    server, grant = env["server"], env["grant"]
+    store = SqlTokenStore(f"sqlite:///{env['tmp'] / 'tokens.db'}", cipher=airflow_fernet_cipher())
+    store.seed("bos_default", client_id=grant["client_id"], token_endpoint=server.base_url + "/token",
+               resource=server.mcp_url, scope=grant["scope"], refresh_token=grant["refresh_token"],
+               access_token=grant["access_token"], expires_at=time.time() + expires_in)
+    return store
+
+
+@both
+def test_access_token_expiring_mid_run_is_refreshed_once_and_the_request_retried(faults_env, run_dag) -> None:
+    server = faults_env["server"]
+    seed_token_store(faults_env, expires_in=3600)
+    # The stored access token is refused after 3 authorized requests (discover, tools/list,
+    # bos_get_context): the federated tools/call itself gets the 401, the client refreshes once
+    # (rotating the refresh token) and retries it.
+    sc = scenario(expire_access_token_after_requests=3)
+    server.set_scenario(sc)
+    unauthorized_before = server.counters.unauthorized
+
+    dag_run = run_faults(run_dag)
+
+    assert_landed(faults_env, dag_run, sc)
+    assert server.counters.refreshes == 1
+    assert server.counters.unauthorized > unauthorized_before
+    assert server.counters.completed_streams == 1
+    assert server.counters.refresh_reuse_detected == 0 and server.counters.grants_revoked == 0
+
+
+@both
+def test_expired_stored_access_token_is_refreshed_exactly_once(faults_env, run_dag) -> None:
+    server = faults_env["server"]
+    # The stored access token expired since the last run: the client refreshes once before using
+    # it, and uses the new (1 h) token for the whole run.
+    store = seed_token_store(faults_env, expires_in=-1)
+    generation = store.load("bos_default").generation  # type: ignore[union-attr]
+    sc = scenario()
+    server.set_scenario(sc)
+
+    dag_run = run_faults(run_dag)
+
+    assert_landed(faults_env, dag_run, sc)
+    assert server.counters.refreshes == 1
+    grant = store.load("bos_default")
+    assert grant is not None and grant.generation == generation + 1
+    assert grant.refresh_token != faults_env["grant"]["refresh_token"]  # the rotated token was committed
+
+
+@both
+def test_revoked_refresh_token_fails_with_the_reconnect_command(faults_env, run_dag) -> None:
+    from airflow_provider_bos.exceptions import BosReconnectRequired
+
+    server = faults_env["server"]
+    before = seed_table(faults_env)
+    server.set_scenario(scenario())
+    server.revoke_grant_of(faults_env["grant"]["refresh_token"])
+
+    dag_run = run_faults(run_dag)
+
+    assert_failed_untouched(faults_env, dag_run, before, error_type=BosReconnectRequired,
+                            mentions=("airflow-provider-bos connect", "--conn-id bos_default"))
+    assert server.counters.tool_calls == 0
+
+
+# --- the database fails in the middle of the upsert --------------------------------------------------
+
+
+@all_three
+def test_database_error_in_the_upsert_rolls_everything_back(faults_env, run_dag) -> None:
+    engine, table = faults_env["engine"], faults_env["table"]
+    sc = scenario(revision=1)
+    records = final_records(sc)
+    # Old state: every record but a few, at revision 0. The new read updates some of them AND
+    # inserts the missing ones; the table rejects one of the inserts (a constraint the user added).
+    old = [r for r in final_records(BASE) if r["record_ref"] not in {x["record_ref"] for x in records[-3:]}]
+    before = seed_table(faults_env, old)
+    rejected = records[-1]["record_ref"]
+    assert "'" not in rejected
+    dialect = engine.dialect.name
+    with engine.begin() as conn:
+        if dialect == "sqlite":
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER {table}_reject BEFORE INSERT ON {table} WHEN NEW.record_ref = '{rejected}' "
+                "BEGIN SELECT RAISE(ABORT, 'bos test: record rejected'); END"
+            )
+        else:
+            conn.exec_driver_sql(
+                f"ALTER TABLE {table} ADD CONSTRAINT {table}_reject CHECK (record_ref <> '{rejected}')"
+            )
+    server = faults_env["server"]
+    server.set_scenario(sc)
+
+    dag_run = run_faults(run_dag)
+
+    from airflow_provider_bos.exceptions import BosWarehouseError
+
+    row = assert_failed_untouched(faults_env, dag_run, before, error_type=BosWarehouseError,
+                                  mentions=("rolled back",))
+    assert server.counters.completed_streams == 1  # the read itself succeeded
+    assert row["status"] == "failed"
+
+
+# --- the final response is wrong -----------------------------------------------------------------------
+
+
+@both
+@pytest.mark.parametrize(
+    ("faults", "error_name", "mentions"),
+    [
+        ({"final_id_override": "someone-else"}, "BosProtocolError", ("id",)),
+        ({"final_error": {"code": -32603, "message": "federation exploded"}}, "BosJsonRpcError",
+         ("-32603", "federation exploded")),
+        ({"malformed_final": True}, "BosResultError", ("result",)),
+    ],
+    ids=["other-id", "jsonrpc-error", "malformed"],
+)
+def test_bad_final_response_is_a_typed_failure(faults_env, run_dag, faults, error_name, mentions) -> None:
+    import airflow_provider_bos.exceptions as errors
+
+    before = seed_table(faults_env)
+    faults_env["server"].set_scenario(scenario(**faults))
+
+    dag_run = run_faults(run_dag)
+
+    assert_failed_untouched(faults_env, dag_run, before, error_type=getattr(errors, error_name), mentions=mentions)
+
+
+# --- records without record_ref, duplicate record_refs (session level, MockTransport) -----------------
+
+URL = "https://bos.example/mcp/apps/bos/platform"
+EXT = "bos/source-results/v1"
+CAPS = {"tools": {}, "experimental": {EXT: {"pageSize": 100, "maxConcurrentSources": 8, "contractUri": "x"}}}
+CRM = {"source_type": "crm", "source_identity": "crm-eu"}
+
+
+def _record(ref: str | None, *, observed_at: str, name: str) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "display_name": name, "email": None, "phone": None, "lifecycle": None, "identity_match": None,
+        "attributes": {"n": name},
+        "sources": [{**CRM, "external_id": name, "record_type": "person", "observed_at": observed_at,
+                     "capabilities": ["read"], "version": None}],
+    }
+    if ref is not None:
+        rec["record_ref"] = ref
+    return rec
+
+
+class _FakeBos:
+    """Answers a 2025-era session; the federated read streams one page then the given final records."""
+
+    def __init__(self, final_records_: list[dict[str, Any]]) -> None:
+        self.final_records = final_records_
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        if request.method == "DELETE":
+            return httpx.Response(200)
+        body = json.loads(request.content)
+        method, rid = body.get("method"), body.get("id")
+        if method == "initialize":
+            return _ok(rid, {"protocolVersion": "2025-11-25", "capabilities": CAPS,
+                             "serverInfo": {"name": "fake", "version": "1"}}, {"mcp-session-id": "s1"})
+        if method == "notifications/initialized":
+            return httpx.Response(202)
+        if method == "tools/list":
+            return _ok(rid, {"tools": [{"name": "search_people", "inputSchema": {"type": "object"}}]})
+        assert method == "tools/call", method
+        structured = {"result": self.final_records,
+                      "metadata": {"completeness": "complete", "result_count": len(self.final_records),
+                                   "observed_at": "2026-10-08T12:00:00Z"}}
+        final = {"jsonrpc": "2.0", "id": rid, "result": {
+            "content": [{"type": "text", "text": json.dumps(structured)}], "structuredContent": structured,
+            "isError": False}}
+        note = {"jsonrpc": "2.0", "method": "notifications/bos/source_result",
+                "params": {"requestId": rid, "sequence": 1, "pageIndex": 0, "source": CRM, "records": [],
+                           "status": "complete"}}
+        payload = b"".join(b"event: message\ndata: " + json.dumps(m).encode() + b"\n\n" for m in (note, final))
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=payload)
+
+
+def _ok(rid: Any, result: dict, headers: dict | None = None) -> httpx.Response:
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": rid, "result": result}, headers=headers)
+
+
+def _read_and_write(final: list[dict[str, Any]], engine: sa.Engine, table: str, audit: str) -> Any:
+    """What the operator does, minus Airflow: federated_read, then write_run of the final records."""
+    session = McpSession(URL, http_client=httpx.Client(transport=httpx.MockTransport(_FakeBos(final))),
+                         era="2025-11-25", retry=RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0,
+                                                             backoff_max_s=0))
+    writer = WarehouseWriter(engine, table=table, audit_table=audit)
+    writer.ensure_tables()
+    run = SyncRunInfo(run_id=str(uuid.uuid4()), dag_id="d", task_id="t", airflow_run_id="r", conn_id="bos_default",
+                      context_handle=None, tool_name="search_people", arguments_hash="h",
+                      started_at=datetime.now(timezone.utc))
+    with session:
+        try:
+            result = session.federated_read("search_people", {"query": "x"}, via="direct")
+            counts = writer.write_run(run, result.records, completeness=result.completeness, status="complete",
+                                      result_count=result.result_count, source_errors=[],
+                                      source_summary=result.observations.summary(),
+                                      provisional_records=result.observations.provisional_records,
+                                      provisional_pages=result.observations.pages,
+                                      default_observed_at=result.metadata.observed_at)
+        except BosError as exc:
+            writer.record_failure(run, error=f"{type(exc).__name__}: {exc}")
+            raise
+    return run, counts
+
+
+@all_three
+def test_record_without_record_ref_is_a_typed_error_and_nothing_is_written(warehouse_url, unique_table) -> None:
+    engine = sa.create_engine(warehouse_url)
+    audit = f"a_{uuid.uuid4().hex[:12]}"
+    try:
+        good = [_record(f"bos:person:{i}", observed_at="2026-10-08T12:00:00Z", name=f"p{i}") for i in range(5)]
+        _read_and_write(good, engine, unique_table, audit)
+        before = table_dump(engine, unique_table)
+        bad = [_record(f"bos:person:{i}", observed_at="2026-10-09T12:00:00Z", name=f"q{i}") for i in range(5)]
+        bad.insert(3, _record(None, observed_at="2026-10-09T12:00:00Z", name="no-ref"))
+
+        with pytest.raises(BosResultError, match="record_ref"):
+            _read_and_write(bad, engine, unique_table, audit)
+
+        assert table_dump(engine, unique_table) == before
+        statuses = [a["status"] for a in audits(engine, audit)]
+        assert statuses == ["complete", "failed"]
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {unique_table}"))
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))
+        engine.dispose()
+
+
+@all_three
+def test_duplicate_record_refs_are_counted_and_the_latest_observation_wins(warehouse_url, unique_table) -> None:
+    engine = sa.create_engine(warehouse_url)
+    audit = f"a_{uuid.uuid4().hex[:12]}"
+    try:
+        final = [
+            _record("bos:person:a", observed_at="2026-10-08T12:00:00Z", name="a-old"),
+            _record("bos:person:b", observed_at="2026-10-08T12:00:00Z", name="b-first"),
+            _record("bos:person:a", observed_at="2026-10-09T12:00:00Z", name="a-new"),  # later observation
+            _record("bos:person:a", observed_at="2026-10-07T12:00:00Z", name="a-oldest"),  # last, but older
+            _record("bos:person:b", observed_at="2026-10-08T12:00:00Z", name="b-last"),  # same time: last wins
+            _record("bos:person:c", observed_at="2026-10-08T12:00:00Z", name="c"),
+        ]
+        run, counts = _read_and_write(final, engine, unique_table, audit)
+
+        assert (counts.inserted, counts.duplicates) == (3, 3)
+        with engine.connect() as conn:
+            names = dict(conn.execute(sa.text(f"SELECT record_ref, display_name FROM {unique_table}")).all())
+        assert names == {"bos:person:a": "a-new", "bos:person:b": "b-last", "bos:person:c": "c"}
+        row = AuditReader(engine, audit_table=audit).get_run(run.run_id)
+        assert row is not None and row["status"] == "complete" and row["duplicates"] == 3
+        # Deterministic: the same result again changes nothing.
+        _, again = _read_and_write(final, engine, unique_table, audit)
+        assert (again.inserted, again.updated, again.unchanged, again.duplicates) == (0, 0, 3, 3)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {unique_table}"))
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))
+        engine.dispose()
