@@ -99,9 +99,15 @@ def _text_end(buf: bytes | bytearray, start: int) -> int:
     Escaped backslashes, then escaped quotes, are overwritten with same-length filler, so the
     first remaining ``"`` is the closing one: two ``replace`` and one ``find``, all in C.
     """
+    i = buf.find(b'"', start)
+    if i < 0:
+        return -1
+    if buf[i - 1] != _BSLASH or i == start:
+        return i  # the first quote is unescaped (also skips the copies below for short tails)
     block = buf[start:] if start else buf
-    if 0x5C in block:
-        block = block.replace(b"\\\\", b"..").replace(b'\\"', b"..")
+    if b"\\\\" in block:  # an escaped backslash (rare in data): neutralise it first
+        block = block.replace(b"\\\\", b"..")
+    block = block.replace(b'\\"', b"..")
     i = block.find(b'"')
     return i + start if i >= 0 else -1
 

@@ -201,9 +201,9 @@ class _FrameStream:
                 if router.records:
                     batch, router.records = router.records, []
                     for raw in batch:
-                        check_record(raw, index, where)
+                        # WireRecord: tells the warehouse it may take its orjson fast path.
+                        yield check_record(raw, index, where)
                         index += 1
-                        yield raw
                 if self._finished:
                     break
                 chunk = next(self._chunks, None)

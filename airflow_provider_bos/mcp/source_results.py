@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from airflow_provider_bos.exceptions import (
     BosJsonRpcError,
@@ -37,12 +37,13 @@ from airflow_provider_bos.models import (
     FederatedRecord,
     ReadMetadata,
     SourceErrorEntry,
+    SourceErrorInfo,
     SourceRef,
-    SourceResultParams,
 )
 
 __all__ = [
     "SourceStats",
+    "SourceNotification",
     "SourceProgress",
     "SourceResultsTracker",
     "FinalResult",
@@ -96,11 +97,52 @@ class SourceStats:
         }
 
 
+class SourceNotification(BaseModel):
+    """One validated ``notifications/bos/source_result`` (the contract's field names).
+
+    Like :class:`~airflow_provider_bos.models.SourceResultParams`, except that ``records`` holds the
+    page's wire records as plain dicts: provisional records are progress, never data, so they get
+    the same light structural check as the final records (a non-empty ``record_ref``, a non-empty
+    ``sources`` list whose entries carry ``observed_at``) and are not built into models. Built
+    without re-validation (:meth:`SourceResultsTracker.observe` has checked every field).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    requestId: str | int
+    sequence: int
+    pageIndex: int
+    source: SourceRef
+    records: list[dict[str, Any]]
+    status: str
+    error: SourceErrorInfo | None = None
+    context: BosContext | None = None
+
+
+_NOTIFICATION_FIELDS = frozenset(SourceNotification.model_fields)
+
+
+def _check_page_record(raw: Any) -> str | None:
+    """Why a page record breaks the contract's record shape, or None (the final records' check)."""
+    if type(raw) is not dict:
+        return "is not an object"
+    ref = raw.get("record_ref")
+    if type(ref) is not str or not ref:
+        return "has no record_ref"
+    sources = raw.get("sources")
+    if type(sources) is not list or not sources:
+        return "has no sources (a non-empty list is required)"
+    for entry in sources:
+        if type(entry) is not dict or type(entry.get("observed_at")) is not str:
+            return "has a provenance entry without observed_at"
+    return None
+
+
 @dataclass(frozen=True)
 class SourceProgress:
     """What ``on_progress`` receives for each notification: the page and a snapshot of its source."""
 
-    notification: SourceResultParams
+    notification: SourceNotification
     stats: SourceStats  # a copy: later pages do not change it
     sequence: int
 
@@ -182,10 +224,30 @@ class SourceResultsTracker:
         elif error is not None:
             raise _violation("error-without-status", f"{where} sent an error object with status {status!r}.")
 
+        for index, raw in enumerate(records):
+            why = _check_page_record(raw)
+            if why is not None:
+                raise _violation("records", f"{where} page record {index} {why}.")
         try:
-            model = SourceResultParams.model_validate(params)
+            # The envelope's small objects are validated; the page records are not built into
+            # models (~2 us each, for records that are only counted).
+            model = SourceNotification.model_construct(
+                requestId=request_id,
+                sequence=sequence,
+                pageIndex=page_index,
+                source=SourceRef.model_validate(source),
+                records=records,
+                status=status,
+                error=SourceErrorInfo.model_validate(error) if error is not None else None,
+                context=BosContext.model_validate(params["context"]) if params.get("context") is not None else None,
+            )
+            # A newer server's extra fields are kept, as model_validate would (set here: any key
+            # may arrive, including model_construct's own parameter names).
+            extra = {k: v for k, v in params.items() if k not in _NOTIFICATION_FIELDS}
+            if extra:
+                model.__pydantic_extra__ = extra
         except ValidationError as exc:
-            raise _violation("records" if _is_records_error(exc) else "shape", _describe(exc)) from None
+            raise _violation("shape", _describe(exc)) from None
 
         # Every check passed: commit the state change.
         if stats is None:
@@ -226,10 +288,6 @@ class SourceResultsTracker:
             f"SourceResultsTracker(request_id={self.request_id!r}, notifications={self.notifications}, "
             f"pages={self.pages}, provisional_records={self.provisional_records}, sources={len(self.sources)})"
         )
-
-
-def _is_records_error(exc: ValidationError) -> bool:
-    return any(err["loc"] and err["loc"][0] == "records" for err in exc.errors())
 
 
 def _describe(exc: ValidationError, limit: int = 3) -> str:

@@ -234,6 +234,9 @@ class SseParser:
                 tail = b"\n".join(later) + b"\n" + rest if later else rest
                 if tail:
                     events.extend(self._feed_streaming(tail))
+                # The re-joined tail ends in LF where the chunk may have ended in CR: whatever the
+                # nested parsing set, an LF opening the next chunk completes THIS chunk's CR.
+                self._skip_lf = chunk[-1] == 0x0D
                 return events
         if rest:
             self._append_pending(rest)
@@ -278,18 +281,31 @@ class SseParser:
         events: list[SseEvent] = []
         n = len(chunk)
         i = 0
+        # The next CR and LF at or after i (-1: none left): memchr-speed finds, each redone only
+        # once i has passed it, so a chunk is scanned about once however many lines it holds.
+        cr = chunk.find(b"\r")
+        lf = chunk.find(b"\n")
         while i < n:
             if self._sink is None:  # the streamed event was dispatched: back to normal parsing
                 events.extend(self._feed(chunk[i:]))
                 return events
-            m = _LINE_BREAK.search(chunk, i)
-            if m is None:
+            if 0 <= cr < i:
+                cr = chunk.find(b"\r", i)
+            if 0 <= lf < i:
+                lf = chunk.find(b"\n", i)
+            if cr < 0 and lf < 0:
                 piece, nxt = chunk[i:], n
+                complete = False
             else:
-                piece, nxt = chunk[i : m.start()], m.end()
-                if m.group() == b"\r" and m.end() == n:
-                    self._skip_lf = True  # its LF may start the next chunk
-            complete = m is not None
+                brk = lf if cr < 0 or (0 <= lf < cr) else cr
+                piece = chunk[i:brk]
+                if brk == cr and cr + 1 < n and chunk[cr + 1] == 0x0A:
+                    nxt = cr + 2  # CRLF
+                else:
+                    nxt = brk + 1
+                    if brk == cr and nxt == n:
+                        self._skip_lf = True  # its LF may start the next chunk
+                complete = True
             if self._sink_line:
                 if piece:
                     self._sink.write(piece)

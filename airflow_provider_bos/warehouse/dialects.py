@@ -153,7 +153,7 @@ class WarehouseDialect:
 
     # --- staging ------------------------------------------------------------------------------
 
-    def _stage_column_defs(self, *, with_seq: bool) -> list[str]:
+    def _stage_column_defs(self, *, with_seq: bool, parse_json: bool = False) -> list[str]:
         roles = {
             "record_ref": "key",
             "display_name": "text",
@@ -181,14 +181,18 @@ class WarehouseDialect:
     def _temp_suffix(self) -> str:
         return ""
 
-    def create_staging(self, stage: str, schema: str | None) -> Statement:
-        """The raw staging table (duplicates allowed, rows tagged with ``_bos_seq``)."""
-        cols = ", ".join(self._stage_column_defs(with_seq=True))
+    def create_staging(self, stage: str, schema: str | None, *, parse_json: bool = False) -> Statement:
+        """The raw staging table (duplicates allowed, rows tagged with ``_bos_seq``).
+
+        ``parse_json``: a hint that most rows will be written (e.g. the target is empty), so a
+        dialect that stages JSON as text may parse it while staging instead (PostgreSQL).
+        """
+        cols = ", ".join(self._stage_column_defs(with_seq=True, parse_json=parse_json))
         return Statement(f"{self._temp_prefix()} {self.stage_ref(stage, schema)} ({cols}){self._temp_suffix()}")
 
-    def create_deduped(self, stage: str, schema: str | None) -> Statement:
+    def create_deduped(self, stage: str, schema: str | None, *, parse_json: bool = False) -> Statement:
         """The second staging table: one row per ``record_ref``."""
-        cols = self._stage_column_defs(with_seq=False)
+        cols = self._stage_column_defs(with_seq=False, parse_json=parse_json)
         cols.append(f"PRIMARY KEY ({self.quote('record_ref')})")
         return Statement(
             f"{self._temp_prefix()} {self.stage_ref(stage, schema)} ({', '.join(cols)}){self._temp_suffix()}"
@@ -196,6 +200,10 @@ class WarehouseDialect:
 
     def drop_staging(self, stage: str, schema: str | None) -> Statement:
         return Statement(f"DROP TABLE IF EXISTS {self.stage_ref(stage, schema)}")
+
+    def probe_empty(self, target: str) -> Statement:
+        """One row if ``target`` has any row (a staging hint only; decisions are made under the lock)."""
+        return Statement(f"SELECT 1 FROM {target} LIMIT 1")
 
     def insert_staging(self, stage: str, schema: str | None) -> Statement:
         """Single-row INSERT for ``executemany`` (one bind per column)."""
@@ -287,11 +295,25 @@ class WarehouseDialect:
         return ", ".join(parts)
 
     def merge(
-        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
     ) -> list[tuple[Statement, str]]:
         """The merge statements, each with the count its rowcount must equal (``"inserted"``,
-        ``"updated"`` or ``"inserted+updated"``)."""
+        ``"updated"`` or ``"inserted+updated"``).
+
+        ``new_only``: the classification (under the writer's lock) found no staged ``record_ref`` in
+        the target, so every staged row is an insert: a plain ``INSERT ... SELECT`` (no join, no
+        conflict handling; the primary key still refuses a duplicate, which rolls back).
+        """
         raise NotImplementedError
+
+    def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
+        """``INSERT ... SELECT`` of every staged row (the ``new_only`` merge)."""
+        cols = ", ".join(self.quote(c) for c in RECORD_COLUMNS)
+        return Statement(
+            f"INSERT INTO {self.table_ref(target, schema)} ({cols}) "
+            f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s",
+            (self.bind_timestamp(synced_at), run_id),
+        )
 
     # --- audit --------------------------------------------------------------------------------
 
@@ -320,11 +342,37 @@ class PostgresDialect(WarehouseDialect):
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.
         return " ON COMMIT DROP"
 
-    def _stage_column_defs(self, *, with_seq: bool) -> list[str]:
-        # JSON arrives as canonical text and stays TEXT in staging: COPY does not parse it, and the
-        # merge casts to JSONB only the rows it actually writes (none on an unchanged re-run).
+    def _stage_column_defs(self, *, with_seq: bool, parse_json: bool = False) -> list[str]:
+        # By default JSON arrives as canonical text and stays TEXT in staging: COPY does not parse
+        # it, and the merge casts to JSONB only the rows it actually writes (none on an unchanged
+        # re-run; JSONB staging made that ~1.5 s slower at 200k). With parse_json (an empty
+        # target: every row will be written) staging is JSONB, so PostgreSQL parses the JSON while
+        # COPY streams in, beside the client's work, instead of in the merge after the last record.
+        # The merge's CASTs are then no-ops.
+        defs = super()._stage_column_defs(with_seq=with_seq)
+        if parse_json:
+            return defs
         jsonb = self.type_sql("json")
-        return [d.replace(f" {jsonb}", " TEXT", 1) for d in super()._stage_column_defs(with_seq=with_seq)]
+        return [d.replace(f" {jsonb}", " TEXT", 1) for d in defs]
+
+    def _select_stage_row(self, s: str) -> str:
+        json_cols = {"lifecycle", "identity_match", "attributes", "sources"}
+        parts = []
+        for col in RECORD_COLUMNS:
+            if col == "_bos_synced_at":
+                parts.append(self.bind_ts())
+            elif col == "_bos_run_id":
+                parts.append(self.bind_id())
+            elif col in json_cols:
+                parts.append(f"CAST({s}.{self.quote(col)} AS JSONB)")
+            else:
+                parts.append(f"{s}.{self.quote(col)}")
+        return ", ".join(parts)
+
+    def count_distinct(self, stage: str, schema: str | None) -> Statement:
+        # A hashed DISTINCT beats COUNT(DISTINCT ...)'s sort (~30% at 200k rows).
+        ref = self.quote("record_ref")
+        return Statement(f"SELECT COUNT(*) FROM (SELECT DISTINCT {ref} FROM {self.stage_ref(stage, schema)}) d")
 
     def copy_staging(self, stage: str, schema: str | None) -> str:
         cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
@@ -346,21 +394,9 @@ class PostgresDialect(WarehouseDialect):
             Statement(f"LOCK TABLE {target} IN SHARE ROW EXCLUSIVE MODE"),
         ]
 
-    def _select_stage_row(self, s: str) -> str:
-        json_cols = {"lifecycle", "identity_match", "attributes", "sources"}
-        parts = []
-        for col in RECORD_COLUMNS:
-            if col == "_bos_synced_at":
-                parts.append(self.bind_ts())
-            elif col == "_bos_run_id":
-                parts.append(self.bind_id())
-            elif col in json_cols:
-                parts.append(f"CAST({s}.{self.quote(col)} AS JSONB)")
-            else:
-                parts.append(f"{s}.{self.quote(col)}")
-        return ", ".join(parts)
-
-    def merge(self, stage, target, schema, *, synced_at, run_id):
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
         ref = q("record_ref")
         cols = ", ".join(q(c) for c in RECORD_COLUMNS)
@@ -420,7 +456,9 @@ class SqliteDialect(WarehouseDialect):
     def _hash_differs(self, old: str, new: str) -> str:
         return f"{old} IS NOT {new}"
 
-    def merge(self, stage, target, schema, *, synced_at, run_id):
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
         cols = ", ".join(q(c) for c in RECORD_COLUMNS)
         sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in _UPDATED_COLUMNS)
@@ -476,7 +514,9 @@ class MySqlDialect(WarehouseDialect):
     def unlock(self, target: str) -> Statement | None:
         return Statement(f"SELECT RELEASE_LOCK({self.placeholder})", (self._lock_name(target),))
 
-    def merge(self, stage, target, schema, *, synced_at, run_id):
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
         ref = q("record_ref")
         target_ref, stage_ref = self.table_ref(target, schema), self.stage_ref(stage, schema)

@@ -11,6 +11,7 @@ the same hash if and only if their stored content is identical.
 from __future__ import annotations
 
 import hashlib
+from hashlib import sha256
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -155,6 +156,13 @@ _TS_CACHE: dict[str, datetime] = {}
 # such output holds "0.0000" or a digit followed by "e-"; those records take the general path.
 
 
+# The hashed document: CONTENT_FIELDS in sorted order, each value canonical JSON.
+_DOCUMENT = (
+    b'{"attributes":%b,"display_name":%b,"email":%b,"identity_match":%b,"lifecycle":%b,'
+    b'"phone":%b,"record_ref":%b,"sources":%b}'
+)
+
+
 def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
     """The :class:`RecordRow` fields of a JSON-decoded record, as a tuple, via orjson.
 
@@ -162,17 +170,26 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
     Byte-identical to :func:`record_to_row`: the document hashed is assembled from the canonical
     parts in sorted key order, exactly as there.
     """
-    ref = data.get("record_ref")
-    sources = data.get("sources")
-    if not isinstance(ref, str) or not ref or len(ref) > MAX_RECORD_REF_LENGTH or not isinstance(sources, list):
+    get = data.get
+    ref = get("record_ref")
+    sources = get("sources")
+    if type(ref) is not str or not ref or len(ref) > MAX_RECORD_REF_LENGTH or type(sources) is not list:
+        return None
+    display_name, email, phone = get("display_name"), get("email"), get("phone")
+    # type() checks: a str subclass could serialise differently; the general path decides.
+    if (
+        (display_name is not None and type(display_name) is not str)
+        or (email is not None and type(email) is not str)
+        or (phone is not None and type(phone) is not str)
+    ):
         return None
     observed: datetime | None = None
     cache = _TS_CACHE
     for entry in sources:
-        stamp = entry.get("observed_at") if isinstance(entry, dict) else None
+        stamp = entry.get("observed_at") if type(entry) is dict else None
         if stamp is None:
             continue
-        parsed = cache.get(stamp) if isinstance(stamp, str) else None
+        parsed = cache.get(stamp) if type(stamp) is str else None
         if parsed is None:
             try:
                 parsed = parse_timestamp(stamp)
@@ -186,31 +203,21 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
         if default_observed_at is None:
             return None
         observed = parse_timestamp(default_observed_at)
-    display_name, email, phone = data.get("display_name"), data.get("email"), data.get("phone")
-    lifecycle, identity_match, attributes = data.get("lifecycle"), data.get("identity_match"), data.get("attributes")
+    lifecycle, identity_match, attributes = get("lifecycle"), get("identity_match"), get("attributes")
     if attributes is None:
         attributes = {}
     dumps, opt = _orjson.dumps, _orjson.OPT_SORT_KEYS
     try:
-        parts = (
-            dumps(attributes, option=opt),
-            dumps(display_name),
-            dumps(email),
-            dumps(identity_match, option=opt),
-            dumps(lifecycle, option=opt),
-            dumps(phone),
-            dumps(ref),
-            dumps(sources, option=opt),
+        attributes_json = dumps(attributes, option=opt)
+        identity_json = dumps(identity_match, option=opt)
+        lifecycle_json = dumps(lifecycle, option=opt)
+        sources_json = dumps(sources, option=opt)
+        document = _DOCUMENT % (
+            attributes_json, dumps(display_name), dumps(email), identity_json, lifecycle_json, dumps(phone),
+            dumps(ref), sources_json,
         )
     except TypeError:  # out-of-range int, lone surrogate, non-JSON value
         return None
-    for text in (display_name, email, phone):
-        if text is not None and not isinstance(text, str):
-            return None
-    document = (
-        b'{"attributes":%b,"display_name":%b,"email":%b,"identity_match":%b,"lifecycle":%b,'
-        b'"phone":%b,"record_ref":%b,"sources":%b}' % parts
-    )
     if b"0.0000" in document:
         return None  # maybe a tiny float: orjson and the stdlib format those differently
     i = document.find(b"e-")
@@ -223,12 +230,12 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
         display_name,
         email,
         phone,
-        None if lifecycle is None else parts[4].decode(),
-        None if identity_match is None else parts[3].decode(),
-        parts[0].decode(),
-        parts[7].decode(),
+        None if lifecycle is None else lifecycle_json.decode(),
+        None if identity_match is None else identity_json.decode(),
+        attributes_json.decode(),
+        sources_json.decode(),
         observed,
-        hashlib.sha256(document).hexdigest(),
+        sha256(document).hexdigest(),
     )
 
 

@@ -274,7 +274,11 @@ class WarehouseWriter:
                     self._exec(conn, statement)
                 if d.lock_before_staging:
                     lock()
-                self._exec(conn, d.create_staging(stage, self.schema))
+                # An empty target (first run, full reload): every row will be written, so the
+                # dialect may parse JSON while staging. Only a hint: classification and merge run
+                # under the lock and are correct for either staging form.
+                parse_json = self.use_copy and self._exec(conn, d.probe_empty(target)).first() is None
+                self._exec(conn, d.create_staging(stage, self.schema, parse_json=parse_json))
                 received = self._stage(conn, stage, records, default_obs)
                 if audit_fn is not None:
                     # Known only now that every record was consumed; raising here rolls back.
@@ -289,7 +293,7 @@ class WarehouseWriter:
                 duplicates = received - distinct
                 source = stage
                 if duplicates:
-                    self._exec(conn, d.create_deduped(deduped, self.schema))
+                    self._exec(conn, d.create_deduped(deduped, self.schema, parse_json=parse_json))
                     self._exec(conn, d.dedupe(stage, deduped, self.schema))
                     source = deduped
                 if not d.lock_before_staging:
@@ -301,9 +305,19 @@ class WarehouseWriter:
                 if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
                     raise BosWarehouseError(f"Classification of {distinct} records does not add up: {counts}.")
                 synced_at = utcnow()
-                for statement, expected in d.merge(source, self.table, self.schema, synced_at=synced_at, run_id=run.run_id):
-                    rowcount = self._exec(conn, statement).rowcount
+                # Under the lock the target cannot change between classification and merge, so the
+                # classification may pick the merge: all new -> a plain INSERT ... SELECT; a statement
+                # whose expected rowcount is 0 is not run (an unchanged re-run writes nothing and
+                # runs no merge at all).
+                merge = d.merge(
+                    source, self.table, self.schema, synced_at=synced_at, run_id=run.run_id,
+                    new_only=inserted == distinct and distinct > 0,
+                )
+                for statement, expected in merge:
                     want = {"inserted": inserted, "updated": updated, "inserted+updated": inserted + updated}[expected]
+                    if want == 0:
+                        continue
+                    rowcount = self._exec(conn, statement).rowcount
                     if rowcount is not None and rowcount >= 0 and rowcount != want:
                         # The counts we report must be the rows written; anything else is a bug or a
                         # concurrent writer outside our lock: do not commit it.

@@ -149,7 +149,7 @@ def test_identity_merge_final_refs_replace_provisional_ones(bos_server_factory: 
     with session_for(server) as session:
         result = session.federated_read(
             "search_people", {}, via="direct",
-            on_progress=lambda p: provisional.extend(r.record_ref for r in p.notification.records))
+            on_progress=lambda p: provisional.extend(r["record_ref"] for r in p.notification.records))
     final = [r.record_ref for r in result.records]
     assert len(provisional) == result.observations.provisional_records == 100
     assert len(final) == result.result_count == 60  # the 40 people of hr are all in crm too

@@ -358,3 +358,25 @@ def test_any_final_message_parses_or_raises_a_bos_error(message: Any, style: str
         FinalFrameParser(RID, tool_style=style).parse_message(copy.deepcopy(message))  # type: ignore[arg-type]
     except BosError:
         pass
+
+
+def test_page_records_reach_progress_as_the_wire_dicts() -> None:
+    # Provisional records are progress only: counted, lightly checked, never built into models.
+    page = [record("a"), record("b")]
+    progress = SourceResultsTracker(RID).observe({**note(1, 1, records=page), "future_field": {"x": 1}})
+    assert progress.notification.records == page and len(progress.notification.records) == 2
+    assert progress.notification.source.source_type == "crm" and progress.notification.pageIndex == 1
+    assert progress.notification.model_dump()["future_field"] == {"x": 1}  # extra fields are kept
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "not an object",
+        {"record_ref": "", "sources": [{"observed_at": "2026-10-08T12:00:00Z"}]},
+        {"record_ref": "r", "sources": []},
+        {"record_ref": "r", "sources": [{"source_type": "crm"}]},  # provenance without observed_at
+    ],
+)
+def test_a_malformed_page_record_breaks_the_records_rule(bad: object) -> None:
+    assert rule_of([note(1, 1, records=[record("ok"), bad])]) == "records"

@@ -323,3 +323,38 @@ def test_arbitrary_bytes_yield_events_or_a_bos_error(chunks: list[bytes]) -> Non
         parser.close()
     except BosSseError:
         pass
+
+
+class _Sink:
+    def __init__(self, out: list[bytes]) -> None:
+        self._out = out
+        self._data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._data += data
+
+    def end(self) -> None:
+        self._out.append(bytes(self._data))
+
+
+@PROFILE
+@given(_serialised(), st.data())
+def test_streamed_events_carry_the_same_data_under_any_framing_and_chunking(
+    case: tuple[list[dict], bytes], data: st.DataObject
+) -> None:
+    # stream_threshold=0: every data event goes to a sink, through the streaming line reader.
+    blocks, stream = case
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    sunk: list[bytes] = []
+    parser = SseParser(stream_threshold=0, open_stream=lambda: _Sink(sunk))
+    events: list[SseEvent] = []
+    for chunk in chunks:
+        events.extend(parser.feed(chunk))
+    events.extend(parser.close())
+    expected = _expected(blocks)
+    assert [e.event for e in events] == [e.event for e in expected]
+    # An event is streamed once its data starts; its data then arrives through the sink.
+    got = iter(sunk)
+    for event, want in zip(events, expected):
+        assert (next(got).decode("utf-8", "replace") if event.streamed else event.data) == want.data

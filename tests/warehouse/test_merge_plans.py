@@ -1,0 +1,82 @@
+"""The merge the classification picks: plain insert into an empty table, no merge when nothing changed.
+
+Whatever statements run, the table and the counts must be what the general upsert gives.
+"""
+
+from __future__ import annotations
+
+import re
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import sqlalchemy as sa
+from whhelpers import T1, T2, dump, make_record, write
+
+from airflow_provider_bos.warehouse import UpsertCounts
+from airflow_provider_bos.warehouse.records import record_to_row
+
+
+@contextmanager
+def statements(engine: sa.Engine) -> Iterator[list[str]]:
+    """The SQL text of every statement the engine executes inside the block."""
+    seen: list[str] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", before)
+
+
+def writes_to(seen: list[str], table: str) -> list[str]:
+    """Statements that modify ``table`` itself (INSERT INTO / UPDATE of it; not its audit table)."""
+    pattern = re.compile(rf"^\s*(INSERT\s+INTO|UPDATE)\s+(\S+\.)?[`\"]?{re.escape(table)}[`\"]?[\s(]", re.IGNORECASE)
+    return [sql for sql in seen if pattern.match(sql)]
+
+
+def test_unchanged_rerun_runs_no_merge_and_rewrites_nothing(writer, engine, unique_table):
+    records = [make_record(i) for i in range(30)]
+    write(writer, records)
+    before = dump(engine, unique_table)
+    with statements(engine) as seen:
+        counts = write(writer, records)
+    assert counts == UpsertCounts(unchanged=30)
+    assert writes_to(seen, unique_table) == []
+    assert dump(engine, unique_table) == before
+
+
+def test_first_run_into_an_empty_table_lands_every_row_exactly(writer, engine, unique_table):
+    records = [make_record(i, attributes={"n": i, "deep": {"b": [1, 2.5, None], "a": "é\\\t"}}) for i in range(25)]
+    counts = write(writer, records)
+    assert counts == UpsertCounts(inserted=25)
+    stored = {r[0]: r for r in dump(engine, unique_table)}
+    assert len(stored) == 25
+    # The stored hash is the record's canonical hash, whichever staging form the dialect chose.
+    for record in records:
+        assert repr(record_to_row(record).record_hash) in stored[repr(record["record_ref"])]
+
+
+def test_empty_table_with_duplicates_keeps_the_latest_copy(writer, engine, unique_table):
+    records = [make_record(1, T1, name="old"), make_record(2), make_record(1, T2, name="new")]
+    assert write(writer, records) == UpsertCounts(inserted=2, duplicates=1)
+    rows = {r[0]: r for r in dump(engine, unique_table)}
+    assert repr("new") in rows[repr("bos:person:000001")]
+
+
+def test_mixed_run_after_the_first_uses_the_guarded_merge(writer, engine, unique_table):
+    write(writer, [make_record(i) for i in range(10)])
+    second = (
+        [make_record(i) for i in range(0, 4)]  # unchanged
+        + [make_record(i, T2, name=f"renamed {i}") for i in range(4, 7)]  # updated
+        + [make_record(i, "2026-10-01T00:00:00Z", name="stale") for i in range(7, 10)]  # stale: skipped
+        + [make_record(i) for i in range(10, 13)]  # new
+    )
+    assert write(writer, second) == UpsertCounts(inserted=3, updated=3, unchanged=4, skipped_stale=3)
+    rows = {r[0]: r for r in dump(engine, unique_table)}
+    assert len(rows) == 13
+    assert repr("renamed 5") in rows[repr("bos:person:000005")]
+    assert repr("stale") not in rows[repr("bos:person:000008")]
