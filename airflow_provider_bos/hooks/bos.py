@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from airflow.sdk import BaseHook
 
+from airflow_provider_bos.auth.grants import DEFAULT_SCOPES
 from airflow_provider_bos.exceptions import BosConfigurationError, BosError
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.redaction import add_secret_sink, register_secret
@@ -91,7 +92,7 @@ class BosConnectionConfig:
             secret=secret,
             client_id=client_id,
             protocol=protocol,
-            scopes=extra.get("scopes") or "mcp:tools offline_access",
+            scopes=extra.get("scopes") or DEFAULT_SCOPES,
             token_store_conn_id=extra.get("token_store_conn_id") or None,
             token_store_url=extra.get("token_store_url") or None,
             context_handle=extra.get("context_handle") or None,
@@ -154,6 +155,7 @@ class BosHook(BaseHook):
             resource=info.resource,
             http_client=http_client,
             seed_refresh_token=cfg.secret,
+            scope=cfg.scopes,
         )
 
     # --- session -------------------------------------------------------------------------------
