@@ -1,0 +1,95 @@
+"""BosHook as a TaskFlow user calls it: connection parsing, test_connection, discovery calls, reads."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.hooks.bos import BosConnectionConfig, BosHook
+from airflow_provider_bos.testing.scenario import load_scenario
+
+
+@pytest.fixture()
+def bos_conn(bos_server, tmp_path, monkeypatch):
+    """``bos_default`` pointing at the reference server with a freshly minted grant."""
+    grant = bos_server.mint_grant()
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps({
+        "conn_type": "bos", "host": bos_server.mcp_url, "password": grant["refresh_token"],
+        "extra": {"client_id": grant["client_id"], "token_store_url": f"sqlite:///{tmp_path / 'tokens.db'}"},
+    }))
+    return grant
+
+
+def _conn(**fields):
+    base = {"conn_id": "c", "host": "https://bos.example/mcp/apps/bos/platform", "schema": None, "port": None,
+            "password": "refresh-token-value", "extra_dejson": {"client_id": "client-1"}}
+    base.update(fields)
+    return SimpleNamespace(**base)
+
+
+def test_connection_config_reads_the_form_fields_and_hides_the_secret() -> None:
+    cfg = BosConnectionConfig.from_connection(_conn(extra_dejson={
+        "extra__bos__client_id": "client-1", "extra__bos__protocol": "2026-07-28", "context_handle": "ctx"}))
+    assert (cfg.client_id, cfg.protocol, cfg.context_handle, cfg.auth_type) == ("client-1", "2026-07-28", "ctx", "oauth")
+    assert "refresh-token-value" not in repr(cfg)
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"host": ""}, "MCP resource URL"),
+    ({"password": ""}, "refresh token"),
+    ({"extra_dejson": {}}, "client_id"),
+    ({"extra_dejson": {"client_id": "x", "auth_type": "basic"}}, "auth_type"),
+    ({"extra_dejson": {"client_id": "x", "protocol": "2024-01-01"}}, "protocol"),
+])
+def test_misconfigured_connections_say_what_to_fix(fields, message) -> None:
+    with pytest.raises(BosConfigurationError, match=message):
+        BosConnectionConfig.from_connection(_conn(**fields))
+
+
+def test_test_connection_reports_the_authorized_contexts(bos_server, bos_conn) -> None:
+    ok, message = BosHook().test_connection()
+    assert ok, message
+    assert "2 authorized context(s)" in message and "(default)" in message
+
+
+def test_test_connection_reports_a_revoked_grant_with_the_reconnect_command(bos_server, bos_conn) -> None:
+    bos_server.revoke_grant_of(bos_conn["refresh_token"])
+    ok, message = BosHook().test_connection()
+    assert not ok
+    assert "airflow-provider-bos connect --conn-id bos_default" in message
+    assert bos_conn["refresh_token"] not in message
+
+
+def test_discovery_calls_a_taskflow_user_makes(bos_server, bos_conn) -> None:
+    with BosHook() as hook:
+        contexts = hook.list_contexts()
+        default = hook.resolve_context_handle()
+        assert default == next(c.context_handle for c in contexts if c.is_default)
+        catalog = hook.list_context_tools()
+        assert "people.search" in {op["name"] for op in catalog["operations"]}
+        resource = hook.read_resource(catalog["resources"][0]["uri"])
+        assert resource["contents"][0]["text"]
+        assert "search_people" in {t["name"] for t in hook.list_tools()}
+
+
+def test_federated_read_hands_progress_to_the_callback_and_returns_the_final_result(bos_server, bos_conn) -> None:
+    bos_server.set_scenario(load_scenario("identity_merge"))
+    seen = []
+    with BosHook() as hook:
+        result = hook.federated_read("people.search", {}, on_progress=seen.append)
+        records = list(result.records)
+    assert seen and all(p.notification.status in {"page", "complete", "error"} for p in seen)
+    assert result.completeness == "complete"
+    assert len(records) == result.result_count == 60
+
+
+def test_api_key_connections_read_without_refreshing(bos_server, monkeypatch) -> None:
+    key = bos_server.create_api_key()
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_KEYED", json.dumps({
+        "conn_type": "bos", "host": bos_server.mcp_url, "password": key, "extra": {"auth_type": "api_key"}}))
+    ok, message = BosHook("bos_keyed").test_connection()
+    assert ok, message
+    assert bos_server.counters.refreshes == 0
