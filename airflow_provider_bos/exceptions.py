@@ -29,6 +29,7 @@ __all__ = [
     "BosResultError",
     "BosIncompleteStreamError",
     "BosDeadlineExceeded",
+    "BosReadCancelled",
     "BosWarehouseError",
     "BosIdentifierError",
     "BosPartialReadError",
@@ -206,6 +207,10 @@ class BosIncompleteStreamError(BosError):
     def __init__(self, message: str, *, observations: Any = None) -> None:
         self.observations = observations
         super().__init__(message)
+
+
+class BosReadCancelled(BosIncompleteStreamError):
+    """The read was cancelled on our side (``McpSession.cancel``, e.g. ``on_kill``); there is no result."""
 
 
 # --- warehouse / Airflow ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.testing.federation import plan_read
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
 from airflow_provider_bos.testing.scenario import Scenario, large_scenario
 
 __all__ = [
@@ -28,21 +29,8 @@ __all__ = [
     "scenario",
 ]
 
-# The records table, in insert order (same names and order as the warehouse's RECORD_COLUMNS).
-COLUMNS = (
-    "record_ref",
-    "display_name",
-    "email",
-    "phone",
-    "lifecycle",
-    "identity_match",
-    "attributes",
-    "sources",
-    "_bos_observed_at",
-    "_bos_synced_at",
-    "_bos_run_id",
-    "_bos_record_hash",
-)
+# The records table, in insert order (the warehouse's own column list).
+COLUMNS = RECORD_COLUMNS
 JSON_COLUMNS = ("lifecycle", "identity_match", "attributes", "sources")
 _CONTENT = ("attributes", "display_name", "email", "identity_match", "lifecycle", "phone", "record_ref", "sources")
 

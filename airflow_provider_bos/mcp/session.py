@@ -46,6 +46,7 @@ from airflow_provider_bos.exceptions import (
     BosIncompleteStreamError,
     BosJsonRpcError,
     BosProtocolError,
+    BosReadCancelled,
     BosResultError,
     BosRetryableHttpError,
     BosSessionExpired,
@@ -98,13 +99,6 @@ _ERROR_BODY_LIMIT = 64 * 1024
 #: Events larger than this are streamed (stream_records=True): their data goes to a
 #: FinalFrameScanner as it arrives instead of being buffered. Notifications are far smaller.
 DEFAULT_STREAM_THRESHOLD = 1024 * 1024
-
-
-class BosReadCancelled(BosIncompleteStreamError):
-    """:meth:`McpSession.cancel` closed the in-flight request; there is no result.
-
-    TODO(lead): move into exceptions.py if you want it public there.
-    """
 
 
 class _Consumer(Protocol):
