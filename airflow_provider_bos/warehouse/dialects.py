@@ -22,6 +22,7 @@ The write of one run, in SQL terms:
 
 from __future__ import annotations
 
+import abc
 import hashlib
 import sqlite3
 from dataclasses import dataclass
@@ -48,16 +49,7 @@ __all__ = [
 # Staged per row; _bos_synced_at and _bos_run_id are the same for the whole run and are bound once
 # in the merge instead of travelling with every row.
 STAGE_COLUMNS = (
-    "record_ref",
-    "display_name",
-    "email",
-    "phone",
-    "lifecycle",
-    "identity_match",
-    "attributes",
-    "sources",
-    "_bos_observed_at",
-    "_bos_record_hash",
+    *(c for c in RECORD_COLUMNS if c not in ("_bos_synced_at", "_bos_run_id")),
     "_bos_seq",
 )
 _UPDATED_COLUMNS = tuple(c for c in RECORD_COLUMNS if c != "record_ref")
@@ -77,7 +69,7 @@ def staging_table_name(run_id: str, suffix: str = "") -> str:
     return validate_identifier(f"bos_stage_{digest}{suffix}")
 
 
-class WarehouseDialect:
+class WarehouseDialect(abc.ABC):
     """SQL builder for one database family. Subclasses override what differs."""
 
     name = "generic"
@@ -294,6 +286,7 @@ class WarehouseDialect:
                 parts.append(f"{s}.{self.quote(col)}")
         return ", ".join(parts)
 
+    @abc.abstractmethod
     def merge(
         self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
     ) -> list[tuple[Statement, str]]:
@@ -304,7 +297,6 @@ class WarehouseDialect:
         the target, so every staged row is an insert: a plain ``INSERT ... SELECT`` (no join, no
         conflict handling; the primary key still refuses a duplicate, which rolls back).
         """
-        raise NotImplementedError
 
     def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
         """``INSERT ... SELECT`` of every staged row (the ``new_only`` merge)."""
