@@ -32,6 +32,7 @@ __all__ = [
     "RecordRow",
     "canonical_json",
     "hash_arguments",
+    "json_document_values",
     "json_row_values",
     "parse_timestamp",
     "record_to_row",
@@ -127,6 +128,27 @@ class RecordRow:
     observed_at: datetime  # aware, UTC
     record_hash: str
 
+    @property
+    def document(self) -> str:
+        """The hashed document: the canonical JSON object of the content fields (sorted keys)."""
+        return _document_text(
+            self.attributes, self.display_name, self.email, self.identity_match or "null",
+            self.lifecycle or "null", self.phone, self.record_ref, self.sources,
+        )
+
+
+def _document_text(
+    attributes: str, display_name: str | None, email: str | None, identity_match: str, lifecycle: str,
+    phone: str | None, ref: str, sources: str,
+) -> str:
+    # The canonical JSON object of CONTENT_FIELDS, assembled from already-canonical parts in sorted
+    # key order: byte-identical to canonical_json({field: value, ...}) without serialising twice.
+    return (
+        f'{{"attributes":{attributes},"display_name":{_json_str(display_name)},'
+        f'"email":{_json_str(email)},"identity_match":{identity_match},"lifecycle":{lifecycle},'
+        f'"phone":{_json_str(phone)},"record_ref":{_encode_str(ref)},"sources":{sources}}}'
+    )
+
 
 def _as_dict(record: Any) -> Mapping[str, Any]:
     if isinstance(record, Mapping):
@@ -163,13 +185,11 @@ _DOCUMENT = (
 )
 
 
-def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
-    """The :class:`RecordRow` fields of a JSON-decoded record, as a tuple, via orjson.
+_CONTENT_KEYS = frozenset(CONTENT_FIELDS)
 
-    ``None`` means "take the general path" (which also raises the precise error for a bad record).
-    Byte-identical to :func:`record_to_row`: the document hashed is assembled from the canonical
-    parts in sorted key order, exactly as there.
-    """
+
+def _json_checks(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[str, datetime] | None:
+    """``(record_ref, observed_at)`` of a JSON-decoded record if the fast paths may take it, else ``None``."""
     get = data.get
     ref = get("record_ref")
     sources = get("sources")
@@ -203,6 +223,59 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
         if default_observed_at is None:
             return None
         observed = parse_timestamp(default_observed_at)
+    return ref, observed
+
+
+def _tiny_float(document: bytes) -> bool:
+    """True if ``document`` may hold a float orjson formats differently from the stdlib encoder."""
+    if b"0.0000" in document:
+        return True
+    i = document.find(b"e-")
+    while i > 0:
+        if 0x30 <= document[i - 1] <= 0x39:
+            return True  # "1e-07" (orjson) vs "1e-7"
+        i = document.find(b"e-", i + 2)
+    return False
+
+
+def json_document_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
+    """``(record_ref, document, observed_at, record_hash)`` of a JSON-decoded record, via orjson.
+
+    ``document`` is :attr:`RecordRow.document` as UTF-8 bytes, serialised in ONE call (the
+    column-per-value form costs eight); the database derives the columns from it (PostgreSQL's
+    document staging). ``None`` means "take the general path", exactly as for :func:`json_row_values`.
+    """
+    checked = _json_checks(data, default_observed_at)
+    if checked is None:
+        return None
+    if data.keys() == _CONTENT_KEYS and data.get("attributes") is not None:
+        content = data  # the usual wire record: exactly the stored fields
+    else:
+        content = {name: data.get(name) for name in CONTENT_FIELDS}
+        if content["attributes"] is None:
+            content["attributes"] = {}
+    try:
+        document = _orjson.dumps(content, option=_orjson.OPT_SORT_KEYS)
+    except TypeError:  # out-of-range int, lone surrogate, non-string key, non-JSON value
+        return None
+    if _tiny_float(document):
+        return None
+    return checked[0], document, checked[1], sha256(document).hexdigest()
+
+
+def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
+    """The :class:`RecordRow` fields of a JSON-decoded record, as a tuple, via orjson.
+
+    ``None`` means "take the general path" (which also raises the precise error for a bad record).
+    Byte-identical to :func:`record_to_row`: the document hashed is assembled from the canonical
+    parts in sorted key order, exactly as there.
+    """
+    checked = _json_checks(data, default_observed_at)
+    if checked is None:
+        return None
+    ref, observed = checked
+    get = data.get
+    display_name, email, phone = get("display_name"), get("email"), get("phone")
     lifecycle, identity_match, attributes = get("lifecycle"), get("identity_match"), get("attributes")
     if attributes is None:
         attributes = {}
@@ -211,20 +284,15 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
         attributes_json = dumps(attributes, option=opt)
         identity_json = dumps(identity_match, option=opt)
         lifecycle_json = dumps(lifecycle, option=opt)
-        sources_json = dumps(sources, option=opt)
+        sources_json = dumps(get("sources"), option=opt)
         document = _DOCUMENT % (
             attributes_json, dumps(display_name), dumps(email), identity_json, lifecycle_json, dumps(phone),
             dumps(ref), sources_json,
         )
     except TypeError:  # out-of-range int, lone surrogate, non-JSON value
         return None
-    if b"0.0000" in document:
-        return None  # maybe a tiny float: orjson and the stdlib format those differently
-    i = document.find(b"e-")
-    while i > 0:
-        if 0x30 <= document[i - 1] <= 0x39:
-            return None  # likewise ("1e-07" vs "1e-7")
-        i = document.find(b"e-", i + 2)
+    if _tiny_float(document):
+        return None
     return (
         ref,
         display_name,
@@ -298,12 +366,8 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -
         sources_text = canonical_json(sources)
     except (TypeError, ValueError) as exc:
         raise BosWarehouseError(f"Record {ref!r} holds a value that is not JSON: {exc}") from None
-    # The canonical JSON object of CONTENT_FIELDS, assembled from already-canonical parts in sorted
-    # key order: byte-identical to canonical_json({field: value, ...}) without serialising twice.
-    document = (
-        f'{{"attributes":{attributes_text},"display_name":{_json_str(display_name)},'
-        f'"email":{_json_str(email)},"identity_match":{identity_match},"lifecycle":{lifecycle},'
-        f'"phone":{_json_str(phone)},"record_ref":{_encode_str(ref)},"sources":{sources_text}}}'
+    document = _document_text(
+        attributes_text, display_name, email, identity_match, lifecycle, phone, ref, sources_text
     )
     record_hash = hashlib.sha256(document.encode("utf-8")).hexdigest()
 

@@ -20,7 +20,13 @@ from airflow_provider_bos.exceptions import BosError, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.dialects import Statement, dialect_for, staging_table_name
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.records import RecordRow, json_row_values, parse_timestamp, record_to_row
+from airflow_provider_bos.warehouse.records import (
+    RecordRow,
+    json_document_values,
+    json_row_values,
+    parse_timestamp,
+    record_to_row,
+)
 from airflow_provider_bos.warehouse.schema import audit_table, records_table
 
 __all__ = ["UpsertCounts", "WarehouseWriter"]
@@ -97,6 +103,8 @@ class WarehouseWriter:
         self.batch_size = batch_size
         self.lock_timeout_s = lock_timeout_s
         self.use_copy = self.dialect.uses_copy if use_copy is None else (use_copy and self.dialect.uses_copy)
+        if not self.use_copy:
+            self.dialect.document_staging = False  # documents travel as COPY lines only
         self._tables_ready = False
 
     @property
@@ -377,6 +385,17 @@ class WarehouseWriter:
         except sa.exc.SQLAlchemyError:
             conn.invalidate()  # a broken connection goes back to no pool
 
+    def _documents(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+        """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, seq)."""
+        for seq, record in enumerate(records):
+            if getattr(record, "from_json", False):
+                values = json_document_values(record, default_obs)
+                if values is not None:
+                    yield (*values, seq)
+                    continue
+            row: RecordRow = record_to_row(record, default_observed_at=default_obs)
+            yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, seq)
+
     def _rows(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
         stage_value = self.dialect.stage_value
         bind_ts = self.dialect.bind_timestamp
@@ -397,9 +416,18 @@ class WarehouseWriter:
         if self.use_copy:
             raw = conn.connection.driver_connection  # psycopg.Connection, same transaction
             with raw.cursor() as cursor, cursor.copy(d.copy_staging(stage, self.schema)) as copy:
-                for value in self._rows(records, default_obs):
-                    copy.write_row(value)
-                    received += 1
+                # Document staging: COPY text lines built here, in blocks (per-row write_row() of
+                # eleven columns was a third of the client's staging time).
+                lines: list[bytes] = []
+                for line in d.copy_lines(self._documents(records, default_obs)):
+                    lines.append(line)
+                    if len(lines) == 2048:
+                        copy.write(b"".join(lines))
+                        received += len(lines)
+                        lines.clear()
+                if lines:
+                    copy.write(b"".join(lines))
+                    received += len(lines)
             return received
         insert = d.insert_staging(stage, self.schema).sql
         for chunk in _chunks(self._rows(records, default_obs), self.batch_size):
