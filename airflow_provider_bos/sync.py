@@ -6,15 +6,17 @@ callable with ``McpSession.federated_read``'s signature (the session itself, or 
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosError, BosResultError
 from airflow_provider_bos.redaction import redact
 
-__all__ = ["KNOWN_COMPLETENESS", "SyncOutcome", "run_sync", "failure_message"]
+__all__ = ["KNOWN_COMPLETENESS", "SyncOutcome", "cyclic_gc_paused", "run_sync", "failure_message"]
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,24 @@ def _audit_failure(writer: Any, run: Any, exc: BaseException, result: Any, logge
         logger.error("Could not write the failed audit row for run %s: %s", run.run_id, audit_exc)
 
 
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector for the duration of a sync.
+
+    A sync allocates millions of short-lived containers (every decoded page and record), which
+    keeps triggering collections that rescan every live object of the task process (Airflow's
+    included); the containers are acyclic and freed by reference counting anyway. Measured: half
+    the time of decoding the records. The collector's previous state is restored on exit.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def run_sync(
     read: Callable[..., Any],
     writer: Any,
@@ -113,12 +133,13 @@ def run_sync(
     """
     result = None
     try:
-        result = read(tool_name, arguments, stream_records=True, **read_options)
-        # The final records flow straight from the response into staging; the audit fields exist
-        # only once the frame is complete and validated, so the writer asks for them then, inside
-        # the same transaction (an error there rolls everything back).
-        with result:
-            counts = writer.write_run(run, result.records, audit=lambda: audit_fields(run, result, logger))
+        with cyclic_gc_paused():
+            result = read(tool_name, arguments, stream_records=True, **read_options)
+            # The final records flow straight from the response into staging; the audit fields
+            # exist only once the frame is complete and validated, so the writer asks for them
+            # then, inside the same transaction (an error there rolls everything back).
+            with result:
+                counts = writer.write_run(run, result.records, audit=lambda: audit_fields(run, result, logger))
     except BaseException as exc:
         _audit_failure(writer, run, exc, result, logger)
         raise
