@@ -32,6 +32,10 @@ def _run(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("profile"):
             return _profiled(call, spec["profile"])
         return call()
+    if kind == "read":
+        from bench.ours import read_once
+
+        return read_once(spec["mcp_url"], os.environ["BENCH_BEARER_TOKEN"], style=spec["style"])
     if kind == "drain":
         from bench.drain import drain_once
 

@@ -110,7 +110,7 @@ def drain_once(mcp_url: str, token: str, *, style: str = "execute") -> dict[str,
             params = {"name": TOOLS["direct"], "arguments": {}}
         body, headers = rpc.envelope("tools/call", params, opt_in=True)
         before = transport.received_bytes
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         with client.stream("POST", mcp_url, json=body, headers=headers) as resp:
             resp.raise_for_status()
             if not resp.headers.get("content-type", "").startswith("text/event-stream"):
@@ -118,6 +118,7 @@ def drain_once(mcp_url: str, token: str, *, style: str = "execute") -> dict[str,
             for _ in resp.iter_raw(1 << 20):
                 pass
         seconds = time.perf_counter() - start
+        cpu_seconds = time.process_time() - cpu_start
         if rpc.session_id:
             client.delete(mcp_url, headers={"Mcp-Session-Id": rpc.session_id, "MCP-Protocol-Version": HANDSHAKE})
-    return {"seconds": seconds, "wire_bytes": transport.received_bytes - before, "era": rpc.version}
+    return {"cpu_seconds": cpu_seconds, "seconds": seconds, "wire_bytes": transport.received_bytes - before, "era": rpc.version}
