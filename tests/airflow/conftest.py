@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,12 @@ def run_dag(airflow_db: Path) -> Callable[..., Any]:
     return run
 
 
+@pytest.fixture()
+def bos_airflow_audit(bos_airflow: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """``bos_airflow`` plus a private audit table (dropped afterwards)."""
+    audit = f"a_{uuid.uuid4().hex[:12]}"
+    monkeypatch.setenv("BOS_TEST_AUDIT_TABLE", audit)
+    env = {**bos_airflow, "audit": audit}
+    yield env
+    with env["engine"].begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))

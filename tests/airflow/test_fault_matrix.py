@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -44,17 +43,6 @@ all_three = pytest.mark.parametrize(
     ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql)],
     indirect=True,
 )
-
-
-@pytest.fixture()
-def faults_env(bos_airflow: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """``bos_airflow`` plus a private audit table (dropped afterwards)."""
-    audit = f"a_{uuid.uuid4().hex[:12]}"
-    monkeypatch.setenv("BOS_TEST_AUDIT_TABLE", audit)
-    env = {**bos_airflow, "audit": audit}
-    yield env
-    with env["engine"].begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))
 
 
 def run_faults(run_dag: Any, **env: str) -> Any:
@@ -105,42 +93,42 @@ def assert_landed(env: dict[str, Any], dag_run: Any, sc: Scenario) -> dict[str, 
 
 
 @both
-def test_drop_after_some_notifications_changes_nothing(faults_env, run_dag) -> None:
+def test_drop_after_some_notifications_changes_nothing(bos_airflow_audit, run_dag) -> None:
     from airflow_provider_bos.exceptions import BosIncompleteStreamError
 
-    before = seed_table(faults_env)
-    faults_env["server"].set_scenario(scenario(drop_after_notifications=3))
+    before = seed_table(bos_airflow_audit)
+    bos_airflow_audit["server"].set_scenario(scenario(drop_after_notifications=3))
 
     dag_run = run_faults(run_dag)
 
-    row = assert_failed_untouched(faults_env, dag_run, before, error_type=BosIncompleteStreamError)
+    row = assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosIncompleteStreamError)
     # The progress seen before the drop is kept in the audit row (3 notifications were delivered).
     assert row["provisional_pages"] == 3
 
 
 @both
-def test_reset_in_the_middle_of_the_final_frame_changes_nothing(faults_env, run_dag) -> None:
+def test_reset_in_the_middle_of_the_final_frame_changes_nothing(bos_airflow_audit, run_dag) -> None:
     from airflow_provider_bos.exceptions import BosIncompleteStreamError
 
-    before = seed_table(faults_env)
-    faults_env["server"].set_scenario(scenario(drop_mid_final=True))
+    before = seed_table(bos_airflow_audit)
+    bos_airflow_audit["server"].set_scenario(scenario(drop_mid_final=True))
 
     dag_run = run_faults(run_dag)
 
-    assert_failed_untouched(faults_env, dag_run, before, error_type=BosIncompleteStreamError)
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosIncompleteStreamError)
 
 
 @both
-def test_keepalive_only_stall_hits_the_deadline_and_cancels_the_call(faults_env, run_dag) -> None:
+def test_keepalive_only_stall_hits_the_deadline_and_cancels_the_call(bos_airflow_audit, run_dag) -> None:
     from airflow_provider_bos.exceptions import BosDeadlineExceeded
 
-    server = faults_env["server"]
-    before = seed_table(faults_env)
+    server = bos_airflow_audit["server"]
+    before = seed_table(bos_airflow_audit)
     server.set_scenario(scenario(stall=True, keepalive_interval_ms=100))
 
     dag_run = run_faults(run_dag, BOS_TEST_DEADLINE_S="3")
 
-    assert_failed_untouched(faults_env, dag_run, before, error_type=BosDeadlineExceeded, mentions=("deadline",))
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosDeadlineExceeded, mentions=("deadline",))
     # The client closed the stream: the server saw the call cancelled (not completed).
     assert server.wait_for_cancelled_calls(1, timeout=10)
     assert server.counters.completed_streams == 0
@@ -151,30 +139,30 @@ def test_keepalive_only_stall_hits_the_deadline_and_cancels_the_call(faults_env,
 
 @all_three
 @pytest.mark.parametrize("faults", [{"http_429": 2, "retry_after_s": 1}, {"http_503": 2}], ids=["429", "503"])
-def test_retryable_status_then_success(faults_env, run_dag, faults) -> None:
-    server = faults_env["server"]
+def test_retryable_status_then_success(bos_airflow_audit, run_dag, faults) -> None:
+    server = bos_airflow_audit["server"]
     sc = scenario(**faults)
     server.set_scenario(sc)
 
     dag_run = run_faults(run_dag)
 
-    row = assert_landed(faults_env, dag_run, sc)
+    row = assert_landed(bos_airflow_audit, dag_run, sc)
     assert row["inserted"] == len(final_refs(sc))
     # The two refused attempts plus the successful one reached the server's tools/call handler.
     assert server.counters.completed_streams == 1
 
 
 @both
-def test_retries_exhausted_is_a_clear_failure(faults_env, run_dag) -> None:
+def test_retries_exhausted_is_a_clear_failure(bos_airflow_audit, run_dag) -> None:
     from airflow_provider_bos.exceptions import BosRetryableHttpError
 
-    before = seed_table(faults_env)
-    faults_env["server"].set_scenario(scenario(http_503=1000))
+    before = seed_table(bos_airflow_audit)
+    bos_airflow_audit["server"].set_scenario(scenario(http_503=1000))
 
     dag_run = run_faults(run_dag)
 
-    assert_failed_untouched(faults_env, dag_run, before, error_type=BosRetryableHttpError, mentions=("503",))
-    assert faults_env["server"].counters.completed_streams == 0
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosRetryableHttpError, mentions=("503",))
+    assert bos_airflow_audit["server"].counters.completed_streams == 0
 
 
 # --- OAuth ---------------------------------------------------------------------------------------
@@ -194,9 +182,9 @@ def seed_token_store(env: dict[str, Any], *, expires_in: float) -> SqlTokenStore
 
 
 @both
-def test_access_token_expiring_mid_run_is_refreshed_once_and_the_request_retried(faults_env, run_dag) -> None:
-    server = faults_env["server"]
-    seed_token_store(faults_env, expires_in=3600)
+def test_access_token_expiring_mid_run_is_refreshed_once_and_the_request_retried(bos_airflow_audit, run_dag) -> None:
+    server = bos_airflow_audit["server"]
+    seed_token_store(bos_airflow_audit, expires_in=3600)
     # The stored access token is refused after 3 authorized requests (discover, tools/list,
     # bos_get_context): the federated tools/call itself gets the 401, the client refreshes once
     # (rotating the refresh token) and retries it.
@@ -206,7 +194,7 @@ def test_access_token_expiring_mid_run_is_refreshed_once_and_the_request_retried
 
     dag_run = run_faults(run_dag)
 
-    assert_landed(faults_env, dag_run, sc)
+    assert_landed(bos_airflow_audit, dag_run, sc)
     assert server.counters.refreshes == 1
     assert server.counters.unauthorized > unauthorized_before
     assert server.counters.completed_streams == 1
@@ -214,36 +202,36 @@ def test_access_token_expiring_mid_run_is_refreshed_once_and_the_request_retried
 
 
 @both
-def test_expired_stored_access_token_is_refreshed_exactly_once(faults_env, run_dag) -> None:
-    server = faults_env["server"]
+def test_expired_stored_access_token_is_refreshed_exactly_once(bos_airflow_audit, run_dag) -> None:
+    server = bos_airflow_audit["server"]
     # The stored access token expired since the last run: the client refreshes once before using
     # it, and uses the new (1 h) token for the whole run.
-    store = seed_token_store(faults_env, expires_in=-1)
+    store = seed_token_store(bos_airflow_audit, expires_in=-1)
     generation = store.load("bos_default").generation  # type: ignore[union-attr]
     sc = scenario()
     server.set_scenario(sc)
 
     dag_run = run_faults(run_dag)
 
-    assert_landed(faults_env, dag_run, sc)
+    assert_landed(bos_airflow_audit, dag_run, sc)
     assert server.counters.refreshes == 1
     grant = store.load("bos_default")
     assert grant is not None and grant.generation == generation + 1
-    assert grant.refresh_token != faults_env["grant"]["refresh_token"]  # the rotated token was committed
+    assert grant.refresh_token != bos_airflow_audit["grant"]["refresh_token"]  # the rotated token was committed
 
 
 @both
-def test_revoked_refresh_token_fails_with_the_reconnect_command(faults_env, run_dag) -> None:
+def test_revoked_refresh_token_fails_with_the_reconnect_command(bos_airflow_audit, run_dag) -> None:
     from airflow_provider_bos.exceptions import BosReconnectRequired
 
-    server = faults_env["server"]
-    before = seed_table(faults_env)
+    server = bos_airflow_audit["server"]
+    before = seed_table(bos_airflow_audit)
     server.set_scenario(scenario())
-    server.revoke_grant_of(faults_env["grant"]["refresh_token"])
+    server.revoke_grant_of(bos_airflow_audit["grant"]["refresh_token"])
 
     dag_run = run_faults(run_dag)
 
-    assert_failed_untouched(faults_env, dag_run, before, error_type=BosReconnectRequired,
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosReconnectRequired,
                             mentions=("airflow-provider-bos connect", "--conn-id bos_default"))
     assert server.counters.tool_calls == 0
 
@@ -252,14 +240,14 @@ def test_revoked_refresh_token_fails_with_the_reconnect_command(faults_env, run_
 
 
 @all_three
-def test_database_error_in_the_upsert_rolls_everything_back(faults_env, run_dag) -> None:
-    engine, table = faults_env["engine"], faults_env["table"]
+def test_database_error_in_the_upsert_rolls_everything_back(bos_airflow_audit, run_dag) -> None:
+    engine, table = bos_airflow_audit["engine"], bos_airflow_audit["table"]
     sc = scenario(revision=1)
     records = final_records(sc)
     # Old state: every record but a few, at revision 0. The new read updates some of them AND
     # inserts the missing ones; the table rejects one of the inserts (a constraint the user added).
     old = [r for r in final_records(BASE) if r["record_ref"] not in {x["record_ref"] for x in records[-3:]}]
-    before = seed_table(faults_env, old)
+    before = seed_table(bos_airflow_audit, old)
     rejected = records[-1]["record_ref"]
     assert "'" not in rejected
     dialect = engine.dialect.name
@@ -273,14 +261,14 @@ def test_database_error_in_the_upsert_rolls_everything_back(faults_env, run_dag)
             conn.exec_driver_sql(
                 f"ALTER TABLE {table} ADD CONSTRAINT {table}_reject CHECK (record_ref <> '{rejected}')"
             )
-    server = faults_env["server"]
+    server = bos_airflow_audit["server"]
     server.set_scenario(sc)
 
     dag_run = run_faults(run_dag)
 
     from airflow_provider_bos.exceptions import BosWarehouseError
 
-    row = assert_failed_untouched(faults_env, dag_run, before, error_type=BosWarehouseError,
+    row = assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosWarehouseError,
                                   mentions=("rolled back",))
     assert server.counters.completed_streams == 1  # the read itself succeeded
     assert row["status"] == "failed"
@@ -300,15 +288,15 @@ def test_database_error_in_the_upsert_rolls_everything_back(faults_env, run_dag)
     ],
     ids=["other-id", "jsonrpc-error", "malformed"],
 )
-def test_bad_final_response_is_a_typed_failure(faults_env, run_dag, faults, error_name, mentions) -> None:
+def test_bad_final_response_is_a_typed_failure(bos_airflow_audit, run_dag, faults, error_name, mentions) -> None:
     import airflow_provider_bos.exceptions as errors
 
-    before = seed_table(faults_env)
-    faults_env["server"].set_scenario(scenario(**faults))
+    before = seed_table(bos_airflow_audit)
+    bos_airflow_audit["server"].set_scenario(scenario(**faults))
 
     dag_run = run_faults(run_dag)
 
-    assert_failed_untouched(faults_env, dag_run, before, error_type=getattr(errors, error_name), mentions=mentions)
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=getattr(errors, error_name), mentions=mentions)
 
 
 # --- records without record_ref, duplicate record_refs (session level, MockTransport) -----------------

@@ -17,7 +17,6 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +43,6 @@ STALL = Scenario(
 )
 
 
-@pytest.fixture()
-def kill_env(bos_airflow: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    audit = f"a_{uuid.uuid4().hex[:12]}"
-    monkeypatch.setenv("BOS_TEST_AUDIT_TABLE", audit)
-    env = {**bos_airflow, "audit": audit}
-    yield env
-    with env["engine"].begin() as conn:
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))
-
-
 class _FakeTI:
     """The part of a TaskInstance the operator touches."""
 
@@ -70,13 +59,13 @@ class _FakeTI:
 
 @pytest.mark.parametrize("warehouse_url", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)],
                          indirect=True)
-def test_on_kill_closes_the_stream_and_the_server_sees_the_call_cancelled(kill_env) -> None:
-    server, engine, table = kill_env["server"], kill_env["engine"], kill_env["table"]
-    before = seed_table(kill_env)
+def test_on_kill_closes_the_stream_and_the_server_sees_the_call_cancelled(bos_airflow_audit) -> None:
+    server, engine, table = bos_airflow_audit["server"], bos_airflow_audit["engine"], bos_airflow_audit["table"]
+    before = seed_table(bos_airflow_audit)
     server.set_scenario(STALL)
     operator = BosFederatedReadOperator(
         task_id="sync", tool_name="people.search", destination_conn_id="bos_warehouse",
-        destination_table=table, audit_table=kill_env["audit"],
+        destination_table=table, audit_table=bos_airflow_audit["audit"],
     )  # the default 30 min deadline: only on_kill can end this read
     ti = _FakeTI()
     outcome: dict[str, BaseException | Any] = {}
@@ -102,7 +91,7 @@ def test_on_kill_closes_the_stream_and_the_server_sees_the_call_cancelled(kill_e
     error = outcome["error"]
     assert isinstance(error, BosIncompleteStreamError), repr(error)
     assert table_dump(engine, table) == before
-    rows = [a for a in audits(engine, kill_env["audit"]) if a["dag_id"] == ti.dag_id]
+    rows = [a for a in audits(engine, bos_airflow_audit["audit"]) if a["dag_id"] == ti.dag_id]
     assert [(r["status"], r["run_id"]) for r in rows] == [("failed", ti.xcom["bos_run_id"])]
     assert rows[0]["error_message"].startswith(type(error).__name__)
 
@@ -141,13 +130,13 @@ def _wait_for(condition: Any, *, timeout: float, what: str, proc: subprocess.Pop
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
-def test_sigkill_during_the_upsert_leaves_the_old_table_and_no_success_audit(kill_env, airflow_db) -> None:
-    server, engine, table, audit = kill_env["server"], kill_env["engine"], kill_env["table"], kill_env["audit"]
+def test_sigkill_during_the_upsert_leaves_the_old_table_and_no_success_audit(bos_airflow_audit, airflow_db) -> None:
+    server, engine, table, audit = bos_airflow_audit["server"], bos_airflow_audit["engine"], bos_airflow_audit["table"], bos_airflow_audit["audit"]
     old = BASE.model_copy(update={"revision": 0})
     new = BASE.model_copy(update={"revision": 1})
     # Old state: revision 0 minus a few records; the killed run would update some and insert those.
     new_refs = [r["record_ref"] for r in final_records(new)]
-    before = seed_table(kill_env, [r for r in final_records(old) if r["record_ref"] not in new_refs[-3:]])
+    before = seed_table(bos_airflow_audit, [r for r in final_records(old) if r["record_ref"] not in new_refs[-3:]])
     changed = [ref for ref in _changed_refs(old, new) if ref not in new_refs[-3:]]
     assert changed, "the scenario revision must change some records"
     victim = changed[-1]
