@@ -272,8 +272,15 @@ class WarehouseDialect(abc.ABC):
         h = self.quote("_bos_record_hash")
         return f"({self._hash_differs(f'{t}.{h}', f'{s}.{h}')})"
 
-    def classify(self, stage: str, target: str, schema: str | None) -> Statement:
-        """One row: inserted, updated, unchanged, skipped_stale (over a duplicate-free stage)."""
+    def _index_hint(self, index: str | None) -> str:
+        """Text after the target's alias forcing ``index`` for the change test ("" where unsupported)."""
+        return ""
+
+    def classify(self, stage: str, target: str, schema: str | None, *, index: str | None = None) -> Statement:
+        """One row: inserted, updated, unchanged, skipped_stale (over a duplicate-free stage).
+
+        ``index``: a covering index of the target for the join (see :meth:`_index_hint`).
+        """
         ref = self.quote("record_ref")
         new = f"t.{ref} IS NULL"
         stale, changed = self._stale("t", "s"), self._changed("t", "s")
@@ -284,7 +291,7 @@ class WarehouseDialect(abc.ABC):
             f"COALESCE(SUM(CASE WHEN {new} THEN 0 WHEN {stale} THEN 0 WHEN {changed} THEN 0 ELSE 1 END), 0), "
             f"COALESCE(SUM(CASE WHEN {new} THEN 0 WHEN {stale} THEN 1 ELSE 0 END), 0) "
             f"FROM {self.stage_ref(stage, schema)} s "
-            f"LEFT JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref}"
+            f"LEFT JOIN {self.table_ref(target, schema)} t{self._index_hint(index)} ON t.{ref} = s.{ref}"
         )
 
     def _select_stage_row(self, s: str) -> str:
@@ -563,6 +570,9 @@ class MySqlDialect(WarehouseDialect):
 
     def lock_is_flag(self) -> bool:
         return True
+
+    def _index_hint(self, index: str | None) -> str:
+        return f" FORCE INDEX ({self.quote(index)})" if index else ""
 
     def unlock(self, target: str) -> Statement | None:
         return Statement(f"SELECT RELEASE_LOCK({self.placeholder})", (self._lock_name(target),))

@@ -19,6 +19,8 @@ __all__ = [
     "ERROR_MESSAGE_MAX",
     "SUPPORTED_DIALECTS",
     "audit_index_name",
+    "GUARD_INDEX_COLUMNS",
+    "guard_index_name",
     "audit_table",
     "column_types",
     "record_columns",
@@ -97,7 +99,7 @@ def records_table(
 ) -> sa.Table:
     """The records table keyed by ``record_ref``."""
     t = column_types(dialect_name)
-    return sa.Table(
+    table = sa.Table(
         name,
         metadata,
         sa.Column("record_ref", t["key"], primary_key=True, nullable=False),
@@ -115,6 +117,24 @@ def records_table(
         schema=schema,
         **_table_kwargs(dialect_name),
     )
+    if dialect_name == "mysql":
+        # InnoDB's primary key holds the whole row; past the buffer pool, the change test's join
+        # reads every stored row from disk. This index answers it alone (with FORCE INDEX: MariaDB
+        # keeps choosing the primary key). 200k unchanged rows: 19 s -> 2.3 s.
+        sa.Index(guard_index_name(name), *(table.c[c] for c in GUARD_INDEX_COLUMNS))
+    return table
+
+
+def guard_index_name(table_name: str) -> str:
+    """Name of the MySQL covering index of the change test; hashed past 63 characters."""
+    name = f"ix_{table_name}_guard"
+    if len(name) <= 63:
+        return name
+    return "ix_bos_guard_" + hashlib.sha256(table_name.encode()).hexdigest()[:40]
+
+
+#: The columns of the covering index, in order.
+GUARD_INDEX_COLUMNS = ("record_ref", "_bos_record_hash", "_bos_observed_at")
 
 
 def audit_index_name(table_name: str) -> str:

@@ -7,29 +7,10 @@ from __future__ import annotations
 
 import re
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-import sqlalchemy as sa
-from whhelpers import T1, T2, dump, make_record, write
+from whhelpers import T1, T2, dump, make_record, statements, write
 
 from airflow_provider_bos.warehouse import UpsertCounts
 from airflow_provider_bos.warehouse.records import record_to_row
-
-
-@contextmanager
-def statements(engine: sa.Engine) -> Iterator[list[str]]:
-    """The SQL text of every statement the engine executes inside the block."""
-    seen: list[str] = []
-
-    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        seen.append(statement)
-
-    sa.event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        sa.event.remove(engine, "before_cursor_execute", before)
 
 
 def writes_to(seen: list[str], table: str) -> list[str]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -81,3 +83,18 @@ def rows_by_ref(engine: sa.Engine, table: str, schema: str | None = None) -> dic
     t = sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
     with engine.connect() as conn:
         return {row.record_ref: dict(row._mapping) for row in conn.execute(sa.select(t))}
+
+
+@contextmanager
+def statements(engine: sa.Engine) -> Iterator[list[str]]:
+    """The SQL text of every statement the engine executes inside the block."""
+    seen: list[str] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(statement)
+
+    sa.event.listen(engine, "before_cursor_execute", before)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", before)
