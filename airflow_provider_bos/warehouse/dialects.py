@@ -347,9 +347,10 @@ class PostgresDialect(WarehouseDialect):
     # Each statement sees every commit made before it; with the table lock, counts stay exact.
     isolation_level = "READ COMMITTED"
 
-    def __init__(self, sa_dialect: sa.Dialect) -> None:
+    def __init__(self, sa_dialect: sa.Dialect, *, use_copy: bool | None = None) -> None:
         super().__init__(sa_dialect)
-        self.uses_copy = sa_dialect.driver == "psycopg"
+        # COPY needs psycopg 3; ``use_copy=False`` turns it off (executemany staging).
+        self.uses_copy = sa_dialect.driver == "psycopg" and use_copy is not False
         # With COPY, each record travels as its hashed document (one serialisation per record on the
         # client instead of eight, five COPY fields instead of eleven); the merge derives the columns.
         self.document_staging = self.uses_copy
@@ -642,7 +643,7 @@ def dialect_for(engine_or_dialect: sa.Engine | sa.Dialect, **options: Any) -> Wa
     sa_dialect = engine_or_dialect.dialect if isinstance(engine_or_dialect, sa.Engine) else engine_or_dialect
     name = sa_dialect.name
     if name == "postgresql":
-        return PostgresDialect(sa_dialect)
+        return PostgresDialect(sa_dialect, **options)
     if name in ("mysql", "mariadb"):
         return MySqlDialect(sa_dialect)
     if name == "sqlite":

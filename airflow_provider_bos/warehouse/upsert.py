@@ -93,7 +93,11 @@ class WarehouseWriter:
         use_copy: bool | None = None,
     ) -> None:
         self.engine = engine
-        options = {"busy_timeout_s": sqlite_busy_timeout_s} if engine.dialect.name == "sqlite" else {}
+        options: dict[str, Any] = {}
+        if engine.dialect.name == "sqlite":
+            options["busy_timeout_s"] = sqlite_busy_timeout_s
+        elif engine.dialect.name == "postgresql":
+            options["use_copy"] = use_copy
         self.dialect = dialect_for(engine, **options)
         self.table = validate_identifier(table, kind="table")
         self.audit_table = validate_identifier(audit_table, kind="audit table")
@@ -102,9 +106,7 @@ class WarehouseWriter:
             raise BosWarehouseError("batch_size must be at least 1.")
         self.batch_size = batch_size
         self.lock_timeout_s = lock_timeout_s
-        self.use_copy = self.dialect.uses_copy if use_copy is None else (use_copy and self.dialect.uses_copy)
-        if not self.use_copy:
-            self.dialect.document_staging = False  # documents travel as COPY lines only
+        self.use_copy = self.dialect.uses_copy
         self._tables_ready = False
         # The records table's covering index for the change test, when it has one (MySQL).
         self.guard_index: str | None = None
@@ -323,7 +325,8 @@ class WarehouseWriter:
                 if not d.lock_before_staging:
                     lock()
                 inserted, updated, unchanged, stale = (
-                    int(v) for v in self._exec(conn, d.classify(source, self.table, self.schema, index=self.guard_index)).one()
+                    int(v)
+                    for v in self._exec(conn, d.classify(source, self.table, self.schema, index=self.guard_index)).one()
                 )
                 counts = UpsertCounts(inserted, updated, unchanged, stale, duplicates)
                 if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
