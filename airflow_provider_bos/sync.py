@@ -10,6 +10,7 @@ import contextlib
 import gc
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,6 +116,22 @@ def cyclic_gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@contextlib.contextmanager
+def _known_wire_hashes(writer: Any) -> Iterator[Future[Any] | None]:
+    """The writer's stored wire hashes, loaded on a thread while the read starts (None: no such writer).
+
+    The load is a query of its own (a fraction of a second per 200k stored rows); the read's
+    handshake and page notifications come first anyway, so it costs the sync no time. Leaving
+    waits for the load, so no connection outlives the sync.
+    """
+    load = getattr(writer, "known_wire_hashes", None)
+    if load is None:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-known-records") as pool:
+        yield pool.submit(load)
+
+
 def run_sync(
     read: Callable[..., Any],
     writer: Any,
@@ -133,8 +150,12 @@ def run_sync(
     """
     result = None
     try:
-        with cyclic_gc_paused():
+        with cyclic_gc_paused(), _known_wire_hashes(writer) as known:
             result = read(tool_name, arguments, stream_records=True, **read_options)
+            # Records arriving byte-identical to stored ones are not decoded (the writer verifies
+            # each such claim in SQL before it counts the record unchanged).
+            if known is not None and hasattr(result, "use_known_wire_hashes"):
+                result.use_known_wire_hashes(known.result())
             # The final records flow straight from the response into staging; the audit fields
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).

@@ -16,10 +16,13 @@ CREATE TABLE IF NOT EXISTS bos_records (
     _bos_synced_at    DATETIME(6) NOT NULL,
     _bos_run_id       VARCHAR(64) NOT NULL,
     _bos_record_hash  VARCHAR(64) NOT NULL,
+    -- sha256 hex of the record's bytes as received: re-runs skip byte-identical records.
+    -- Tables made before it: ALTER TABLE bos_records ADD COLUMN _bos_wire_hash VARCHAR(64);
+    _bos_wire_hash    VARCHAR(64),
     PRIMARY KEY (record_ref),
     -- Answers the change test (is the stored row newer / is its hash different?) without reading
     -- whole rows: the writer forces it when present. Add it to older tables for faster re-runs.
-    INDEX ix_bos_records_guard (record_ref, _bos_record_hash, _bos_observed_at)
+    INDEX ix_bos_records_guard (record_ref, _bos_record_hash, _bos_observed_at, _bos_wire_hash)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
 
 CREATE TABLE IF NOT EXISTS bos_sync_runs (

@@ -17,6 +17,9 @@ CREATE TABLE IF NOT EXISTS bos_records (
     _bos_synced_at    DATETIME NOT NULL,
     _bos_run_id       VARCHAR(64) NOT NULL,
     _bos_record_hash  VARCHAR(64) NOT NULL,
+    -- sha256 hex of the record's bytes as received: re-runs skip byte-identical records.
+    -- Tables made before it: ALTER TABLE bos_records ADD COLUMN _bos_wire_hash VARCHAR(64);
+    _bos_wire_hash    VARCHAR(64),
     PRIMARY KEY (record_ref)
 );
 

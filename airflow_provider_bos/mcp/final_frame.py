@@ -18,12 +18,16 @@ Any key order works. Memory is bounded by the largest single record or captured 
 
 Speed, without a per-byte Python loop:
 
-- records: complete elements are cut in batches: the scanner guesses the last element boundary
-  in its buffer (``}`` + the separator + the first key seen between the first two records) and
-  lets orjson parse ``[`` + everything up to it + ``]`` in one call. The parse succeeds only if
-  the guess is a real boundary (the slice starts at a real element start, so a cut inside a
-  string or a nested value leaves it unbalanced), so a wrong guess costs time, never
-  correctness; after a few misses one element is delimited exactly instead;
+- records: each element is cut at the next likely boundary (``}`` + the separator + the first
+  key, learned between the first two records) and parsed alone with orjson. Each cut starts at a
+  real element start, so a piece that parses IS the whole element: a boundary guessed inside a
+  string or a nested value leaves the piece unbalanced and the parse fails; the element is then
+  delimited exactly instead. So every record's exact bytes are known: their SHA-256 is the
+  record's *wire hash* (:mod:`airflow_provider_bos.wire`);
+- known records: given the warehouse's stored wire hashes (:attr:`FinalFrameScanner.known`), a
+  piece whose hash is among them is not decoded at all: only its leading ``record_ref`` is read
+  and a :class:`~airflow_provider_bos.wire.KnownRecord` claim is handed out (the warehouse
+  verifies it in SQL);
 - the skipped text: escaped backslashes and escaped quotes are overwritten by same-length
   filler (``bytes.replace``), after which the first ``"`` is the closing quote (``bytes.find``);
 - exact delimiting (small values, the odd record): a compiled regex finds structural
@@ -33,17 +37,23 @@ Speed, without a per-byte Python loop:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from bisect import bisect_left
+from hashlib import sha256
 from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
 from airflow_provider_bos.mcp.jsonrpc import loads
+from airflow_provider_bos.wire import KnownRecord, WireHashSet, WireRecord
 
-__all__ = ["FinalFrameScanner", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record"]
+__all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record"]
 
 DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
 _TEXT_EXCERPT = 2048
-_BATCH_ATTEMPTS = 3
+# With no boundary in sight, wait for this much more of the frame before delimiting the next
+# element exactly (the last record is followed by no boundary; usually the frame ends first).
+_TAIL_WAIT = 1024 * 1024
+# How a KnownRecord's record_ref is read without decoding the record: it must come first.
+_REF_PREFIX = b'{"record_ref":"'
 
 _STRUCT = re.compile(rb'["{}\[\]]')
 _SCALAR_END = re.compile(rb"[\s,}\]]")
@@ -98,6 +108,8 @@ def _text_end(buf: bytes | bytearray, start: int) -> int:
 
     Escaped backslashes, then escaped quotes, are overwritten with same-length filler, so the
     first remaining ``"`` is the closing one: two ``replace`` and one ``find``, all in C.
+    (Counting quotes against escaped quotes instead measured no faster: such texts hold an
+    escaped backslash before a quote every few kilobytes.)
     """
     i = buf.find(b'"', start)
     if i < 0:
@@ -105,7 +117,7 @@ def _text_end(buf: bytes | bytearray, start: int) -> int:
     if buf[i - 1] != _BSLASH or i == start:
         return i  # the first quote is unescaped (also skips the copies below for short tails)
     block = buf[start:] if start else buf
-    if b"\\\\" in block:  # an escaped backslash (rare in data): neutralise it first
+    if b"\\\\" in block:  # an escaped backslash: neutralise it first
         block = block.replace(b"\\\\", b"..")
     block = block.replace(b'\\"', b"..")
     i = block.find(b'"')
@@ -195,8 +207,35 @@ class _ValueScan:
                     return pos
 
 
+def _known_record(piece: bytes | bytearray, wire_hash: str) -> KnownRecord | None:
+    """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
+    if not piece.startswith(_REF_PREFIX):
+        return None
+    start = len(_REF_PREFIX)
+    end = piece.find(b'"', start)
+    if end <= start:
+        return None
+    raw_ref = piece[start:end]
+    if _BSLASH in raw_ref:  # an escape: decode it properly
+        end = _string_end(piece, start)
+        try:
+            ref = loads(piece[start - 1 : end + 1]) if end > start else None
+        except ValueError:
+            return None
+        if type(ref) is not str or not ref:
+            return None
+    else:
+        try:
+            ref = raw_ref.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return KnownRecord(ref, wire_hash)
+
+
 def check_record(raw: Any, index: int, where: str) -> WireRecord:
     """A light structural check of one wire record (the fields the warehouse relies on)."""
+    if type(raw) is KnownRecord:  # not decoded: its bytes are those of a stored, checked record
+        return raw  # type: ignore[return-value]
     if not isinstance(raw, dict):
         raise BosResultError(f"Record {index} at {where} is not an object.")
     ref = raw.get("record_ref")
@@ -210,7 +249,7 @@ def check_record(raw: Any, index: int, where: str) -> WireRecord:
             raise BosResultError(
                 f"Record {index} ({ref[:80]!r}) at {where} has a provenance entry without observed_at."
             )
-    return WireRecord(raw)
+    return raw if type(raw) is WireRecord else WireRecord(raw)
 
 
 class FinalFrameScanner:
@@ -221,7 +260,13 @@ class FinalFrameScanner:
     A notification or error is simply captured whole (bounded by ``max_value_bytes`` per value).
     """
 
-    def __init__(self, *, tool_style: Literal["execute", "direct"], max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> None:
+    def __init__(
+        self,
+        *,
+        tool_style: Literal["execute", "direct"],
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+        known: WireHashSet | None = None,
+    ) -> None:
         if tool_style not in ("execute", "direct"):
             raise ValueError("tool_style must be 'execute' or 'direct'")
         self.tool_style = tool_style
@@ -233,6 +278,9 @@ class FinalFrameScanner:
         self.kind: str | None = None
         self.message: dict[str, Any] = {}
         self.records_seen = 0
+        # Wire hashes the warehouse already stores (set before the records arrive; may be None).
+        self.known = known
+        self.known_records = 0  # how many records were handed out as KnownRecord claims
         self.records_arrays = 0
         self.bytes_fed = 0
         self._buf = bytearray()
@@ -247,6 +295,9 @@ class FinalFrameScanner:
         self._record_state = "first"  # "first" (after "["), "value" (after ","), "next"
         self._record_scan: _ValueScan | None = None
         self._sep: bytes | None = None  # learned: "}" + separator + first key of the 2nd record
+        self._gap = 0  # bytes between a record's "}" and the next one's "{"
+        self._unparsed_at = -1  # buffer position of a cut piece that did not parse
+        self._tail_wait = min(_TAIL_WAIT, max_value_bytes)
         self._first_key: bytes | None = None
         self._after_first_end: int | None = None
         self._out: list[Any] = []
@@ -274,8 +325,22 @@ class FinalFrameScanner:
         out, self._out = self._out, []
         return out
 
+    def flush(self) -> list[Any]:
+        """All of the frame has been fed: return the records only its end completes (the last ones).
+
+        Call it once after the last :meth:`feed` and before :meth:`finish` (the last record has
+        no boundary after it, so it is delimited only now).
+        """
+        if not self._done:
+            self._run(eof=True)
+        out, self._out = self._out, []
+        return out
+
     def finish(self) -> dict[str, Any]:
-        """End of the frame: return the skeleton message (records array empty) or raise if incomplete."""
+        """End of the frame: return the skeleton message (records array empty) or raise if incomplete.
+
+        Records still held (:meth:`flush` not called) are an error: they would be lost.
+        """
         self._run(eof=True)
         if not self._done:
             if not self._started:
@@ -557,39 +622,81 @@ class FinalFrameScanner:
                 sep = bytes(buf[self._after_first_end : self._pos])
                 if buf.startswith(self._first_key, self._pos):
                     self._sep = b"}" + sep + self._first_key
-            if self._sep is not None and self._batch():
-                continue
+                    self._gap = len(sep)
+            if self._sep is not None:
+                if self._cut():
+                    continue
+                if self._unparsed_at != self._pos and not eof and len(buf) - self._pos < self._tail_wait:
+                    return False  # no boundary in the buffer yet: the next bytes will likely bring one
             self._record_scan = _ValueScan(self._pos, c)
 
-    def _batch(self) -> bool:
-        """Parse all complete elements up to a guessed boundary in one call; False if no guess worked."""
-        buf, start, sep = self._buf, self._pos, self._sep
+    def _cut(self) -> bool:
+        """Cut, hash and decode the records up to the last boundary in the buffer; False if none was cut.
+
+        Stops at a piece that does not parse (a boundary guessed inside a string or a nested
+        value; ``_unparsed_at`` marks where): that element is delimited exactly by the caller.
+        The per-record loop of the whole read: kept flat, with locals, on purpose.
+        """
+        buf, sep, gap = self._buf, self._sep, self._gap
         assert sep is not None
-        hi = len(buf)
-        for _ in range(_BATCH_ATTEMPTS):
-            cut = buf.rfind(sep, start, hi)
-            if cut < 0:
-                return False
-            chunk = bytearray(b"[")
-            chunk += buf[start : cut + 1]
-            chunk += b"]"
+        find, parse, out, wire_record = buf.find, loads, self._out, WireRecord
+        known = self.known
+        prefixes, buckets = (known.prefixes, known.buckets) if known is not None else (None, None)
+        count = len(prefixes) if prefixes is not None else 0
+        pos = start = self._pos
+        cut = 0
+        while True:
+            j = find(sep, pos)
+            if j < 0:
+                break
+            piece = buf[pos : j + 1]
+            wire_hash = sha256(piece).hexdigest()
+            if count:
+                key = int(wire_hash[:16], 16)  # WireHashSet.__contains__, inlined
+                hi = buckets[(key >> 48) + 1]
+                i = bisect_left(prefixes, key, buckets[key >> 48], hi)
+                if i < hi and prefixes[i] == key:
+                    claim = _known_record(piece, wire_hash)
+                    if claim is not None:
+                        out.append(claim)
+                        self.known_records += 1
+                        pos = j + 1 + gap
+                        cut += 1
+                        continue
             try:
-                items = loads(bytes(chunk))
+                value = parse(piece)
             except ValueError:
-                hi = cut  # inside a string or a nested value: try an earlier candidate
-                continue
-            self._out.extend(items)
-            self.records_seen += len(items)
-            self._pos = cut + 1
-            self._record_state = "next"
-            return True
-        return False
+                self._unparsed_at = pos
+                break  # not a whole element: delimit it exactly
+            if type(value) is dict:
+                value = wire_record(value)
+                value.wire_hash = wire_hash
+            out.append(value)  # anything else: check_record says what is wrong with it
+            pos = j + 1 + gap
+            cut += 1
+        if cut:
+            self.records_seen += cut
+            self._pos = pos
+            self._record_state = "value"
+        return pos != start
 
     def _emit_one(self, raw: bytes) -> None:
+        """One exactly delimited element (the first, the last, any the cuts missed)."""
+        wire_hash = sha256(raw).hexdigest()
+        claim = _known_record(raw, wire_hash) if self.known is not None and wire_hash in self.known else None
+        if claim is not None:
+            self.known_records += 1
+            self._out.append(claim)
+            self.records_seen += 1
+            return
         try:
-            self._out.append(loads(raw))
+            value = loads(raw)
         except ValueError:
             raise _malformed(f"record {self.records_seen} does not parse") from None
+        if type(value) is dict:
+            value = WireRecord(value)
+            value.wire_hash = wire_hash
+        self._out.append(value)
         self.records_seen += 1
 
 
@@ -602,14 +709,3 @@ def _decode_excerpt(raw: bytes) -> str:
         except ValueError:
             continue
     return raw.decode("utf-8", "replace")
-
-
-class WireRecord(dict):  # type: ignore[type-arg]
-    """A record decoded from the wire's JSON text (a plain dict otherwise).
-
-    ``from_json = True`` tells the warehouse it holds no NaN/Infinity and only string keys, so it
-    may take its orjson fast path.
-    """
-
-    __slots__ = ()
-    from_json = True

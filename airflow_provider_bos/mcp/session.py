@@ -67,7 +67,12 @@ from airflow_provider_bos.mcp.jsonrpc import (
     rpc_error,
 )
 from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, parse_retry_after, run_with_retries
-from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner, check_record
+from airflow_provider_bos.mcp.final_frame import (
+    DEFAULT_MAX_VALUE_BYTES,
+    FinalFrameScanner,
+    KnownRecord,
+    check_record,
+)
 from airflow_provider_bos.mcp.source_results import (
     FinalFrameParser,
     FinalResult,
@@ -149,6 +154,9 @@ class _FrameRouter:
 
     def end(self) -> None:
         assert self.current is not None
+        records = self.current.flush()
+        if records:
+            self.records.extend(records)
         self.finished.append(self.current)
         self.current = None
 
@@ -195,8 +203,9 @@ class _FrameStream:
                 if router.records:
                     batch, router.records = router.records, []
                     for raw in batch:
-                        # WireRecord: tells the warehouse it may take its orjson fast path.
-                        yield check_record(raw, index, where)
+                        # WireRecord: tells the warehouse it may take its orjson fast path. A
+                        # KnownRecord was not decoded: its bytes are a stored, checked record's.
+                        yield raw if type(raw) is KnownRecord else check_record(raw, index, where)
                         index += 1
                 if self._finished:
                     break
@@ -498,6 +507,7 @@ class McpSession:
             raw = reply.raw if reply.raw is not None else _dumps(message)
             scanner = FinalFrameScanner(tool_style=parser.tool_style, max_value_bytes=len(raw) + 1)
             records = scanner.feed(raw)
+            records += scanner.flush()
             where = scanner.records_where
 
             def from_memory() -> Iterator[Any]:
@@ -519,7 +529,7 @@ class McpSession:
         return StreamingFinalResult(
             request_id=parser.request_id, tool_style=parser.tool_style, streamed=parser.streamed,
             observations=parser.observations, records=stream.records(), finish=finish_stream,
-            on_close=stream.close,
+            on_close=stream.close, scanner=stream.scanner,
         )
 
     # --- internals: operations -----------------------------------------------------------------

@@ -370,8 +370,10 @@ class StreamingFinalResult(FinalResult):
         records: Iterable[Any],
         finish: Callable[[int], FinalResult],
         on_close: Callable[[], None] | None = None,
+        scanner: Any = None,
     ) -> None:
         self.request_id = request_id
+        self._scanner = scanner  # the FinalFrameScanner still being fed, when the frame streams
         self.tool_style = tool_style
         self.streamed = streamed
         self.observations = observations
@@ -395,6 +397,23 @@ class StreamingFinalResult(FinalResult):
             records=result.records,
             finish=lambda _count: result,
         )
+
+    def use_known_wire_hashes(self, known: Any) -> bool:
+        """Let records whose wire hash is in ``known`` through undecoded, as ``KnownRecord`` claims.
+
+        ``known``: a :class:`~airflow_provider_bos.wire.WireHashSet` from the warehouse that will
+        verify the claims. Applies to the bytes still to arrive; returns False (and does nothing)
+        when the frame is not streaming. Call before consuming :attr:`records`.
+        """
+        if self._scanner is None or self._iterated:
+            return False
+        self._scanner.known = known
+        return True
+
+    @property
+    def known_records(self) -> int:
+        """How many records came through as ``KnownRecord`` claims (not decoded)."""
+        return self._scanner.known_records if self._scanner is not None else 0
 
     @property  # type: ignore[override]
     def records(self) -> Iterator[Any]:

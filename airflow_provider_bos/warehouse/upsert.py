@@ -27,7 +27,8 @@ from airflow_provider_bos.warehouse.records import (
     parse_timestamp,
     record_to_row,
 )
-from airflow_provider_bos.warehouse.schema import GUARD_INDEX_COLUMNS, audit_table, records_table
+from airflow_provider_bos.warehouse.schema import GUARD_INDEX_COLUMNS, WIRE_HASH_COLUMN, audit_table, records_table
+from airflow_provider_bos.wire import KnownRecord, WireHashSet
 
 __all__ = ["UpsertCounts", "WarehouseWriter"]
 
@@ -147,7 +148,12 @@ class WarehouseWriter:
             inspector = sa.inspect(self.engine)
             for table in (records, audit):
                 present = {c["name"] for c in inspector.get_columns(table.name, schema=self.schema)}
-                missing = [c.name for c in table.columns if c.name not in present]
+                if table is records:
+                    self.dialect.wire_hash_column = WIRE_HASH_COLUMN in present
+                    if not self.dialect.wire_hash_column:
+                        log.info("%s has no %s column: re-runs decode every record (see sql/ to add it).",
+                                 self._qualified(table.name), WIRE_HASH_COLUMN)
+                missing = [c.name for c in table.columns if c.name not in present and c.name != WIRE_HASH_COLUMN]
                 if missing:
                     raise BosWarehouseError(
                         f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
@@ -173,6 +179,31 @@ class WarehouseWriter:
         log.info("%s has no index on %s; re-runs read whole rows (see sql/mysql.sql).",
                  self._qualified(table), ", ".join(GUARD_INDEX_COLUMNS))
         return None
+
+    def known_wire_hashes(self) -> WireHashSet:
+        """The wire hashes stored in the records table (empty if it has none or no such column).
+
+        Given to the read (``FinalFrameScanner.known``), it lets byte-identical records through as
+        :class:`~airflow_provider_bos.wire.KnownRecord` claims, never decoded; :meth:`write_run`
+        verifies every claim in SQL. Read outside the run's transaction: a row changed in between
+        fails that verification (and the run), it is never skipped.
+        """
+        self._ensure_once()
+        if not self.dialect.wire_hash_column:
+            return WireHashSet()
+        d = self.dialect
+        statement = d.wire_hash_prefixes(self.table, self.schema)
+        try:
+            with self.engine.connect() as conn:
+                result = self._exec(conn, statement)
+                if d.wire_hash_prefixes_aggregated:
+                    known = WireHashSet.from_sorted_prefix_text(result.scalar())
+                else:
+                    known = WireHashSet(result.scalars().all())
+        except sa.exc.SQLAlchemyError as exc:
+            raise BosWarehouseError(f"Could not read the stored wire hashes of {self.destination_table}: "
+                                    f"{_db_detail(exc)}") from exc
+        return known
 
     def _qualified(self, name: str) -> str:
         return f"{self.schema}.{name}" if self.schema else name
@@ -320,14 +351,22 @@ class WarehouseWriter:
                 source = stage
                 if duplicates:
                     self._exec(conn, d.create_deduped(deduped, self.schema, parse_json=parse_json))
-                    self._exec(conn, d.dedupe(stage, deduped, self.schema))
+                    self._exec(conn, d.dedupe(stage, deduped, self.schema, self.table))
                     source = deduped
                 if not d.lock_before_staging:
                     lock()
-                inserted, updated, unchanged, stale = (
+                inserted, updated, unchanged, stale, unverified = (
                     int(v)
                     for v in self._exec(conn, d.classify(source, self.table, self.schema, index=self.guard_index)).one()
                 )
+                if unverified:
+                    # Records skipped as known whose stored row is gone or changed since the run read
+                    # the wire hashes: their content was never decoded, so nothing can be written.
+                    raise BosWarehouseError(
+                        f"{unverified} records arrived byte-identical to rows of {self.destination_table} "
+                        "that another writer changed or deleted during this run; nothing was written. "
+                        "Re-run the task (it will read them in full)."
+                    )
                 counts = UpsertCounts(inserted, updated, unchanged, stale, duplicates)
                 if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
                     raise BosWarehouseError(f"Classification of {distinct} records does not add up: {counts}.")
@@ -405,28 +444,39 @@ class WarehouseWriter:
             conn.invalidate()  # a broken connection goes back to no pool
 
     def _documents(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
-        """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, seq)."""
+        """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, wire hash, seq).
+
+        A known record: (record_ref, None, None, None, wire hash, seq).
+        """
         for seq, record in enumerate(records):
+            if type(record) is KnownRecord:
+                yield (record.record_ref, None, None, None, record.wire_hash, seq)
+                continue
+            wire_hash = getattr(record, "wire_hash", None)
             if getattr(record, "from_json", False):
                 values = json_document_values(record, default_obs)
                 if values is not None:
-                    yield (*values, seq)
+                    yield (*values, wire_hash, seq)
                     continue
             row: RecordRow = record_to_row(record, default_observed_at=default_obs)
-            yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, seq)
+            yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, wire_hash, seq)
 
     def _rows(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
-        stage_value = self.dialect.stage_value
-        bind_ts = self.dialect.bind_timestamp
+        d = self.dialect
+        stage_value, known_value, bind_ts = d.stage_value, d.known_value, d.bind_timestamp
         for seq, record in enumerate(records):
+            if type(record) is KnownRecord:
+                yield known_value(record.record_ref, record.wire_hash, seq)
+                continue
+            wire_hash = getattr(record, "wire_hash", None)
             if getattr(record, "from_json", False):
                 # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
                 values = json_row_values(record, default_obs)
                 if values is not None:
-                    yield (*values[:8], bind_ts(values[8]), values[9], seq)
+                    yield (*values[:8], bind_ts(values[8]), values[9], wire_hash, seq)
                     continue
             row: RecordRow = record_to_row(record, default_observed_at=default_obs)
-            yield stage_value(row, seq)
+            yield stage_value(row, seq, wire_hash)
 
     def _stage(self, conn: sa.Connection, stage: str, records: Iterable[Any], default_obs: datetime | None) -> int:
         """Stream the records into staging; return how many there were."""

@@ -339,6 +339,7 @@ def _scan(style: str, data: bytes, cuts: list[int], **kwargs: Any) -> tuple[list
     records: list[Any] = []
     for chunk in _chunks(data, cuts):
         records += scanner.feed(chunk)
+    records += scanner.flush()
     return records, scanner.finish()
 
 

@@ -62,6 +62,7 @@ def scan(data: bytes, style: str = "execute", sizes: list[int] | None = None) ->
         out += scanner.feed(data[pos : pos + size])
         pos += size
         k += 1
+    out += scanner.flush()
     return out, scanner.finish(), scanner
 
 
@@ -99,6 +100,7 @@ def test_chunk_splits_at_every_position(data: st.DataObject) -> None:
         out += scanner.feed(raw[pos : pos + sizes[k % len(sizes)]])
         pos += sizes[k % len(sizes)]
         k += 1
+    out += scanner.flush()
     scanner.finish()
     assert out == RECORDS
 
@@ -129,6 +131,7 @@ def test_a_50mb_text_is_never_materialised() -> None:
         out: list[Any] = []
         for pos in range(0, len(data), chunk):
             out += scanner.feed(view[pos : pos + chunk])
+        out += scanner.flush()
         scanner.finish()
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -203,3 +206,28 @@ def test_check_record_is_light_but_firm() -> None:
                        ({"record_ref": "r", "sources": [{"x": 1}]}, "without observed_at")]:
         with pytest.raises(BosResultError, match=words):
             check_record(bad, 0, "x")
+
+
+def _text_end_reference(buf: bytes, start: int) -> int:
+    i = start
+    while i < len(buf):
+        if buf[i] == 0x5C:
+            i += 2
+        elif buf[i] == 0x22:
+            return i
+        else:
+            i += 1
+    return -1
+
+
+@settings(max_examples=500, deadline=None)
+@given(body=st.lists(st.sampled_from([b"\\", b'"', b"a", b"\\u00e9", b'\\"', b"\\\\"]), max_size=40).map(b"".join),
+       start=st.integers(0, 3))
+def test_the_text_skip_finds_the_same_closing_quote_as_a_byte_by_byte_scan(body: bytes, start: int) -> None:
+    """_text_end's shortcuts (counts, backslash runs, filler) agree with the plain definition."""
+    from airflow_provider_bos.mcp.final_frame import _text_end
+
+    buf = b"x" * start + body
+    # Start where the reference scan says a string body may start: at an escape boundary.
+    assert _text_end(buf, start) == _text_end_reference(buf, start)
+    assert _text_end(bytearray(buf), start) == _text_end_reference(buf, start)

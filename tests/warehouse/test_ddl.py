@@ -81,8 +81,9 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
 
 def test_record_columns_describe_the_records_table():
     from airflow_provider_bos.warehouse import RECORD_COLUMNS, record_columns
+    from airflow_provider_bos.warehouse.schema import WIRE_HASH_COLUMN
 
     for backend, json_type in (("postgresql", "JSONB"), ("mysql", "JSON"), ("mariadb", "JSON"), ("sqlite", "TEXT")):
         columns = dict(record_columns(backend))
-        assert tuple(columns) == RECORD_COLUMNS
+        assert tuple(columns) == (*RECORD_COLUMNS, WIRE_HASH_COLUMN)
         assert columns["attributes"] == json_type and columns["record_ref"] == "VARCHAR(512)"

@@ -1,0 +1,113 @@
+"""Records as they came over the wire, and the wire hashes that let a re-run skip unchanged ones.
+
+Shared by the protocol core (the final-frame scanner makes these objects) and the warehouse
+(which stores each record's wire hash and, on the next run, says which hashes it already has).
+
+The *wire hash* of a record is the SHA-256 (hex) of the exact bytes of its JSON element in the
+final frame's records array. Identical bytes mean identical content, so a record whose wire hash
+equals the one stored with its ``record_ref`` is unchanged without decoding it. The converse does
+not hold (a server may re-order keys), so the canonical ``_bos_record_hash`` stays the authority:
+a wire-hash miss only means "take the normal path".
+"""
+
+from __future__ import annotations
+
+import sys
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable
+
+__all__ = ["KnownRecord", "WireHashSet", "WireRecord"]
+
+
+class WireRecord(dict):  # type: ignore[type-arg]
+    """A record decoded from the wire's JSON text (a plain dict otherwise).
+
+    ``from_json = True`` tells the warehouse it holds no NaN/Infinity and only string keys, so it
+    may take its orjson fast path. ``wire_hash``: the record's wire hash, when the scanner cut its
+    exact bytes (unset for records built any other way: read it with ``getattr(r, "wire_hash", None)``).
+    """
+
+    __slots__ = ("wire_hash",)
+    from_json = True
+
+
+class KnownRecord:
+    """A record NOT decoded because its wire hash is one the warehouse already stores.
+
+    Only a claim: the warehouse must confirm, in SQL, that the stored row with this
+    ``record_ref`` has exactly this ``wire_hash`` before counting it unchanged, and fail the run
+    otherwise (the record's content is not here to write).
+    """
+
+    __slots__ = ("record_ref", "wire_hash")
+
+    def __init__(self, record_ref: str, wire_hash: str) -> None:
+        self.record_ref = record_ref
+        self.wire_hash = wire_hash
+
+    def __repr__(self) -> str:
+        return f"KnownRecord({self.record_ref!r}, {self.wire_hash[:12]}...)"
+
+
+def _prefix(wire_hash: str) -> int:
+    return int(wire_hash[:16], 16)
+
+
+class WireHashSet:
+    """The stored wire hashes, as a sorted array of their first 8 bytes (8 MB per million rows).
+
+    Membership is by prefix, so a hit is a strong hint, not proof: the warehouse verifies the full
+    hash per ``record_ref`` in SQL. Built from hex digests in any order.
+    """
+
+    __slots__ = ("prefixes", "buckets")
+
+    def __init__(self, wire_hashes: Iterable[str] = ()) -> None:
+        prefixes = array("Q")
+        for wire_hash in wire_hashes:
+            try:
+                prefixes.append(_prefix(wire_hash))
+            except (TypeError, ValueError):  # a value we did not write: it can only miss
+                continue
+        self._index(array("Q", sorted(prefixes)))
+
+    @classmethod
+    def from_sorted_prefix_text(cls, text: str | None) -> WireHashSet:
+        """From the 16-hex-digit prefixes concatenated in ascending order (one value from SQL)."""
+        known = cls()
+        if text:
+            prefixes = array("Q")
+            prefixes.frombytes(bytes.fromhex(text))
+            if sys.byteorder == "little":  # the hex is big-endian
+                prefixes.byteswap()
+            known._index(prefixes)
+        return known
+
+    def _index(self, prefixes: array) -> None:  # type: ignore[type-arg]
+        #: The sorted prefixes, as unsigned 64-bit integers (the scanner searches them inline).
+        self.prefixes = prefixes
+        #: ``prefixes[buckets[k]:buckets[k + 1]]`` are those whose top 16 bits are ``k``: a search
+        #: looks at a handful of entries instead of log2(n) (a bisect over the whole array costs
+        #: a microsecond per record).
+        counts = array("L", bytes(array("L").itemsize * 65537))
+        for prefix in prefixes:
+            counts[(prefix >> 48) + 1] += 1
+        for k in range(1, 65537):
+            counts[k] += counts[k - 1]
+        self.buckets = counts
+
+    def __len__(self) -> int:
+        return len(self.prefixes)
+
+    def __contains__(self, wire_hash: object) -> bool:
+        if not isinstance(wire_hash, str):
+            return False
+        prefixes, buckets = self.prefixes, self.buckets
+        try:
+            key = _prefix(wire_hash)
+        except ValueError:
+            return False
+        hi = buckets[(key >> 48) + 1]
+        i = bisect_left(prefixes, key, buckets[key >> 48], hi)
+        return i < hi and prefixes[i] == key

@@ -1,0 +1,142 @@
+"""Wire hashes: the scanner cuts every final record's exact bytes, hashes them, and lets known ones
+through undecoded (as KnownRecord claims) when given the warehouse's stored hashes.
+
+The cuts are guessed at ``}`` + separator + first key and confirmed by a parse, so the data below
+is built to fool the guess: nested objects whose first key is ``record_ref`` inside arrays (the
+separator appears inside a record), the separator inside strings, other spacing, other key orders.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord, check_record
+from airflow_provider_bos.wire import WireHashSet
+
+RID = "rid-1"
+META = {"contract_version": "bos-identity-mcp/v2", "result_count": 0}
+
+text = st.lists(st.sampled_from([*'ab"\\},{ré\n\t\u2028', "record_ref", '},{"record_ref"']),
+                max_size=8).map("".join)
+ref = st.text(alphabet=st.sampled_from(list("abcXYZ-_/é\"\\")), min_size=1, max_size=8)
+nested = st.fixed_dictionaries({"record_ref": ref}, optional={"n": st.integers(-5, 5), "s": text})
+
+
+@st.composite
+def records(draw: Any) -> list[dict[str, Any]]:
+    refs = draw(st.lists(ref, min_size=0, max_size=6, unique=True))
+    out = []
+    for r in refs:
+        record: dict[str, Any] = {
+            "record_ref": r,
+            "sources": [{"source_type": "hr", "observed_at": "2026-10-01T00:00:00Z", "note": draw(text)}],
+            "attributes": {"links": draw(st.lists(nested, max_size=3)), "name": draw(text)},
+        }
+        if draw(st.booleans()):  # another key first: such a record can never be a KnownRecord
+            record = {"display_name": draw(text), **record}
+        out.append(record)
+    return out
+
+
+def frame(recs: list[dict[str, Any]], separators: tuple[str, str]) -> tuple[bytes, list[bytes]]:
+    """A direct-style final frame whose records array is written element by element, and each element's bytes."""
+    elements = [json.dumps(r, separators=separators, ensure_ascii=False).encode() for r in recs]
+    item_sep, key_sep = separators
+    structured = (b'{"result":[' + item_sep.encode().join(elements) + b'],"metadata":' + json.dumps(META).encode() + b"}")
+    text_json = json.dumps(structured.decode())
+    data = (b'{"jsonrpc":"2.0","id":"' + RID.encode() + b'","result":{"content":[{"type":"text","text":'
+            + text_json.encode() + b'}],"structuredContent":' + structured + b',"isError":false}}')
+    return data, elements
+
+
+def scan(data: bytes, chunk: int, known: WireHashSet | None = None) -> tuple[list[Any], FinalFrameScanner]:
+    scanner = FinalFrameScanner(tool_style="direct", known=known)
+    out: list[Any] = []
+    for pos in range(0, len(data), chunk):
+        out += scanner.feed(data[pos : pos + chunk])
+    out += scanner.flush()
+    scanner.finish()
+    return out, scanner
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (",\n ", ":")])
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records(), separators=SEPARATORS, chunk=st.integers(1, 400))
+def test_every_record_carries_the_hash_of_its_exact_bytes(recs: list[dict[str, Any]], separators: Any,
+                                                           chunk: int) -> None:
+    data, elements = frame(recs, separators)
+    out, scanner = scan(data, chunk)
+    assert out == recs
+    assert all(type(r) is WireRecord for r in out)
+    assert [r.wire_hash for r in out] == [sha(e) for e in elements]
+    assert scanner.known_records == 0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records(), separators=SEPARATORS, chunk=st.integers(1, 400), data=st.data())
+def test_known_records_come_through_undecoded_in_order(recs: list[dict[str, Any]], separators: Any, chunk: int,
+                                                      data: Any) -> None:
+    raw, elements = frame(recs, separators)
+    stored = [data.draw(st.booleans()) for _ in recs]
+    known = WireHashSet(sha(e) for e, keep in zip(elements, stored, strict=True) if keep)
+    out, scanner = scan(raw, chunk, known)
+
+    assert len(out) == len(recs)
+    claims = 0
+    for got, want, element, keep in zip(out, recs, elements, stored, strict=True):
+        # Only a stored record whose record_ref comes first, compact, can be claimed without decoding.
+        claimable = keep and element.startswith(b'{"record_ref":"')
+        if claimable:
+            assert type(got) is KnownRecord
+            assert (got.record_ref, got.wire_hash) == (want["record_ref"], sha(element))
+            assert check_record(got, 0, "x") is got
+            claims += 1
+        else:
+            assert type(got) is WireRecord and got == want and got.wire_hash == sha(element)
+    assert scanner.known_records == claims
+
+
+def test_the_first_records_and_the_last_one_are_hashed_in_one_chunk_and_in_bytes() -> None:
+    recs = [{"record_ref": f"p{i}", "sources": [{"observed_at": "2026-10-01T00:00:00Z"}]} for i in range(5)]
+    data, elements = frame(recs, (",", ":"))
+    for chunk in (1, 7, len(data)):
+        out, _ = scan(data, chunk)
+        assert [r.wire_hash for r in out] == [sha(e) for e in elements]
+
+
+def test_a_frame_scanned_from_memory_is_hashed_too() -> None:
+    """flush() hands out the records only the end of the frame completes (the last one at least)."""
+    recs = [{"record_ref": "only", "sources": [{"observed_at": "2026-10-01T00:00:00Z"}]}]
+    data, elements = frame(recs, (",", ":"))
+    scanner = FinalFrameScanner(tool_style="direct")
+    first = scanner.feed(data)
+    rest = scanner.flush()
+    assert [r.wire_hash for r in first + rest] == [sha(elements[0])]
+    assert scanner.flush() == []
+    scanner.finish()
+
+
+def test_wire_hash_set_membership() -> None:
+    hashes = [sha(str(i).encode()) for i in range(1000)]
+    known = WireHashSet([*hashes[:500], "not-hex", None])  # type: ignore[list-item]
+    assert len(known) == 500
+    assert all(h in known for h in hashes[:500])
+    assert not any(h in known for h in hashes[500:])
+    assert "zz" not in known and 42 not in known
+    assert hashes[0] not in WireHashSet()
+    # The form PostgreSQL hands over: every 16-digit prefix, sorted, in one string.
+    aggregated = WireHashSet.from_sorted_prefix_text("".join(sorted(h[:16] for h in hashes[:500])))
+    assert list(aggregated.prefixes) == list(known.prefixes) and list(aggregated.buckets) == list(known.buckets)
+    assert all(h in aggregated for h in hashes[:500]) and not any(h in aggregated for h in hashes[500:])
+    assert len(WireHashSet.from_sorted_prefix_text(None)) == 0

@@ -1,0 +1,74 @@
+"""End to end: reference server over loopback -> McpSession (streamed final frame) -> run_sync -> database.
+
+A re-run on unchanged data lets every record through as a KnownRecord claim (none decoded) and
+writes nothing; after the server's data changes, only the changed records are decoded and
+written, and the table ends up exactly as a fresh sync of the new data would leave it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Generator
+from typing import Any
+
+import httpx
+import sqlalchemy as sa
+
+from airflow_provider_bos.mcp import McpSession
+from airflow_provider_bos.sync import run_sync
+from airflow_provider_bos.testing.scenario import large_scenario
+from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+
+RECORDS = 600
+CONTENT = ("record_ref", "display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources",
+           "_bos_observed_at", "_bos_record_hash", "_bos_wire_hash")
+
+
+class Bearer(httpx.Auth):
+    def __init__(self, token: str) -> None:
+        self._token = token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._token}"
+        yield request
+
+
+def sync(server: Any, writer: WarehouseWriter) -> Any:
+    token = server.mint_grant()["access_token"]
+    # A small stream threshold: this 600-record frame streams through the scanner like a big one.
+    with McpSession(server.mcp_url, auth=Bearer(token), timeout=30.0, stream_threshold_bytes=4096) as session:
+        run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="people.search")
+        return run_sync(session.federated_read, writer, run, tool_name="people.search", arguments={},
+                        via="execute", stream=True)
+
+
+def content(engine: sa.Engine, table: str) -> list[tuple[Any, ...]]:
+    cols = ", ".join(CONTENT)
+    with engine.connect() as conn:
+        return [tuple(map(repr, row)) for row in conn.exec_driver_sql(f"SELECT {cols} FROM {table} ORDER BY record_ref")]
+
+
+def test_reruns_skip_decoding_byte_identical_records(
+    bos_server_factory: Callable[..., Any], make_writer: Callable[..., WarehouseWriter], engine: sa.Engine
+) -> None:
+    server = bos_server_factory(scenario=large_scenario(RECORDS, sources=3, page_size=50))
+    writer = make_writer()
+
+    first = sync(server, writer)
+    assert (first.counts.inserted, first.result.known_records) == (RECORDS, 0)
+    before = content(engine, writer.table)
+
+    again = sync(server, writer)
+    assert again.result.known_records == RECORDS  # not one record decoded
+    assert (again.counts.inserted, again.counts.updated, again.counts.unchanged) == (0, 0, RECORDS)
+    assert again.status == "complete" and content(engine, writer.table) == before
+
+    server.set_scenario(large_scenario(RECORDS, sources=3, page_size=50, revision=1))
+    changed = sync(server, writer)
+    decoded = RECORDS - changed.result.known_records
+    assert 0 < decoded < RECORDS
+    assert (changed.counts.updated, changed.counts.unchanged) == (decoded, RECORDS - decoded)
+
+    fresh = make_writer(table=f"{writer.table}_fresh", audit_table=f"{writer.table}_fresh_runs")
+    sync(server, fresh)
+    assert content(engine, writer.table) == content(engine, fresh.table)
