@@ -35,7 +35,8 @@ def _run(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     if kind == "read":
         from bench.ours import read_once
 
-        return read_once(spec["mcp_url"], os.environ["BENCH_BEARER_TOKEN"], style=spec["style"])
+        return read_once(spec["mcp_url"], os.environ["BENCH_BEARER_TOKEN"], style=spec["style"],
+                         known=bool(spec.get("known")))
     if kind == "drain":
         from bench.drain import drain_once
 

@@ -252,16 +252,24 @@ class Bench:
             row.result, row.note = "ERROR", f"feed: {exc}"
             return None
 
-    def read_only(self, records: int) -> Row:
-        """Our client's streamed read with the records discarded (no database): a sync's floor."""
-        row = Row("-", "ceiling: our read, records discarded", "-")
+    def read_only(self, records: int, *, known: bool = False) -> Row:
+        """Our client's streamed read with the records discarded (no database): a sync's floor.
+
+        ``known``: every record's wire hash is given to the read (an unchanged re-run's floor).
+        """
+        label = "ceiling: our read, every record known" if known else "ceiling: our read, records discarded"
+        row = Row("-", label, "-")
         params = self.config.params(records)
         feed = self._feed_for(row, params)
         if feed is None:
             return row
-        result = self._child("read", {"mcp_url": feed, "style": self.config.style},
+        result = self._child("read", {"mcp_url": feed, "style": self.config.style, "known": known},
                              env={"BENCH_BEARER_TOKEN": self.token or ""})
-        return self._fill(row, result, bytes_key="wire_bytes", expect=final_record_count(params))
+        self._fill(row, result, bytes_key="wire_bytes", expect=final_record_count(params))
+        if known and result.get("known_records") != result.get("records"):
+            row.note = (row.note + "; " if row.note else "") + (
+                f"only {result.get('known_records')} of {result.get('records')} records came through known")
+        return row
 
     def _replay_misses(self) -> int | None:
         if self.replay is None or self.config.feed != "replay":
@@ -466,6 +474,7 @@ def run(config: Config, bench: Bench) -> None:
         if config.feed == "replay":
             ceilings.append(bench.drain(config.records, replay=True))
         ceilings.append(_fastest([bench.read_only(config.records) for _ in range(config.repeat)]))
+        ceilings.append(_fastest([bench.read_only(config.records, known=True) for _ in range(config.repeat)]))
         bench.rows.extend(ceilings)
     first_pg = None
     for dialect in config.dialects:

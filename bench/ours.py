@@ -136,29 +136,50 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
     }
 
 
-def read_once(mcp_url: str, token: str, *, style: str = "execute") -> dict[str, Any]:
-    """Our client's read alone: the streamed read of ``sync_once`` with every record discarded.
-
-    Everything a sync does before the warehouse (HTTP, SSE, page notifications, the final frame's
-    scan, record checks, the final validation), nothing after it: the least any sync from this
-    feed can cost with this client, and so the least an unchanged re-run can cost.
-    """
+def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None) -> dict[str, Any]:
     from airflow_provider_bos.sync import cyclic_gc_paused
 
-    core = _load_core()
     transport = CountingTransport()
     client = httpx.Client(transport=transport, timeout=httpx.Timeout(120.0), follow_redirects=False)
+    hashes: list[str] = []
     try:
         start, cpu_start = time.perf_counter(), time.process_time()
         with core.McpSession(mcp_url, auth=BearerAuth(token), http_client=client, timeout=120.0) as session:
             with cyclic_gc_paused():
                 result = session.federated_read(TOOLS[style], {}, via=style, stream=True, stream_records=True)
                 with result:
-                    records = sum(1 for _ in result.records)
+                    if known is not None:
+                        result.use_known_wire_hashes(known)
+                    records = 0
+                    for record in result.records:
+                        records += 1
+                        if known is None:
+                            hashes.append(record.wire_hash)
                     completeness = result.completeness  # validates the completed frame
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
     finally:
         client.close()
     return {"records": records, "seconds": seconds, "cpu_seconds": cpu_seconds,
-            "wire_bytes": transport.received_bytes, "completeness": completeness}
+            "wire_bytes": transport.received_bytes, "completeness": completeness,
+            "known_records": result.known_records, "hashes": hashes}
+
+
+def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool = False) -> dict[str, Any]:
+    """Our client's read alone: the streamed read of ``sync_once`` with every record discarded.
+
+    Everything a sync does before the warehouse (HTTP, SSE, page notifications, the final frame's
+    scan, record checks, the final validation), nothing after it: the least any first sync from
+    this feed can cost with this client. ``known=True``: an untimed read first collects every
+    record's wire hash, then the timed read is given them all, as an unchanged re-run is (no
+    record decoded): the least such a re-run can cost.
+    """
+    from airflow_provider_bos.wire import WireHashSet
+
+    core = _load_core()
+    hashes = None
+    if known:
+        hashes = WireHashSet(_read(core, mcp_url, token, style)["hashes"])
+    result = _read(core, mcp_url, token, style, hashes)
+    del result["hashes"]
+    return result
