@@ -136,7 +136,8 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
     }
 
 
-def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None) -> dict[str, Any]:
+def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None,
+          collect: bool = False) -> dict[str, Any]:
     from airflow_provider_bos.sync import cyclic_gc_paused
 
     transport = CountingTransport()
@@ -153,7 +154,7 @@ def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None) 
                     records = 0
                     for record in result.records:
                         records += 1
-                        if known is None:
+                        if collect:  # the priming read of known=True only (it holds them all)
                             hashes.append(record.wire_hash)
                     completeness = result.completeness  # validates the completed frame
         seconds = time.perf_counter() - start
@@ -179,7 +180,7 @@ def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool =
     core = _load_core()
     hashes = None
     if known:
-        hashes = WireHashSet(_read(core, mcp_url, token, style)["hashes"])
+        hashes = WireHashSet(_read(core, mcp_url, token, style, collect=True)["hashes"])
     result = _read(core, mcp_url, token, style, hashes)
     del result["hashes"]
     return result

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, WireRecord
+from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord
 from airflow_provider_bos.mcp.retry import RetryPolicy, parse_retry_after
 from airflow_provider_bos.mcp.session import HANDSHAKE_VERSIONS, BosReadCancelled, McpSession
 from airflow_provider_bos.mcp.source_results import (
@@ -32,6 +32,7 @@ __all__ = [
     "FinalFrameParser",
     "FinalFrameScanner",
     "StreamingFinalResult",
+    "KnownRecord",
     "WireRecord",
     "parse_final_response",
     "parse_retry_after",

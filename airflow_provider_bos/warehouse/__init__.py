@@ -1,7 +1,8 @@
 """The warehouse room: where a sync's final records and its audit row land.
 
 Knows nothing of HTTP, MCP or Airflow: it takes a SQLAlchemy engine and FederatedRecord objects
-(or dicts with the same fields).
+(or dicts with the same fields), and ``KnownRecord`` claims (:mod:`airflow_provider_bos.wire`) for
+records that arrived byte-identical to stored ones.
 """
 
 from __future__ import annotations
