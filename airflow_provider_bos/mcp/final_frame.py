@@ -124,6 +124,37 @@ def _text_end(buf: bytes | bytearray, start: int) -> int:
     return i + start if i >= 0 else -1
 
 
+def _plain_string_end(buf: bytes | bytearray, start: int) -> int:
+    """An end ``e`` such that ``buf[start:e]`` is a complete JSON string body (so no closing quote), or ``start``.
+
+    orjson validates the piece as ``"`` + piece + ``"`` in one C call (about 4x faster than the
+    filler approach of :func:`_text_end` on such texts); that parse succeeding is the proof, so
+    where the piece is cut only decides how often it succeeds: before a trailing escape or
+    UTF-8 sequence, which the next bytes complete.
+    """
+    end = len(buf)
+    j = buf.rfind(b"\\", max(start, end - 6), end)  # a "\\uXXXX" escape may be incomplete
+    if j >= 0:
+        while j > start and buf[j - 1] == _BSLASH:
+            j -= 1
+        end = j
+    k = end
+    while k > start and buf[k - 1] & 0xC0 == 0x80:  # UTF-8 continuation bytes
+        k -= 1
+    if k > start and buf[k - 1] >= 0xC0:
+        end = k - 1
+    if end - start < 4096:  # not worth a try (the string's end is near, or the buffer is small)
+        return start
+    piece = bytearray(b'"')
+    piece += buf[start:end]
+    piece += b'"'
+    try:
+        loads(piece)
+    except ValueError:
+        return start
+    return end
+
+
 def _odd_trailing_backslash(buf: bytes | bytearray, start: int) -> bool:
     """True if ``buf[start:]`` (scanned from an escape boundary) ends inside an escape sequence."""
     n = len(buf)
@@ -549,9 +580,15 @@ class FinalFrameScanner:
                 return False
             pos += 1
             text["escaped"] = False
+        excerpt: bytearray = text["excerpt"]
+        plain = _plain_string_end(buf, pos)
+        if plain > pos:  # no closing quote up to there, and it ends between escapes
+            if len(excerpt) < _TEXT_EXCERPT:
+                excerpt += buf[self._pos : min(plain, self._pos + _TEXT_EXCERPT - len(excerpt))]
+            self._pos = plain
+            return False
         q = _text_end(buf, pos)
         end = q if q >= 0 else len(buf)
-        excerpt: bytearray = text["excerpt"]
         if len(excerpt) < _TEXT_EXCERPT:
             excerpt += buf[self._pos : min(end, self._pos + _TEXT_EXCERPT - len(excerpt))]
         if q < 0:
@@ -701,8 +738,11 @@ class FinalFrameScanner:
 
 
 def _decode_excerpt(raw: bytes) -> str:
-    """The start of a skipped text as a string (best effort; used only in error messages)."""
-    for cut in range(len(raw), max(len(raw) - 8, -1), -1):
+    """The start of a skipped text as a string (best effort; used only in error messages).
+
+    The cut may split an escape: back off up to 12 bytes (a surrogate pair, ``\\uXXXX\\uXXXX``).
+    """
+    for cut in range(len(raw), max(len(raw) - 13, -1), -1):
         try:
             value = loads(b'"' + raw[:cut] + b'"')
             return value if isinstance(value, str) else ""

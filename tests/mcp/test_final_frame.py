@@ -231,3 +231,26 @@ def test_the_text_skip_finds_the_same_closing_quote_as_a_byte_by_byte_scan(body:
     # Start where the reference scan says a string body may start: at an escape boundary.
     assert _text_end(buf, start) == _text_end_reference(buf, start)
     assert _text_end(bytearray(buf), start) == _text_end_reference(buf, start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=st.lists(st.sampled_from(['"', "\\", "a", "é", "😀", "\u2028", "\n", '\\"', "\\u00e9", "}],{"]),
+                      min_size=1, max_size=30),
+       repeat=st.integers(1, 800), sizes=st.lists(st.integers(1, 20000), min_size=1, max_size=4),
+       ensure_ascii=st.booleans())
+def test_long_texts_are_skipped_whole_whatever_the_chunks(parts: list[str], repeat: int, sizes: list[int],
+                                                           ensure_ascii: bool) -> None:
+    """Texts long enough for the validated fast path (pieces proven quote-free by a parse), with
+    escapes, raw UTF-8 and backslash runs cut anywhere by the network: the records and the
+    excerpt come out exactly as with a byte-by-byte reading."""
+    text = "".join(parts) * repeat
+    data = frame("direct", text=text, ensure_ascii=ensure_ascii)
+    records, skeleton, _ = scan(data, "direct", sizes)
+    assert records == RECORDS
+    excerpt = skeleton["result"]["content"][0]["text"]
+
+    def wire_len(value: str) -> int:  # bytes of the value as the frame carries it (escaped, no quotes)
+        return len(json.dumps(value, ensure_ascii=ensure_ascii).encode()) - 2
+
+    # The first 2 KiB of the wire text are kept (up to 12 bytes less: an escape or a character cut).
+    assert text.startswith(excerpt) and wire_len(excerpt) >= min(wire_len(text), 2048 - 12)
