@@ -28,8 +28,10 @@ Speed, without a per-byte Python loop:
   piece whose hash is among them is not decoded at all: only its leading ``record_ref`` is read
   and a :class:`~airflow_provider_bos.wire.KnownRecord` claim is handed out (the warehouse
   verifies it in SQL);
-- the skipped text: escaped backslashes and escaped quotes are overwritten by same-length
-  filler (``bytes.replace``), after which the first ``"`` is the closing quote (``bytes.find``);
+- the skipped text: each chunk of it is proven quote-free by orjson parsing ``"`` + chunk +
+  ``"`` in one call; where that fails (the chunk holding the end), escaped backslashes and
+  escaped quotes are overwritten by same-length filler (``bytes.replace``), after which the first
+  ``"`` is the closing quote (``bytes.find``);
 - exact delimiting (small values, the odd record): a compiled regex finds structural
   characters, strings are skipped with the same closing-quote search.
 """

@@ -61,6 +61,7 @@ STAGE_COLUMNS = (
     WIRE_HASH_COLUMN,
     "_bos_seq",
 )
+_KNOWN_NULLS = (None,) * (len(STAGE_COLUMNS) - 3)  # all but record_ref, the wire hash and _bos_seq
 # Document staging (PostgreSQL with COPY): the key, the guards and the hashed document; the content
 # columns are derived from the document in SQL, and only for the rows actually written.
 DOCUMENT_STAGE_COLUMNS = (
@@ -260,7 +261,7 @@ class WarehouseDialect(abc.ABC):
     @staticmethod
     def known_value(record_ref: str, wire_hash: str, seq: int) -> tuple[Any, ...]:
         """The column-staged tuple of a known row (:data:`STAGE_COLUMNS` order)."""
-        return (record_ref, None, None, None, None, None, None, None, None, None, wire_hash, seq)
+        return (record_ref, *_KNOWN_NULLS, wire_hash, seq)
 
     # --- known records -----------------------------------------------------------------------
 
@@ -482,7 +483,7 @@ class PostgresDialect(WarehouseDialect):
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         # One text value, sorted bytewise (COLLATE "C"), instead of a row per stored record:
-        # 200k rows through the driver cost 0.3 s, this costs a few milliseconds.
+        # 200k rows through the driver cost ~0.3 s, this ~0.1 s (measured).
         w = self.quote(WIRE_HASH_COLUMN)
         prefix = f'SUBSTR({w}, 1, 16) COLLATE "C"'
         return Statement(

@@ -8,7 +8,7 @@ written, and the table ends up exactly as a fresh sync of the new data would lea
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -24,19 +24,11 @@ CONTENT = ("record_ref", "display_name", "email", "phone", "lifecycle", "identit
            "_bos_observed_at", "_bos_record_hash", "_bos_wire_hash")
 
 
-class Bearer(httpx.Auth):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
-
-
 def sync(server: Any, writer: WarehouseWriter) -> Any:
     token = server.mint_grant()["access_token"]
+    client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
     # A small stream threshold: this 600-record frame streams through the scanner like a big one.
-    with McpSession(server.mcp_url, auth=Bearer(token), timeout=30.0, stream_threshold_bytes=4096) as session:
+    with client, McpSession(server.mcp_url, http_client=client, timeout=30.0, stream_threshold_bytes=4096) as session:
         run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="people.search")
         return run_sync(session.federated_read, writer, run, tool_name="people.search", arguments={},
                         via="execute", stream=True)
