@@ -46,6 +46,8 @@ class SyncOutcome:
             "skipped_stale": counts.skipped_stale,
             "duplicates": counts.duplicates,
             "provisional_records": result.observations.provisional_records,
+            # Final records that arrived byte-identical to stored rows and were not decoded.
+            "records_known": getattr(result, "known_records", 0),
             "source_errors": [
                 {"source": f"{e.source.source_type}/{e.source.source_identity}", "code": e.error.code}
                 for e in result.source_errors

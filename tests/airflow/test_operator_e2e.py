@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.testing.federation import plan_read
-from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
+from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
 
 from afhelpers import audit_rows, table_dump, task_states
 
@@ -125,6 +125,24 @@ def test_second_identical_run_rewrites_zero_rows(bos_airflow, run_dag) -> None:
     assert (summary["inserted"], summary["updated"]) == (0, 0)
     assert summary["unchanged"] == xcom_summary(first)["inserted"]
     assert table_dump(engine, table) == before  # not even _bos_synced_at / _bos_run_id moved
+
+
+def test_a_rerun_of_a_streamed_read_decodes_no_unchanged_record(bos_airflow, run_dag) -> None:
+    """A final frame over the 1 MiB streaming threshold: the second run's records all arrive as
+    known claims (records_known), are verified in SQL and written nowhere."""
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    server.set_scenario(large_scenario(2500, sources=2))
+    first = run_dag("bos_test_sync")
+    assert xcom_summary(first)["records_known"] == 0 and xcom_summary(first)["inserted"] == 2500
+    before = table_dump(engine, table)
+
+    second = run_dag("bos_test_sync")
+
+    assert task_states(second)["sync"] == "success"
+    summary = xcom_summary(second)
+    assert summary["records_known"] == 2500
+    assert (summary["inserted"], summary["updated"], summary["unchanged"]) == (0, 0, 2500)
+    assert table_dump(engine, table) == before
 
 
 def test_older_observation_never_overwrites_newer_data(bos_airflow, run_dag) -> None:
