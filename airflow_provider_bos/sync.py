@@ -156,8 +156,10 @@ def run_sync(
             result = read(tool_name, arguments, stream_records=True, **read_options)
             # Records arriving byte-identical to stored ones are not decoded (the writer verifies
             # each such claim in SQL before it counts the record unchanged).
-            if known is not None and hasattr(result, "use_known_wire_hashes"):
-                result.use_known_wire_hashes(known.result())
+            if known is not None:
+                hashes = known.result()  # always awaited: the load must not overlap the write
+                if hasattr(result, "use_known_wire_hashes"):
+                    result.use_known_wire_hashes(hashes)
             # The final records flow straight from the response into staging; the audit fields
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).

@@ -195,11 +195,13 @@ class WarehouseWriter:
         statement = d.wire_hash_prefixes(self.table, self.schema)
         try:
             with self.engine.connect() as conn:
-                result = self._exec(conn, statement)
                 if d.wire_hash_prefixes_aggregated:
-                    known = WireHashSet.from_sorted_prefix_text(result.scalar())
+                    known = WireHashSet.from_sorted_prefix_text(self._exec(conn, statement).scalar())
                 else:
-                    known = WireHashSet(result.scalars().all())
+                    # Streamed (a server-side cursor where the driver has one): only the 8-byte
+                    # prefixes are kept, not a string per stored row.
+                    streamed = conn.execution_options(stream_results=True, yield_per=10_000)
+                    known = WireHashSet(self._exec(streamed, statement).scalars())
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(f"Could not read the stored wire hashes of {self.destination_table}: "
                                     f"{_db_detail(exc)}") from exc
