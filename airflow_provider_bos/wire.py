@@ -75,13 +75,13 @@ class WireHashSet:
     @classmethod
     def from_sorted_prefix_text(cls, text: str | None) -> WireHashSet:
         """From the 16-hex-digit prefixes concatenated in ascending order (one value from SQL)."""
-        known = cls()
+        prefixes = array("Q")
         if text:
-            prefixes = array("Q")
             prefixes.frombytes(bytes.fromhex(text))
             if sys.byteorder == "little":  # the hex is big-endian
                 prefixes.byteswap()
-            known._index(prefixes)
+        known = cls.__new__(cls)  # already sorted: index it once, not after an empty __init__
+        known._index(prefixes)
         return known
 
     def _index(self, prefixes: array) -> None:  # type: ignore[type-arg]

@@ -67,12 +67,7 @@ from airflow_provider_bos.mcp.jsonrpc import (
     rpc_error,
 )
 from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, parse_retry_after, run_with_retries
-from airflow_provider_bos.mcp.final_frame import (
-    DEFAULT_MAX_VALUE_BYTES,
-    FinalFrameScanner,
-    KnownRecord,
-    check_record,
-)
+from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner, check_record
 from airflow_provider_bos.mcp.source_results import (
     FinalFrameParser,
     FinalResult,
@@ -203,9 +198,9 @@ class _FrameStream:
                 if router.records:
                     batch, router.records = router.records, []
                     for raw in batch:
-                        # WireRecord: tells the warehouse it may take its orjson fast path. A
-                        # KnownRecord was not decoded: its bytes are a stored, checked record's.
-                        yield raw if type(raw) is KnownRecord else check_record(raw, index, where)
+                        # WireRecord: tells the warehouse it may take its orjson fast path (a
+                        # KnownRecord claim passes check_record as it is).
+                        yield check_record(raw, index, where)
                         index += 1
                 if self._finished:
                     break

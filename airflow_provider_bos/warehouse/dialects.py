@@ -101,13 +101,17 @@ class WarehouseDialect(abc.ABC):
     wire_hash_column = True
 
     @property
-    def record_columns(self) -> tuple[str, ...]:
+    def written_columns(self) -> tuple[str, ...]:
         """The target's columns this run writes, in insert order."""
         return (*RECORD_COLUMNS, WIRE_HASH_COLUMN) if self.wire_hash_column else RECORD_COLUMNS
 
     @property
     def updated_columns(self) -> tuple[str, ...]:
-        return tuple(c for c in self.record_columns if c != "record_ref")
+        return tuple(c for c in self.written_columns if c != "record_ref")
+
+    def _written_column_list(self) -> str:
+        """The INSERT column list of the target (quoted, comma-separated)."""
+        return ", ".join(self.quote(c) for c in self.written_columns)
 
     @property
     def stage_columns(self) -> tuple[str, ...]:
@@ -354,7 +358,7 @@ class WarehouseDialect(abc.ABC):
     def _select_stage_row(self, s: str) -> str:
         """The SELECT list producing one target row in RECORD_COLUMNS order from staging alias ``s``."""
         parts = []
-        for col in self.record_columns:
+        for col in self.written_columns:
             if col == "_bos_synced_at":
                 parts.append(self.bind_ts())
             elif col == "_bos_run_id":
@@ -381,7 +385,7 @@ class WarehouseDialect(abc.ABC):
 
     def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
         """``INSERT ... SELECT`` of every staged row (the ``new_only`` merge: there is no known row)."""
-        cols = ", ".join(self.quote(c) for c in self.record_columns)
+        cols = self._written_column_list()
         return Statement(
             f"INSERT INTO {self.table_ref(target, schema)} ({cols}) "
             f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s",
@@ -460,7 +464,7 @@ class PostgresDialect(WarehouseDialect):
     def insert_all(self, stage, target, schema, *, synced_at, run_id):
         if not self.document_staging:
             return super().insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id)
-        cols = ", ".join(self.quote(c) for c in self.record_columns)
+        cols = self._written_column_list()
         return Statement(
             f"INSERT INTO {self.table_ref(target, schema)} ({cols}) "
             f"SELECT {self._select_stage_row('x')} FROM {self._documents(stage, schema)}",
@@ -525,7 +529,7 @@ class PostgresDialect(WarehouseDialect):
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
         ref = q("record_ref")
-        cols = ", ".join(q(c) for c in self.record_columns)
+        cols = self._written_column_list()
         sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in self.updated_columns)
         target_ref = self.table_ref(target, schema)
         # Only new rows and rows the guard lets through reach the INSERT (the table lock keeps this
@@ -591,7 +595,7 @@ class SqliteDialect(WarehouseDialect):
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
-        cols = ", ".join(q(c) for c in self.record_columns)
+        cols = self._written_column_list()
         sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns)
         # The WHERE (known rows are never written) also keeps the parser from reading ON CONFLICT
         # as a join constraint.
@@ -672,7 +676,7 @@ class MySqlDialect(WarehouseDialect):
             f"WHERE {self._decoded('s')} AND {self._write_allowed('t', 's')} AND {self._changed('t', 's')}",
             tuple(params),
         )
-        cols = ", ".join(q(c) for c in self.record_columns)
+        cols = self._written_column_list()
         insert = Statement(
             f"INSERT INTO {target_ref} ({cols}) SELECT {self._select_stage_row('s')} FROM {stage_ref} s "
             f"LEFT JOIN {target_ref} t ON t.{ref} = s.{ref} WHERE t.{ref} IS NULL AND {self._decoded('s')}",
