@@ -332,7 +332,7 @@ class FinalFrameScanner:
         self._unparsed_at = -1  # buffer position of a cut piece that did not parse
         self._tail_wait = min(_TAIL_WAIT, max_value_bytes)
         self._first_key: bytes | None = None
-        self._after_first_end: int | None = None
+        self._last_end: int | None = None  # end of the last exactly delimited record (while _sep is None)
         self._out: list[Any] = []
         self._scan_node: _Node | None = None
 
@@ -392,16 +392,16 @@ class FinalFrameScanner:
         for scan in (self._scan, self._record_scan):
             if scan is not None:
                 keep = min(keep, scan.start)
-        if self._sep is None and self._after_first_end is not None:
-            keep = min(keep, self._after_first_end)
+        if self._sep is None and self._last_end is not None:
+            keep = min(keep, self._last_end)
         if keep > 65536 or (keep and keep == len(self._buf)):
             del self._buf[:keep]
             self._pos -= keep
             for scan in (self._scan, self._record_scan):
                 if scan is not None:
                     scan.shift(keep)
-            if self._after_first_end is not None:
-                self._after_first_end -= keep
+            if self._last_end is not None:
+                self._last_end -= keep
 
     def _skip_ws(self) -> bool:
         """Move to the next non-whitespace byte; False if the buffer ran out."""
@@ -621,8 +621,10 @@ class FinalFrameScanner:
                 self._record_scan = None
                 self._pos = end
                 self._record_state = "next"
-                if self._after_first_end is None and self._first_key is not None:
-                    self._after_first_end = end
+                if self._sep is None:
+                    # The boundary is learnt from the gap between two ADJACENT elements: the end
+                    # of the one just delimited (a stale end would put whole records into it).
+                    self._last_end = end
                 continue
             if not self._skip_ws():
                 return False
@@ -657,8 +659,8 @@ class FinalFrameScanner:
                     key_end = _string_end(buf, m.start() + 1)
                     if key_end > 0:
                         self._first_key = bytes(buf[self._pos : key_end + 1])
-            elif self._sep is None and self._after_first_end is not None and self._first_key is not None:
-                sep = bytes(buf[self._after_first_end : self._pos])
+            elif self._sep is None and self._last_end is not None and self._first_key is not None:
+                sep = bytes(buf[self._last_end : self._pos])
                 if buf.startswith(self._first_key, self._pos):
                     self._sep = b"}" + sep + self._first_key
                     self._gap = len(sep)
