@@ -68,6 +68,7 @@ from airflow_provider_bos.mcp.jsonrpc import (
 )
 from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, parse_retry_after, run_with_retries
 from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner, check_record
+from airflow_provider_bos.mcp.page_records import decode_source_result
 from airflow_provider_bos.mcp.source_results import (
     FinalFrameParser,
     FinalResult,
@@ -99,6 +100,20 @@ _ERROR_BODY_LIMIT = 64 * 1024
 #: Events larger than this are streamed (stream_records=True): their data goes to a
 #: FinalFrameScanner as it arrives instead of being buffered. Notifications are far smaller.
 DEFAULT_STREAM_THRESHOLD = 1024 * 1024
+
+# Where a source-result notification names its method (the fast path's cue; anything else is
+# still decoded in full, so the cue only has to be cheap, not exhaustive).
+_SOURCE_RESULT_TOKEN = f'"{SOURCE_RESULT_METHOD}"'
+_SOURCE_RESULT_TOKEN_BYTES = _SOURCE_RESULT_TOKEN.encode("ascii")
+_SOURCE_RESULT_TOKEN_WITHIN = 256
+
+
+def _text(data: str | bytes) -> str:
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")
+
+
+def _utf8(data: str | bytes) -> bytes:
+    return data if isinstance(data, bytes) else data.encode("utf-8")
 
 
 class _Consumer(Protocol):
@@ -922,9 +937,9 @@ class McpSession:
         if final_style is not None:
             router = _FrameRouter(final_style, min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
             parser = SseParser(max_event_bytes=self.max_event_bytes, stream_threshold=self.stream_threshold_bytes,
-                               open_stream=router.open)
+                               open_stream=router.open, raw_data=True)
         else:
-            parser = SseParser(max_event_bytes=self.max_event_bytes)
+            parser = SseParser(max_event_bytes=self.max_event_bytes, raw_data=True)
         observations = _observations_of(consumer)
         chunks = response.iter_bytes()
         try:
@@ -940,9 +955,9 @@ class McpSession:
                         if message is not None:
                             return _Reply(message, request_id, streamed=True)
                         continue
-                    message = self._dispatch_event(event.event, event.data, request_id, consumer)
+                    message = self._dispatch_event(event.event, event.data, request_id, consumer, parser.text)
                     if message is not None:
-                        raw = event.data.encode("utf-8") if router is not None else None
+                        raw = _utf8(event.data) if router is not None else None
                         return _Reply(message, request_id, streamed=True, raw=raw)
                 if router is not None and router.current is not None and router.current.kind == "response":
                     return self._frame_reply(response, chunks, parser, router, router.current, method, request_id,
@@ -999,11 +1014,26 @@ class McpSession:
         )
         return _Reply(None, request_id, streamed=True, stream=stream)
 
-    def _dispatch_event(self, event: str, data: str, request_id: str, consumer: _Consumer | None) -> Any:
-        """Route one SSE event; return the final response message, or None to keep reading."""
+    def _dispatch_event(
+        self, event: str, data: str | bytes, request_id: str, consumer: _Consumer | None,
+        text: Callable[[str | bytes], str] = _text,
+    ) -> Any:
+        """Route one SSE event; return the final response message, or None to keep reading.
+
+        ``data`` may be the undecoded bytes (``SseParser(raw_data=True)``): a page is then decoded
+        straight from them; anything else goes through ``text`` (the parser's UTF-8 policy) first.
+        """
         if event != "message":
             logger.debug("Ignoring SSE event of type %r.", event)
             return None
+        token = _SOURCE_RESULT_TOKEN_BYTES if isinstance(data, bytes) else _SOURCE_RESULT_TOKEN
+        if consumer is not None and token in data[:_SOURCE_RESULT_TOKEN_WITHIN]:
+            # A page: checked and counted without decoding its records (None: the general path).
+            params = decode_source_result(data, SOURCE_RESULT_METHOD)
+            if params is not None:
+                consumer(params)
+                return None
+        data = text(data)
         try:
             message = loads(data)
         except ValueError:

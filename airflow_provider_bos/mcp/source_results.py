@@ -31,6 +31,7 @@ from airflow_provider_bos.exceptions import (
     excerpt,
 )
 from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error
+from airflow_provider_bos.mcp.page_records import PageRecords
 from airflow_provider_bos.models import (
     SOURCE_ERROR_CODES,
     BosContext,
@@ -138,13 +139,45 @@ def _check_page_record(raw: Any) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
 class SourceProgress:
-    """What ``on_progress`` receives for each notification: the page and a snapshot of its source."""
+    """What ``on_progress`` receives for each notification: the page and a snapshot of its source.
 
-    notification: SourceNotification
-    stats: SourceStats  # a copy: later pages do not change it
-    sequence: int
+    ``page_records`` is the number of records the notification carried. ``notification`` is built
+    on first access: a page decoded by the fast path (:mod:`.page_records`) decodes its records
+    only then, so a callback that only counts never pays for them.
+    """
+
+    __slots__ = ("_notification", "_build", "stats", "sequence", "page_records")
+
+    def __init__(
+        self,
+        notification: SourceNotification | None = None,
+        *,
+        stats: SourceStats,
+        sequence: int,
+        page_records: int | None = None,
+        build: Callable[[], SourceNotification] | None = None,
+    ) -> None:
+        if (notification is None) == (build is None):
+            raise TypeError("SourceProgress needs a notification or a way to build one, not both.")
+        self._notification = notification
+        self._build = build
+        self.stats = stats  # a copy: later pages do not change it
+        self.sequence = sequence
+        if page_records is None:
+            assert notification is not None
+            page_records = len(notification.records)
+        self.page_records = page_records
+
+    @property
+    def notification(self) -> SourceNotification:
+        if self._notification is None:
+            assert self._build is not None
+            self._notification, self._build = self._build(), None
+        return self._notification
+
+    def __repr__(self) -> str:
+        return f"SourceProgress(sequence={self.sequence}, page_records={self.page_records}, stats={self.stats!r})"
 
 
 class SourceResultsTracker:
@@ -195,7 +228,9 @@ class SourceResultsTracker:
         if not isinstance(page_index, int) or isinstance(page_index, bool):
             raise _violation("page-index", f"pageIndex {page_index!r} is not an integer.")
         records = params.get("records")
-        if not isinstance(records, list):
+        # A page from the fast path arrives checked and counted, its records not yet decoded.
+        page = records if type(records) is PageRecords else None
+        if page is None and not isinstance(records, list):
             raise _violation("records", "records must be an array.")
         error = params.get("error")
 
@@ -224,38 +259,39 @@ class SourceResultsTracker:
         elif error is not None:
             raise _violation("error-without-status", f"{where} sent an error object with status {status!r}.")
 
-        for index, raw in enumerate(records):
-            why = _check_page_record(raw)
-            if why is not None:
-                raise _violation("records", f"{where} page record {index} {why}.")
+        if page is None:
+            for index, raw in enumerate(records):
+                why = _check_page_record(raw)
+                if why is not None:
+                    raise _violation("records", f"{where} page record {index} {why}.")
         try:
-            # The envelope's small objects are validated; the page records are not built into
-            # models (~2 us each, for records that are only counted).
-            model = SourceNotification.model_construct(
-                requestId=request_id,
-                sequence=sequence,
-                pageIndex=page_index,
-                source=SourceRef.model_validate(source),
-                records=records,
-                status=status,
-                error=SourceErrorInfo.model_validate(error) if error is not None else None,
-                context=BosContext.model_validate(params["context"]) if params.get("context") is not None else None,
-            )
-            # A newer server's extra fields are kept, as model_validate would (set here: any key
-            # may arrive, including model_construct's own parameter names).
-            extra = {k: v for k, v in params.items() if k not in _NOTIFICATION_FIELDS}
-            if extra:
-                model.__pydantic_extra__ = extra
+            # The envelope's small objects are validated now; the page records are never built
+            # into models (~2 us each, for records that are only counted).
+            source_model = SourceRef.model_validate(source)
+            error_model = SourceErrorInfo.model_validate(error) if error is not None else None
+            context = params.get("context")
+            context_model = BosContext.model_validate(context) if context is not None else None
         except ValidationError as exc:
             raise _violation("shape", _describe(exc)) from None
+        # A newer server's extra fields are kept, as model_validate would.
+        extra = {k: v for k, v in params.items() if k not in _NOTIFICATION_FIELDS}
+
+        def build(page_records: list[Any]) -> SourceNotification:
+            model = SourceNotification.model_construct(
+                requestId=request_id, sequence=sequence, pageIndex=page_index, source=source_model,
+                records=page_records, status=status, error=error_model, context=context_model,
+            )
+            if extra:  # set here: any key may arrive, including model_construct's own parameter names
+                model.__pydantic_extra__ = extra
+            return model
 
         # Every check passed: commit the state change.
         if stats is None:
-            stats = SourceStats(source=model.source)
+            stats = SourceStats(source=source_model)
             self.sources[key] = stats
         self.last_sequence = sequence
         self.notifications += 1
-        count = len(model.records)
+        count = len(records)
         stats.records += count
         self.provisional_records += count
         if status == "page":
@@ -265,9 +301,13 @@ class SourceResultsTracker:
         else:
             stats.status = status
             if status == "error":
-                assert model.error is not None
-                stats.error_code = model.error.code
-        return SourceProgress(notification=model, stats=dataclasses.replace(stats), sequence=sequence)
+                assert error_model is not None
+                stats.error_code = error_model.code
+        snapshot = dataclasses.replace(stats)
+        if page is not None:
+            return SourceProgress(stats=snapshot, sequence=sequence, page_records=count,
+                                  build=lambda: build(page.decode()))
+        return SourceProgress(build(records), stats=snapshot, sequence=sequence, page_records=count)
 
     # -- views ---------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from airflow_provider_bos.exceptions import BosEventTooLarge, BosSseError
 
@@ -67,7 +67,9 @@ class SseEvent:
     """One dispatched server-sent event."""
 
     event: str
-    data: str
+    #: The joined data lines: ``str``, or the undecoded UTF-8 ``bytes`` from a parser made with
+    #: ``raw_data=True`` (decode them with :meth:`SseParser.text`).
+    data: str | bytes
     id: str | None = None
     retry: int | None = None
     #: True if the data went to a sink (see ``SseParser(open_stream=...)``); ``data`` is then "".
@@ -92,7 +94,11 @@ class SseParser:
         invalid_utf8: Literal["replace", "error"] = "replace",
         stream_threshold: int | None = None,
         open_stream: Callable[[], SseDataSink | None] | None = None,
+        raw_data: bool = False,
     ) -> None:
+        """``raw_data``: events carry their data as undecoded UTF-8 bytes (:meth:`text` decodes
+        them with this parser's ``invalid_utf8`` policy), for consumers that parse JSON from bytes
+        and would otherwise pay for a decode and a re-encode."""
         if (stream_threshold is None) != (open_stream is None):
             raise ValueError("stream_threshold and open_stream go together")
         if stream_threshold is not None and stream_threshold < 0:
@@ -103,6 +109,7 @@ class SseParser:
             raise ValueError("invalid_utf8 must be 'replace' or 'error'")
         self.max_event_bytes = max_event_bytes
         self._strict_utf8 = invalid_utf8 == "error"
+        self._raw_data = raw_data
         # Stream state.
         self._started = False  # the leading-BOM decision has been made
         self._head = b""  # first bytes held back while they could still be a split BOM
@@ -112,7 +119,7 @@ class SseParser:
         self._failed: BosSseError | None = None
         self._closed = False
         # Event state.
-        self._data: list[str] = []
+        self._data: list[Any] = []  # str, or bytes with raw_data
         self._event_name = ""
         self._event_bytes = 0
         # Streaming of one large event's data (see the module docstring).
@@ -262,7 +269,7 @@ class SseParser:
             self._stream_declined = True
             return False
         self._sink = sink
-        head = "\n".join(self._data).encode("utf-8")
+        head = b"\n".join(self._data) if self._raw_data else "\n".join(self._data).encode("utf-8")
         self._sink_lines = len(self._data)
         self._data = []
         self._event_bytes = 0
@@ -372,6 +379,10 @@ class SseParser:
             self._data = []
             raise BosEventTooLarge(self.max_event_bytes)
 
+    def text(self, data: str | bytes) -> str:
+        """An event's data as text (``raw_data`` events carry bytes), under the ``invalid_utf8`` policy."""
+        return data if isinstance(data, str) else self._decode(data)
+
     def _decode(self, raw: bytes | memoryview) -> str:
         try:
             return str(raw, "utf-8")
@@ -402,7 +413,9 @@ class SseParser:
         if name == b"data":
             self._event_bytes += len(line)
             self._check_size(0)
-            if value_start >= len(line):
+            if self._raw_data:
+                self._data.append(bytes(line[value_start:]))
+            elif value_start >= len(line):
                 self._data.append("")
             else:
                 self._data.append(self._decode(memoryview(line)[value_start:]))
@@ -432,7 +445,7 @@ class SseParser:
             return None
         return SseEvent(
             event=name or "message",
-            data=data[0] if len(data) == 1 else "\n".join(data),
+            data=data[0] if len(data) == 1 else (b"\n" if self._raw_data else "\n").join(data),
             id=self.last_event_id,
             retry=self.retry,
         )

@@ -17,23 +17,23 @@ class ProgressLogger:
         self.notifications = 0
 
     def __call__(self, progress: Any) -> None:
+        # Only the source's snapshot and the page's record count: reading ``progress.notification``
+        # would decode every provisional record just to log a line.
         self.notifications += 1
-        note = progress.notification
         stats = progress.stats
-        source = f"{note.source.source_type}/{note.source.source_identity}"
-        if note.status == "page":
+        source = f"{stats.source.source_type}/{stats.source.source_identity}"
+        if stats.status == "running":  # a page
             self.log.info(
                 "BOS progress: %s page %d (+%d provisional records, %d so far)",
-                source, note.pageIndex, len(note.records), stats.records,
+                source, stats.last_page_index, progress.page_records, stats.records,
             )
-        elif note.status == "complete":
+        elif stats.status == "complete":
             self.log.info(
                 "BOS progress: %s complete after %d page(s), %d provisional records",
                 source, stats.pages, stats.records,
             )
         else:
-            code = note.error.code if note.error else "unknown"
             self.log.warning(
                 "BOS progress: %s ERROR %s after %d page(s), %d provisional records",
-                source, code, stats.pages, stats.records,
+                source, stats.error_code or "unknown", stats.pages, stats.records,
             )
