@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
@@ -41,6 +42,7 @@ __all__ = [
     "DOCUMENT_STAGE_COLUMNS",
     "STAGE_COLUMNS",
     "Statement",
+    "TargetCopyLines",
     "WarehouseDialect",
     "PostgresDialect",
     "MySqlDialect",
@@ -99,6 +101,8 @@ class WarehouseDialect(abc.ABC):
     # The target table has the _bos_wire_hash column (set by the writer once it has looked; tables
     # made before it existed sync without it, and without skipping known records).
     wire_hash_column = True
+    # An empty target may be loaded directly (see PostgresDialect.copy_target).
+    direct_load = False
 
     @property
     def written_columns(self) -> tuple[str, ...]:
@@ -415,6 +419,9 @@ class PostgresDialect(WarehouseDialect):
         # With COPY, each record travels as its hashed document (one serialisation per record on the
         # client instead of eight, five COPY fields instead of eleven); the merge derives the columns.
         self.document_staging = self.uses_copy
+        # An empty target is loaded by COPY into the table itself while the records stream in
+        # (WarehouseWriter's direct load), not staged and merged after the last one.
+        self.direct_load = self.uses_copy
 
     def _temp_prefix(self) -> str:
         return "CREATE TEMPORARY TABLE"
@@ -503,6 +510,25 @@ class PostgresDialect(WarehouseDialect):
     def copy_lines(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
         """COPY lines of document-staged rows (for :meth:`copy_staging`)."""
         return copy_document_lines(rows)
+
+    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give target rows the wire hash of a staged copy with the same content (a direct load's
+        later duplicate: the merge leaves identical content alone, but the later copy is the one a
+        staged load would have kept, so its bytes are what the next run most likely sends)."""
+        q = self.quote
+        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
+            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND t.{w} IS DISTINCT FROM s.{w}"
+        )
+
+    def copy_target(self, target: str, schema: str | None) -> str:
+        """COPY straight into the target's written columns (the direct load of an empty table)."""
+        return f"COPY {self.table_ref(target, schema)} ({self._written_column_list()}) FROM STDIN"
+
+    def target_lines(self, *, synced_at: datetime, run_id: str) -> TargetCopyLines:
+        """Builds :meth:`copy_target`'s lines for this run."""
+        return TargetCopyLines(synced_at=synced_at, run_id=run_id, wire_hash=self.wire_hash_column)
 
     def copy_staging(self, stage: str, schema: str | None) -> str:
         cols = ", ".join(self.quote(c) for c in self.stage_columns)
@@ -717,6 +743,77 @@ def copy_document_lines(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
             document = document.replace(b"\\", b"\\\\")
         yield b"%b\t%b\t%b\t%b\t%b\t%d\n" % (
             _copy_text(ref.encode("utf-8")), document, stamp, record_hash.encode("ascii"), wire, seq,
+        )
+
+
+def _copy_str(value: str | None) -> bytes:
+    return b"\\N" if value is None else _copy_text(value.encode("utf-8"))
+
+
+_NULL = b"\\N"
+
+
+def _copy_json(value: bytes) -> bytes:
+    # Serialised JSON never holds a raw tab, newline or carriage return: only backslashes double.
+    if value == b"null":
+        return _NULL
+    return value.replace(b"\\", b"\\\\") if b"\\" in value else value
+
+
+def _copy_json_str(value: bytes) -> bytes:
+    """A JSON string (or null) as a COPY text value."""
+    if value == b"null":
+        return _NULL
+    return _copy_text(orjson.loads(value).encode("utf-8"))
+
+
+class TargetCopyLines:
+    """COPY text lines of the target's written columns, for one run (see ``copy_target``).
+
+    :meth:`line` takes what :func:`~airflow_provider_bos.warehouse.records.json_column_values`
+    gives: the content columns as canonical JSON bytes, and the document they make up. JSON never
+    holds a raw tab, newline or carriage return, and a JSON string without a backslash is its text
+    between the quotes: so a record whose document has no backslash (nearly all) needs no escaping
+    at all, and its strings are sliced, not decoded. ``_bos_synced_at`` and ``_bos_run_id`` are the
+    run's.
+    """
+
+    def __init__(self, *, synced_at: datetime, run_id: str, wire_hash: bool) -> None:
+        self._run = b"%b\t%b" % (synced_at.isoformat().encode("ascii"), _copy_str(run_id))
+        self._wire_hash = wire_hash
+        self._stamps: dict[datetime, bytes] = {}
+
+    def line(
+        self, parts: tuple[bytes, ...], document: bytes, observed: datetime, record_hash: str, wire_hash: str | None,
+    ) -> bytes:
+        stamp = self._stamps.get(observed)
+        if stamp is None:
+            stamp = observed.isoformat().encode("ascii")
+            if len(self._stamps) < 4096:
+                self._stamps[observed] = stamp
+        if not self._wire_hash:
+            tail = b"\n"
+        elif wire_hash is None:
+            tail = b"\t\\N\n"
+        else:
+            tail = b"\t%b\n" % wire_hash.encode("ascii")
+        ref, display_name, email, phone, lifecycle, identity, attributes, sources = parts
+        if b"\\" in document:
+            return b"%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b%b" % (
+                _copy_json_str(ref), _copy_json_str(display_name), _copy_json_str(email), _copy_json_str(phone),
+                _copy_json(lifecycle), _copy_json(identity), _copy_json(attributes), _copy_json(sources),
+                stamp, self._run, record_hash.encode("ascii"), tail,
+            )
+        return b"%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b%b" % (
+            ref[1:-1],
+            _NULL if display_name == b"null" else display_name[1:-1],
+            _NULL if email == b"null" else email[1:-1],
+            _NULL if phone == b"null" else phone[1:-1],
+            _NULL if lifecycle == b"null" else lifecycle,
+            _NULL if identity == b"null" else identity,
+            attributes,
+            sources,
+            stamp, self._run, record_hash.encode("ascii"), tail,
         )
 
 

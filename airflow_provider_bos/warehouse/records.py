@@ -27,18 +27,32 @@ except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None
 
 __all__ = [
+    "CONTENT_COLUMNS",
     "CONTENT_FIELDS",
     "MAX_RECORD_REF_LENGTH",
     "RecordRow",
     "canonical_json",
     "hash_arguments",
+    "json_column_values",
     "json_document_values",
     "json_row_values",
     "parse_timestamp",
+    "record_parts",
     "record_to_row",
 ]
 
 MAX_RECORD_REF_LENGTH = 512
+# The content fields in the records table's column order.
+CONTENT_COLUMNS = (
+    "record_ref",
+    "display_name",
+    "email",
+    "phone",
+    "lifecycle",
+    "identity_match",
+    "attributes",
+    "sources",
+)
 # The content fields, in canonical (sorted) key order.
 CONTENT_FIELDS = (
     "attributes",
@@ -263,6 +277,68 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
     return checked[0], document, checked[1], sha256(document).hexdigest()
 
 
+def _json_parts(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
+    """``(record_ref, observed_at, parts, document)`` of a JSON-decoded record, or ``None``.
+
+    ``parts``: the content values as canonical JSON bytes, in the records table's column order
+    (:data:`CONTENT_COLUMNS`); ``document``: :attr:`RecordRow.document` as bytes, assembled from
+    them. ``None`` means "take the general path" (which also raises the precise error).
+    """
+    checked = _json_checks(data, default_observed_at)
+    if checked is None:
+        return None
+    ref, observed = checked
+    get = data.get
+    attributes = get("attributes")
+    if attributes is None:
+        attributes = {}
+    dumps, opt = _orjson.dumps, _orjson.OPT_SORT_KEYS
+    try:
+        parts = (
+            dumps(ref), dumps(get("display_name")), dumps(get("email")), dumps(get("phone")),
+            dumps(get("lifecycle"), option=opt), dumps(get("identity_match"), option=opt),
+            dumps(attributes, option=opt), dumps(get("sources"), option=opt),
+        )
+    except TypeError:  # out-of-range int, lone surrogate, non-JSON value
+        return None
+    ref_json, display_name, email, phone, lifecycle, identity_match, attributes_json, sources = parts
+    document = _DOCUMENT % (
+        attributes_json, display_name, email, identity_match, lifecycle, phone, ref_json, sources,
+    )
+    if _tiny_float(document):
+        return None
+    return ref, observed, parts, document
+
+
+def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
+    """A JSON-decoded record's stored columns as canonical JSON bytes, via orjson.
+
+    ``(record_ref, parts, observed_at, record_hash, document)``; ``parts`` holds the
+    :data:`CONTENT_COLUMNS` values as canonical JSON (``b"null"`` for null), ``document`` the hashed
+    text. ``None`` means "take the general path" (:func:`record_parts` maps any record to the same).
+    """
+    values = _json_parts(data, default_observed_at)
+    if values is None:
+        return None
+    ref, observed, parts, document = values
+    return ref, parts, observed, sha256(document).hexdigest(), document
+
+
+def record_parts(row: RecordRow) -> tuple[Any, ...]:
+    """:func:`json_column_values`'s tuple for a row mapped by :func:`record_to_row`."""
+    parts = (
+        _encode_str(row.record_ref).encode("utf-8"),
+        _json_str(row.display_name).encode("utf-8"),
+        _json_str(row.email).encode("utf-8"),
+        _json_str(row.phone).encode("utf-8"),
+        (row.lifecycle or "null").encode("utf-8"),
+        (row.identity_match or "null").encode("utf-8"),
+        row.attributes.encode("utf-8"),
+        row.sources.encode("utf-8"),
+    )
+    return row.record_ref, parts, row.observed_at, row.record_hash, row.document.encode("utf-8")
+
+
 def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
     """The :class:`RecordRow` fields of a JSON-decoded record, as a tuple, via orjson.
 
@@ -270,38 +346,21 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
     Byte-identical to :func:`record_to_row`: the document hashed is assembled from the canonical
     parts in sorted key order, exactly as there.
     """
-    checked = _json_checks(data, default_observed_at)
-    if checked is None:
+    values = _json_parts(data, default_observed_at)
+    if values is None:
         return None
-    ref, observed = checked
+    ref, observed, parts, document = values
     get = data.get
-    display_name, email, phone = get("display_name"), get("email"), get("phone")
-    lifecycle, identity_match, attributes = get("lifecycle"), get("identity_match"), get("attributes")
-    if attributes is None:
-        attributes = {}
-    dumps, opt = _orjson.dumps, _orjson.OPT_SORT_KEYS
-    try:
-        attributes_json = dumps(attributes, option=opt)
-        identity_json = dumps(identity_match, option=opt)
-        lifecycle_json = dumps(lifecycle, option=opt)
-        sources_json = dumps(get("sources"), option=opt)
-        document = _DOCUMENT % (
-            attributes_json, dumps(display_name), dumps(email), identity_json, lifecycle_json, dumps(phone),
-            dumps(ref), sources_json,
-        )
-    except TypeError:  # out-of-range int, lone surrogate, non-JSON value
-        return None
-    if _tiny_float(document):
-        return None
+    lifecycle, identity_match = parts[4], parts[5]
     return (
         ref,
-        display_name,
-        email,
-        phone,
-        None if lifecycle is None else lifecycle_json.decode(),
-        None if identity_match is None else identity_json.decode(),
-        attributes_json.decode(),
-        sources_json.decode(),
+        get("display_name"),
+        get("email"),
+        get("phone"),
+        None if lifecycle == b"null" else lifecycle.decode(),
+        None if identity_match == b"null" else identity_match.decode(),
+        parts[6].decode(),
+        parts[7].decode(),
         observed,
         sha256(document).hexdigest(),
     )
