@@ -543,6 +543,12 @@ class PostgresDialect(WarehouseDialect):
     def bind_id(self) -> str:
         return f"CAST({self.placeholder} AS VARCHAR(64))"
 
+    def begin(self) -> list[Statement]:
+        # The classification's hash join holds the stored table's keys and hashes: at the default
+        # 4 MB it spills to 16 temp-file batches at 200k rows (measured 0.38 s -> 0.25 s in memory).
+        # For this transaction only.
+        return [Statement("SET LOCAL work_mem = '64MB'")]
+
     def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
         # SHARE ROW EXCLUSIVE conflicts with itself and with writers, not with readers.
         return [

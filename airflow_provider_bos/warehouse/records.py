@@ -277,12 +277,13 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
     return checked[0], document, checked[1], sha256(document).hexdigest()
 
 
-def _json_parts(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
-    """``(record_ref, observed_at, parts, document)`` of a JSON-decoded record, or ``None``.
+def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
+    """A JSON-decoded record's stored columns as canonical JSON bytes, via orjson.
 
-    ``parts``: the content values as canonical JSON bytes, in the records table's column order
-    (:data:`CONTENT_COLUMNS`); ``document``: :attr:`RecordRow.document` as bytes, assembled from
-    them. ``None`` means "take the general path" (which also raises the precise error).
+    ``(record_ref, parts, observed_at, record_hash, document)``; ``parts`` holds the
+    :data:`CONTENT_COLUMNS` values as canonical JSON (``b"null"`` for null), ``document`` the hashed
+    text assembled from them. ``None`` means "take the general path" (:func:`record_parts` maps any
+    record to the same; it also raises the precise error for a bad record).
     """
     checked = _json_checks(data, default_observed_at)
     if checked is None:
@@ -307,20 +308,6 @@ def _json_parts(data: Mapping[str, Any], default_observed_at: datetime | None) -
     )
     if _tiny_float(document):
         return None
-    return ref, observed, parts, document
-
-
-def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
-    """A JSON-decoded record's stored columns as canonical JSON bytes, via orjson.
-
-    ``(record_ref, parts, observed_at, record_hash, document)``; ``parts`` holds the
-    :data:`CONTENT_COLUMNS` values as canonical JSON (``b"null"`` for null), ``document`` the hashed
-    text. ``None`` means "take the general path" (:func:`record_parts` maps any record to the same).
-    """
-    values = _json_parts(data, default_observed_at)
-    if values is None:
-        return None
-    ref, observed, parts, document = values
     return ref, parts, observed, sha256(document).hexdigest(), document
 
 
@@ -346,10 +333,10 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
     Byte-identical to :func:`record_to_row`: the document hashed is assembled from the canonical
     parts in sorted key order, exactly as there.
     """
-    values = _json_parts(data, default_observed_at)
+    values = json_column_values(data, default_observed_at)
     if values is None:
         return None
-    ref, observed, parts, document = values
+    ref, parts, observed, record_hash, _ = values
     get = data.get
     lifecycle, identity_match = parts[4], parts[5]
     return (
@@ -362,7 +349,7 @@ def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | Non
         parts[6].decode(),
         parts[7].decode(),
         observed,
-        sha256(document).hexdigest(),
+        record_hash,
     )
 
 

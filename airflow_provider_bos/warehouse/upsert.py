@@ -83,6 +83,20 @@ class SeenKeys:
 
     def __init__(self) -> None:
         self.bits = bytearray(self.BITS >> 3)
+        #: Keys that found their bit set: 0 proves every key was distinct.
+        self.repeats = 0
+
+    def watch(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
+        """Pass staged rows (record_ref first) through, counting possible repeats of their key."""
+        bits, mask = self.bits, self.BITS - 1
+        for row in rows:
+            h = hash(row[0]) & mask
+            byte, bit = h >> 3, 1 << (h & 7)
+            if bits[byte] & bit:
+                self.repeats += 1
+            else:
+                bits[byte] |= bit
+            yield row
 
 
 def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -375,7 +389,8 @@ class WarehouseWriter:
                     loaded, staged = self._load_direct(conn, stage, records, default_obs, synced_at, run.run_id)
                     received = loaded + staged
                 else:
-                    received = self._stage(conn, stage, records, default_obs)
+                    seen = SeenKeys()
+                    received = self._stage(conn, stage, records, default_obs, seen)
                 if audit_fn is not None:
                     # Known only now that every record was consumed; raising here rolls back.
                     late = audit_fn()
@@ -389,7 +404,7 @@ class WarehouseWriter:
                     counts = self._settle_direct(conn, stage, deduped, loaded, staged, synced_at, run.run_id)
                 else:
                     counts = self._classify_and_merge(conn, lock, stage, deduped, received, run.run_id,
-                                                      parse_json=empty)
+                                                      parse_json=empty, maybe_duplicates=seen.repeats > 0)
 
                 for name in (deduped, stage):
                     self._exec(conn, d.drop_staging(name, self.schema))
@@ -488,10 +503,17 @@ class WarehouseWriter:
 
     def _classify_and_merge(
         self, conn: sa.Connection, lock: Callable[[], None], stage: str, deduped: str, received: int,
-        run_id: str, *, parse_json: bool,
+        run_id: str, *, parse_json: bool, maybe_duplicates: bool = True,
     ) -> UpsertCounts:
-        """Staged -> deduped -> locked -> classified -> merged (the path of a table that had rows)."""
-        source, distinct = self._dedupe(conn, stage, deduped, received, parse_json=parse_json)
+        """Staged -> deduped -> locked -> classified -> merged (the path of a table that had rows).
+
+        ``maybe_duplicates=False`` (every staged key was seen once: SeenKeys has no false negatives)
+        skips counting the distinct keys in SQL.
+        """
+        if maybe_duplicates:
+            source, distinct = self._dedupe(conn, stage, deduped, received, parse_json=parse_json)
+        else:
+            source, distinct = stage, received
         if not self.dialect.lock_before_staging:
             lock()
         inserted, updated, unchanged, stale = self._classify(conn, source)
@@ -534,7 +556,10 @@ class WarehouseWriter:
                 with cursor.copy(d.copy_target(self.table, self.schema)) as copy:
                     lines: list[bytes] = []
                     for seq, record in source:
-                        ref, parts, observed, record_hash, document = self._column_values(record, default_obs)
+                        values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
+                        if values is None:
+                            values = self._column_values(record, default_obs)
+                        ref, parts, observed, record_hash, document = values
                         wire_hash = getattr(record, "wire_hash", None)
                         h = hash(ref) & mask  # SeenKeys' bit of this key
                         byte, bit = h >> 3, 1 << (h & 7)
@@ -566,14 +591,10 @@ class WarehouseWriter:
                     return loaded, staged
 
     def _column_values(self, record: Any, default_obs: datetime | None) -> tuple[Any, ...]:
-        """A record's :func:`json_column_values` tuple (any record type; raises for a bad record)."""
+        """The general path of :func:`json_column_values`'s tuple (any record; raises for a bad one)."""
         if type(record) is KnownRecord:
             # A claim on a stored row, yet the table was empty under the lock: that row is gone.
             raise self._unverified(1)
-        if getattr(record, "from_json", False):
-            values = json_column_values(record, default_obs)
-            if values is not None:
-                return values
         return record_parts(record_to_row(record, default_observed_at=default_obs))
 
     def _settle_direct(
@@ -643,17 +664,24 @@ class WarehouseWriter:
             row: RecordRow = record_to_row(record, default_observed_at=default_obs)
             yield stage_value(row, seq, wire_hash)
 
-    def _stage(self, conn: sa.Connection, stage: str, records: Iterable[Any], default_obs: datetime | None) -> int:
-        """Stream the records into staging; return how many there were."""
+    def _stage(
+        self, conn: sa.Connection, stage: str, records: Iterable[Any], default_obs: datetime | None,
+        seen: SeenKeys | None = None,
+    ) -> int:
+        """Stream the records into staging; return how many there were.
+
+        ``seen``: watches the staged keys (its ``repeats`` stays 0 when they were all distinct).
+        """
         d = self.dialect
         received = 0
+        watch = seen.watch if seen is not None else iter
         if self.use_copy:
             raw = conn.connection.driver_connection  # psycopg.Connection, same transaction
             with raw.cursor() as cursor, cursor.copy(d.copy_staging(stage, self.schema)) as copy:
                 # Document staging: COPY text lines built here, in blocks (per-row write_row() of
                 # eleven columns was a third of the client's staging time).
                 lines: list[bytes] = []
-                for line in d.copy_lines(self._documents(records, default_obs)):
+                for line in d.copy_lines(watch(self._documents(records, default_obs))):
                     lines.append(line)
                     if len(lines) == 2048:
                         copy.write(b"".join(lines))
@@ -664,7 +692,7 @@ class WarehouseWriter:
                     received += len(lines)
             return received
         insert = d.insert_staging(stage, self.schema).sql
-        for chunk in _chunks(self._rows(records, default_obs), self.batch_size):
+        for chunk in _chunks(watch(self._rows(records, default_obs)), self.batch_size):
             conn.exec_driver_sql(insert, chunk)
             received += len(chunk)
         return received

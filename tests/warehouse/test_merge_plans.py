@@ -9,7 +9,7 @@ import re
 
 from whhelpers import T1, T2, dump, make_record, statements, write
 
-from airflow_provider_bos.warehouse import UpsertCounts
+from airflow_provider_bos.warehouse import UpsertCounts, upsert
 from airflow_provider_bos.warehouse.records import record_to_row
 
 
@@ -61,3 +61,32 @@ def test_mixed_run_after_the_first_uses_the_guarded_merge(writer, engine, unique
     assert len(rows) == 13
     assert repr("renamed 5") in rows[repr("bos:person:000005")]
     assert repr("stale") not in rows[repr("bos:person:000008")]
+
+
+def counts_distinct(seen: list[str]) -> list[str]:
+    return [sql for sql in seen if re.search(r"SELECT\s+DISTINCT|COUNT\s*\(\s*DISTINCT", sql, re.IGNORECASE)]
+
+
+def test_a_run_whose_keys_are_all_distinct_does_not_count_them_in_sql(writer, engine, unique_table):
+    """The writer's filter of seen keys proves there is nothing to dedupe: one scan of staging fewer."""
+    write(writer, [make_record(i) for i in range(20)])
+    with statements(engine) as seen:
+        counts = write(writer, [make_record(i, T2, name="renamed") for i in range(15)] + [make_record(30)])
+    assert counts == UpsertCounts(inserted=1, updated=15)
+    assert counts_distinct(seen) == []
+
+
+def test_possible_repeats_are_counted_and_deduped_in_sql(writer, engine, unique_table, monkeypatch):
+    """A repeated key (or a false positive of the filter: 8 bits here) falls back to SQL's exact count."""
+    write(writer, [make_record(i) for i in range(5)])
+    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
+    with statements(engine) as seen:
+        counts = write(writer, [make_record(i, T2, name=f"n{i}") for i in range(12)])
+    assert counts == UpsertCounts(inserted=7, updated=5)
+    assert counts_distinct(seen) != []
+    monkeypatch.undo()
+    with statements(engine) as seen:
+        counts = write(writer, [make_record(1, T2, name="a"), make_record(1, T2, name="b")])
+    assert counts == UpsertCounts(updated=1, duplicates=1)
+    assert counts_distinct(seen) != []
+    assert repr("b") in {r[0]: r for r in dump(engine, unique_table)}[repr("bos:person:000001")]
