@@ -20,6 +20,7 @@ from functools import lru_cache
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
 
 try:  # optional accelerator; the stdlib path gives the same bytes
     import orjson as _orjson
@@ -42,17 +43,8 @@ __all__ = [
 ]
 
 MAX_RECORD_REF_LENGTH = 512
-# The content fields in the records table's column order.
-CONTENT_COLUMNS = (
-    "record_ref",
-    "display_name",
-    "email",
-    "phone",
-    "lifecycle",
-    "identity_match",
-    "attributes",
-    "sources",
-)
+# The content fields in the records table's column order (its columns minus our _bos_ ones).
+CONTENT_COLUMNS = tuple(c for c in RECORD_COLUMNS if not c.startswith("_bos_"))
 # The content fields, in canonical (sorted) key order.
 CONTENT_FIELDS = (
     "attributes",

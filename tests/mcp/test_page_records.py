@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -371,15 +371,6 @@ def test_a_fast_path_page_is_decoded_once_on_first_access(monkeypatch: pytest.Mo
 FAST = RetryPolicy(attempts=3, max_total_s=20, backoff_base_s=0.05, backoff_max_s=0.2)
 
 
-class Bearer(httpx.Auth):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
-
-
 @pytest.mark.parametrize(("scenario", "era", "wire_mode"), [
     ("complete", "2026-07-28", False),
     ("complete", "2025-11-25", True),
@@ -411,8 +402,8 @@ def test_a_streamed_read_takes_the_fast_path_for_every_page(
     plan.faults = FaultSpec(wire_mode=wire_mode)
     server = bos_server_factory(scenario=plan)
     progress: list[SourceProgress] = []
-    with McpSession(server.mcp_url, auth=Bearer(server.mint_grant()["access_token"]), era=era, retry=FAST,
-                    timeout=20.0) as session:
+    client = httpx.Client(headers={"Authorization": f"Bearer {server.mint_grant()['access_token']}"}, timeout=20.0)
+    with client, McpSession(server.mcp_url, http_client=client, era=era, retry=FAST, timeout=20.0) as session:
         result = session.federated_read("search_people", {}, via="direct", on_progress=progress.append)
     list(result.records)
 
