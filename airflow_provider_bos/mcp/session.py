@@ -103,17 +103,8 @@ DEFAULT_STREAM_THRESHOLD = 1024 * 1024
 
 # Where a source-result notification names its method (the fast path's cue; anything else is
 # still decoded in full, so the cue only has to be cheap, not exhaustive).
-_SOURCE_RESULT_TOKEN = f'"{SOURCE_RESULT_METHOD}"'
-_SOURCE_RESULT_TOKEN_BYTES = _SOURCE_RESULT_TOKEN.encode("ascii")
+_SOURCE_RESULT_TOKEN = f'"{SOURCE_RESULT_METHOD}"'.encode("ascii")
 _SOURCE_RESULT_TOKEN_WITHIN = 256
-
-
-def _text(data: str | bytes) -> str:
-    return data if isinstance(data, str) else data.decode("utf-8", "replace")
-
-
-def _utf8(data: str | bytes) -> bytes:
-    return data if isinstance(data, bytes) else data.encode("utf-8")
 
 
 class _Consumer(Protocol):
@@ -957,7 +948,7 @@ class McpSession:
                         continue
                     message = self._dispatch_event(event.event, event.data, request_id, consumer, parser.text)
                     if message is not None:
-                        raw = _utf8(event.data) if router is not None else None
+                        raw = event.data if router is not None else None
                         return _Reply(message, request_id, streamed=True, raw=raw)
                 if router is not None and router.current is not None and router.current.kind == "response":
                     return self._frame_reply(response, chunks, parser, router, router.current, method, request_id,
@@ -1015,19 +1006,18 @@ class McpSession:
         return _Reply(None, request_id, streamed=True, stream=stream)
 
     def _dispatch_event(
-        self, event: str, data: str | bytes, request_id: str, consumer: _Consumer | None,
-        text: Callable[[str | bytes], str] = _text,
+        self, event: str, data: bytes, request_id: str, consumer: _Consumer | None,
+        text: Callable[[bytes], str],
     ) -> Any:
         """Route one SSE event; return the final response message, or None to keep reading.
 
-        ``data`` may be the undecoded bytes (``SseParser(raw_data=True)``): a page is then decoded
-        straight from them; anything else goes through ``text`` (the parser's UTF-8 policy) first.
+        ``data`` is the undecoded bytes (``SseParser(raw_data=True)``): a page is decoded straight
+        from them; anything else goes through ``text`` (the parser's UTF-8 policy) first.
         """
         if event != "message":
             logger.debug("Ignoring SSE event of type %r.", event)
             return None
-        token = _SOURCE_RESULT_TOKEN_BYTES if isinstance(data, bytes) else _SOURCE_RESULT_TOKEN
-        if consumer is not None and token in data[:_SOURCE_RESULT_TOKEN_WITHIN]:
+        if consumer is not None and _SOURCE_RESULT_TOKEN in data[:_SOURCE_RESULT_TOKEN_WITHIN]:
             # A page: checked and counted without decoding its records (None: the general path).
             params = decode_source_result(data, SOURCE_RESULT_METHOD)
             if params is not None:

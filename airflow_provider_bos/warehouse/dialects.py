@@ -727,6 +727,14 @@ def _copy_text(value: bytes) -> bytes:
     return value.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")
 
 
+def _stamp(stamps: dict[datetime, bytes], observed: datetime) -> bytes:
+    """``observed`` as COPY text, remembered in ``stamps`` (a result shares a few thousand at most)."""
+    stamp = observed.isoformat().encode("ascii")
+    if len(stamps) < 4096:
+        stamps[observed] = stamp
+    return stamp
+
+
 def copy_document_lines(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
     """COPY text-format lines of document-staged rows (:data:`DOCUMENT_STAGE_COLUMNS` order).
 
@@ -740,11 +748,7 @@ def copy_document_lines(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
         if document is None:
             yield b"%b\t\\N\t\\N\t\\N\t%b\t%d\n" % (_copy_text(ref.encode("utf-8")), wire, seq)
             continue
-        stamp = stamps.get(observed)
-        if stamp is None:
-            stamp = observed.isoformat().encode("ascii")
-            if len(stamps) < 4096:
-                stamps[observed] = stamp
+        stamp = stamps.get(observed) or _stamp(stamps, observed)
         if b"\\" in document:
             document = document.replace(b"\\", b"\\\\")
         yield b"%b\t%b\t%b\t%b\t%b\t%d\n" % (
@@ -752,11 +756,11 @@ def copy_document_lines(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
         )
 
 
-def _copy_str(value: str | None) -> bytes:
-    return b"\\N" if value is None else _copy_text(value.encode("utf-8"))
-
-
 _NULL = b"\\N"
+
+
+def _copy_str(value: str | None) -> bytes:
+    return _NULL if value is None else _copy_text(value.encode("utf-8"))
 
 
 def _copy_json(value: bytes) -> bytes:
@@ -792,11 +796,7 @@ class TargetCopyLines:
     def line(
         self, parts: tuple[bytes, ...], document: bytes, observed: datetime, record_hash: str, wire_hash: str | None,
     ) -> bytes:
-        stamp = self._stamps.get(observed)
-        if stamp is None:
-            stamp = observed.isoformat().encode("ascii")
-            if len(self._stamps) < 4096:
-                self._stamps[observed] = stamp
+        stamp = self._stamps.get(observed) or _stamp(self._stamps, observed)
         if not self._wire_hash:
             tail = b"\n"
         elif wire_hash is None:

@@ -76,8 +76,9 @@ class SeenKeys:
     Key ``k`` is "seen" if bit ``hash(k) % BITS`` is set (Python's salted str hash: stable within
     a process, which is all one load needs). Never wrong for a key added before (no false
     negatives); sometimes right for a new key too (~0.3% at 200k keys, ~1.5% at a million), which
-    only sends that record through staging and the merge, where it lands the same. The load's loop
-    tests and sets the bit inline: a method call per record cost more than the test.
+    only sends that record through staging and the merge, where it lands the same. Staging passes
+    its rows through :meth:`watch`; the direct load, which branches on the answer, tests and sets
+    the bit inline in its loop (a method call per record cost more than the test).
     """
 
     BITS = 1 << 26
@@ -639,35 +640,23 @@ class WarehouseWriter:
         except sa.exc.SQLAlchemyError:
             conn.invalidate()  # a broken connection goes back to no pool
 
-    def _documents(
-        self, records: Iterable[Any], default_obs: datetime | None, seen: SeenKeys | None = None,
-    ) -> Iterator[tuple[Any, ...]]:
+    def _documents(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
         """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, wire hash, seq).
 
-        A known record: (record_ref, None, None, None, wire hash, seq). With ``seen``, every key is
-        noted there (inline: :meth:`SeenKeys.watch` as a generator of its own cost more).
+        A known record: (record_ref, None, None, None, wire hash, seq).
         """
-        bits, mask = (seen.bits, SeenKeys.BITS - 1) if seen is not None else (None, 0)
         for seq, record in enumerate(records):
             if type(record) is KnownRecord:
-                row: tuple[Any, ...] = (record.record_ref, None, None, None, record.wire_hash, seq)
-            else:
-                wire_hash = getattr(record, "wire_hash", None)
-                values = json_document_values(record, default_obs) if getattr(record, "from_json", False) else None
+                yield (record.record_ref, None, None, None, record.wire_hash, seq)
+                continue
+            wire_hash = getattr(record, "wire_hash", None)
+            if getattr(record, "from_json", False):
+                values = json_document_values(record, default_obs)
                 if values is not None:
-                    row = (*values, wire_hash, seq)
-                else:
-                    mapped: RecordRow = record_to_row(record, default_observed_at=default_obs)
-                    row = (mapped.record_ref, mapped.document.encode("utf-8"), mapped.observed_at,
-                           mapped.record_hash, wire_hash, seq)
-            if bits is not None:
-                h = hash(row[0]) & mask
-                byte, bit = h >> 3, 1 << (h & 7)
-                if bits[byte] & bit:
-                    seen.repeats += 1  # type: ignore[union-attr]
-                else:
-                    bits[byte] |= bit
-            yield row
+                    yield (*values, wire_hash, seq)
+                    continue
+            row: RecordRow = record_to_row(record, default_observed_at=default_obs)
+            yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, wire_hash, seq)
 
     def _rows(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
         d = self.dialect
@@ -696,21 +685,21 @@ class WarehouseWriter:
         """
         d = self.dialect
         received = 0
+        watch = seen.watch if seen is not None else iter
         if self.use_copy:
             raw = conn.connection.driver_connection  # psycopg.Connection, same transaction
             with raw.cursor() as cursor, cursor.copy(d.copy_staging(stage, self.schema)) as copy:
                 # Document staging: COPY text lines built here, in blocks (per-row write_row() of
                 # eleven columns was a third of the client's staging time).
                 lines: list[bytes] = []
-                for line in d.copy_lines(self._documents(records, default_obs, seen)):
+                for line in d.copy_lines(watch(self._documents(records, default_obs))):
                     lines.append(line)
                     if len(lines) == _COPY_BLOCK:
                         received += _send(copy, lines)
                 received += _send(copy, lines)
             return received
         insert = d.insert_staging(stage, self.schema).sql
-        rows = self._rows(records, default_obs)
-        for chunk in _chunks(seen.watch(rows) if seen is not None else rows, self.batch_size):
+        for chunk in _chunks(watch(self._rows(records, default_obs)), self.batch_size):
             conn.exec_driver_sql(insert, chunk)
             received += len(chunk)
         return received
