@@ -156,15 +156,18 @@ def run_sync(
             result = read(tool_name, arguments, stream_records=True, **read_options)
             # Records arriving byte-identical to stored ones are not decoded (the writer verifies
             # each such claim in SQL before it counts the record unchanged).
+            matched = None
             if known is not None:
                 hashes = known.result()  # always awaited: the load must not overlap the write
-                if hasattr(result, "use_known_wire_hashes"):
-                    result.use_known_wire_hashes(hashes)
+                if hasattr(result, "use_known_wire_hashes") and result.use_known_wire_hashes(hashes):
+                    matched = hashes  # the writer confirms the claims against the same hashes
             # The final records flow straight from the response into staging; the audit fields
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).
             with result:
-                counts = writer.write_run(run, result.records, audit=lambda: audit_fields(run, result, logger))
+                options = {"known": matched} if matched is not None else {}
+                counts = writer.write_run(run, result.records, audit=lambda: audit_fields(run, result, logger),
+                                          **options)
     except BaseException as exc:
         _audit_failure(writer, run, exc, result, logger)
         raise

@@ -12,11 +12,12 @@ a wire-hash miss only means "take the normal path".
 
 from __future__ import annotations
 
+import operator
 import sys
 from array import array
 from bisect import bisect_left
 from collections import Counter
-from itertools import accumulate
+from itertools import accumulate, islice
 from collections.abc import Iterable
 
 __all__ = ["KnownRecord", "WireHashSet", "WireRecord"]
@@ -42,11 +43,16 @@ class KnownRecord:
     otherwise (the record's content is not here to write).
     """
 
-    __slots__ = ("record_ref", "wire_hash")
+    __slots__ = ("record_ref", "wire_hash", "matched", "position")
 
-    def __init__(self, record_ref: str, wire_hash: str) -> None:
+    def __init__(
+        self, record_ref: str, wire_hash: str, matched: WireHashSet | None = None, position: int = -1,
+    ) -> None:
         self.record_ref = record_ref
         self.wire_hash = wire_hash
+        #: The :class:`WireHashSet` it was matched in, and the index of its prefix there.
+        self.matched = matched
+        self.position = position
 
     def __repr__(self) -> str:
         return f"KnownRecord({self.record_ref!r}, {self.wire_hash[:12]}...)"
@@ -63,7 +69,7 @@ class WireHashSet:
     hash per ``record_ref`` in SQL. Built from hex digests in any order.
     """
 
-    __slots__ = ("prefixes", "buckets")
+    __slots__ = ("prefixes", "buckets", "state", "_unique")
 
     def __init__(self, wire_hashes: Iterable[str] = ()) -> None:
         prefixes = array("Q")
@@ -87,6 +93,10 @@ class WireHashSet:
         return known
 
     def _index(self, prefixes: array) -> None:  # type: ignore[type-arg]
+        #: The warehouse's token of the table these hashes were read from (compared again under its
+        #: lock: equal means no stored hash changed since); None: none was taken.
+        self.state: object = None
+        self._unique: bool | None = None
         #: The sorted prefixes, as unsigned 64-bit integers (the scanner searches them inline).
         self.prefixes = prefixes
         #: ``prefixes[buckets[k]:buckets[k + 1]]`` are those whose top 16 bits are ``k``: a search
@@ -111,13 +121,29 @@ class WireHashSet:
         return len(self.prefixes)
 
     def __contains__(self, wire_hash: object) -> bool:
+        return self.position(wire_hash) >= 0
+
+    def position(self, wire_hash: object) -> int:
+        """Index of ``wire_hash``'s prefix in :attr:`prefixes`, or -1 if it is not there."""
         if not isinstance(wire_hash, str):
-            return False
-        prefixes, buckets = self.prefixes, self.buckets
+            return -1
         try:
             key = _prefix(wire_hash)
         except ValueError:
-            return False
+            return -1
+        return self.prefix_position(key)
+
+    def prefix_position(self, key: int) -> int:
+        """Index of the 64-bit prefix ``key`` in :attr:`prefixes`, or -1."""
+        prefixes, buckets = self.prefixes, self.buckets
         hi = buckets[(key >> 48) + 1]
         i = bisect_left(prefixes, key, buckets[key >> 48], hi)
-        return i < hi and prefixes[i] == key
+        return i if i < hi and prefixes[i] == key else -1
+
+    @property
+    def unique(self) -> bool:
+        """No two stored hashes share a prefix (so a position names exactly one stored row)."""
+        if self._unique is None:
+            prefixes = self.prefixes  # sorted: a repeat is next to its twin (compared in C, no set)
+            self._unique = not any(map(operator.eq, prefixes, islice(prefixes, 1, None)))
+        return self._unique

@@ -240,7 +240,7 @@ class _ValueScan:
                     return pos
 
 
-def _known_record(piece: bytes | bytearray, wire_hash: str) -> KnownRecord | None:
+def _known_record(piece: bytes | bytearray, wire_hash: str, known: WireHashSet, position: int) -> KnownRecord | None:
     """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
     if not piece.startswith(_REF_PREFIX):
         return None
@@ -262,7 +262,7 @@ def _known_record(piece: bytes | bytearray, wire_hash: str) -> KnownRecord | Non
             ref = raw_ref.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    return KnownRecord(ref, wire_hash)
+    return KnownRecord(ref, wire_hash, known, position)
 
 
 def check_record(raw: Any, index: int, where: str) -> WireRecord:
@@ -693,11 +693,11 @@ class FinalFrameScanner:
             piece = buf[pos : j + 1]
             wire_hash = sha256(piece).hexdigest()
             if count:
-                key = int(wire_hash[:16], 16)  # WireHashSet.__contains__, inlined
+                key = int(wire_hash[:16], 16)  # WireHashSet.prefix_position, inlined
                 hi = buckets[(key >> 48) + 1]
                 i = bisect_left(prefixes, key, buckets[key >> 48], hi)
                 if i < hi and prefixes[i] == key:
-                    claim = _known_record(piece, wire_hash)
+                    claim = _known_record(piece, wire_hash, known, i)
                     if claim is not None:
                         out.append(claim)
                         self.known_records += 1
@@ -724,7 +724,9 @@ class FinalFrameScanner:
     def _emit_one(self, raw: bytes) -> None:
         """One exactly delimited element (the first, the last, any the cuts missed)."""
         wire_hash = sha256(raw).hexdigest()
-        claim = _known_record(raw, wire_hash) if self.known is not None and wire_hash in self.known else None
+        known = self.known
+        position = known.position(wire_hash) if known is not None else -1
+        claim = _known_record(raw, wire_hash, known, position) if known is not None and position >= 0 else None
         if claim is not None:
             self.known_records += 1
             self._out.append(claim)

@@ -26,7 +26,7 @@ import abc
 import hashlib
 import re
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -284,6 +284,39 @@ class WarehouseDialect(abc.ABC):
     def count_distinct(self, stage: str, schema: str | None) -> Statement:
         return Statement(f"SELECT COUNT(DISTINCT {self.quote('record_ref')}) FROM {self.stage_ref(stage, schema)}")
 
+    def staged_key_counts(self, stage: str, schema: str | None, keys: Sequence[str]) -> Statement:
+        """Rows ``(record_ref, staged rows)`` for those of ``keys`` that are staged."""
+        ref = self.quote("record_ref")
+        marks = ", ".join([self.placeholder] * len(keys))
+        return Statement(
+            f"SELECT {ref}, COUNT(*) FROM {self.stage_ref(stage, schema)} WHERE {ref} IN ({marks}) GROUP BY {ref}",
+            tuple(keys),
+        )
+
+    def stored_wire_prefixes_of(self, target: str, schema: str | None, keys: Sequence[str]) -> Statement:
+        """Rows ``(record_ref, first 16 hex digits of its wire hash)`` of the stored rows among ``keys``."""
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        marks = ", ".join([self.placeholder] * len(keys))
+        return Statement(
+            f"SELECT {ref}, SUBSTR({w}, 1, 16) FROM {self.table_ref(target, schema)} "
+            f"WHERE {ref} IN ({marks}) AND {w} IS NOT NULL",
+            tuple(keys),
+        )
+
+    def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
+        """One row: a token of every stored (record_ref, wire hash) pair, as :meth:`wire_hash_prefixes`
+        also returns it in its second and third columns; None if the database has no such digest
+        (claims are then always staged and verified row by row)."""
+        return None
+
+    def stage_claims(
+        self, stage: str, target: str, schema: str | None, prefixes: Sequence[str], seqs: Sequence[int],
+    ) -> Statement:
+        """Stage, as known rows, the stored rows whose wire hash starts with one of ``prefixes``
+        (``seqs``: the position in the read of each one's claim). Only where :meth:`stored_wire_state`
+        is not None."""
+        raise NotImplementedError
+
     def dedupe(self, src: str, dst: str, schema: str | None, target: str) -> Statement:
         """Copy the winner of each ``record_ref`` from ``src`` into ``dst``.
 
@@ -494,12 +527,36 @@ class PostgresDialect(WarehouseDialect):
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         # One text value, sorted bytewise (COLLATE "C"), instead of a row per stored record:
-        # 200k rows through the driver cost ~0.3 s, this ~0.1 s (measured).
+        # 200k rows through the driver cost ~0.3 s, this ~0.1 s (measured). With the table's
+        # state token (see stored_wire_state), taken in the same scan and snapshot.
         w = self.quote(WIRE_HASH_COLUMN)
         prefix = f'SUBSTR({w}, 1, 16) COLLATE "C"'
+        # OCTET_LENGTH: LENGTH counts characters, which costs a third of the scan.
         return Statement(
-            f"SELECT STRING_AGG({prefix}, '' ORDER BY {prefix}) FROM {self.table_ref(target, schema)} "
-            f"WHERE {w} IS NOT NULL AND LENGTH({w}) = 64"
+            f"SELECT STRING_AGG({prefix}, '' ORDER BY {prefix}) FILTER (WHERE OCTET_LENGTH({w}) = 64), "
+            f"{self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL"
+        )
+
+    def _wire_state_columns(self) -> str:
+        # How many rows have a wire hash, and the sum of a 64-bit hash of each (record_ref, wire
+        # hash) pair: any row with a wire hash added, removed or changed changes it. A full scan of
+        # the table but no join: ~40 ms per 200k rows, where joining 200k staged claims took ~200 ms.
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        return f"COUNT(*), COALESCE(SUM(HASHTEXTEXTENDED({w}, HASHTEXT({ref}))), 0)"
+
+    def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
+        w = self.quote(WIRE_HASH_COLUMN)
+        return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
+
+    def stage_claims(self, stage, target, schema, prefixes, seqs):
+        q = self.quote
+        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
+        return Statement(
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
+            f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
+            f"JOIN UNNEST(CAST({self.placeholder} AS TEXT[]), CAST({self.placeholder} AS BIGINT[])) AS c(prefix, seq) "
+            f"ON SUBSTR(t.{w}, 1, 16) = c.prefix WHERE OCTET_LENGTH(t.{w}) = 64",
+            (list(prefixes), list(seqs)),
         )
 
     def count_distinct(self, stage: str, schema: str | None) -> Statement:
@@ -774,6 +831,8 @@ def _copy_json_str(value: bytes) -> bytes:
     """A JSON string (or null) as a COPY text value."""
     if value == b"null":
         return _NULL
+    if b"\\" not in value:  # no escape: its text is what is between the quotes (see TargetCopyLines)
+        return value[1:-1]
     return _copy_text(orjson.loads(value).encode("utf-8"))
 
 
@@ -797,30 +856,28 @@ class TargetCopyLines:
         self, parts: tuple[bytes, ...], document: bytes, observed: datetime, record_hash: str, wire_hash: str | None,
     ) -> bytes:
         stamp = self._stamps.get(observed) or _stamp(self._stamps, observed)
-        if not self._wire_hash:
-            tail = b"\n"
-        elif wire_hash is None:
-            tail = b"\t\\N\n"
-        else:
-            tail = b"\t%b\n" % wire_hash.encode("ascii")
         ref, display_name, email, phone, lifecycle, identity, attributes, sources = parts
-        if b"\\" in document:
-            return b"%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b%b" % (
+        if b"\\" in document:  # some value has an escape: each one is checked
+            fields: tuple[bytes, ...] = (
                 _copy_json_str(ref), _copy_json_str(display_name), _copy_json_str(email), _copy_json_str(phone),
                 _copy_json(lifecycle), _copy_json(identity), _copy_json(attributes), _copy_json(sources),
-                stamp, self._run, record_hash.encode("ascii"), tail,
             )
-        return b"%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b\t%b%b" % (
-            ref[1:-1],
-            _NULL if display_name == b"null" else display_name[1:-1],
-            _NULL if email == b"null" else email[1:-1],
-            _NULL if phone == b"null" else phone[1:-1],
-            _NULL if lifecycle == b"null" else lifecycle,
-            _NULL if identity == b"null" else identity,
-            attributes,
-            sources,
-            stamp, self._run, record_hash.encode("ascii"), tail,
-        )
+        else:
+            fields = (
+                ref[1:-1],
+                _NULL if display_name == b"null" else display_name[1:-1],
+                _NULL if email == b"null" else email[1:-1],
+                _NULL if phone == b"null" else phone[1:-1],
+                _NULL if lifecycle == b"null" else lifecycle,
+                _NULL if identity == b"null" else identity,
+                attributes,
+                sources,
+            )
+        # Joined, not %-formatted: twelve %b cost a third more per record.
+        if not self._wire_hash:
+            return b"\t".join((*fields, stamp, self._run, record_hash.encode("ascii"))) + b"\n"
+        wire = _NULL if wire_hash is None else wire_hash.encode("ascii")
+        return b"\t".join((*fields, stamp, self._run, record_hash.encode("ascii"), wire + b"\n"))
 
 
 def dialect_for(engine_or_dialect: sa.Engine | sa.Dialect, **options: Any) -> WarehouseDialect:

@@ -184,11 +184,9 @@ _TS_CACHE: dict[str, datetime] = {}
 # such output holds "0.0000" or a digit followed by "e-"; those records take the general path.
 
 
-# The hashed document: CONTENT_FIELDS in sorted order, each value canonical JSON.
-_DOCUMENT = (
-    b'{"attributes":%b,"display_name":%b,"email":%b,"identity_match":%b,"lifecycle":%b,'
-    b'"phone":%b,"record_ref":%b,"sources":%b}'
-)
+# The hashed document: CONTENT_FIELDS in sorted order, each value canonical JSON (joined: bytes
+# %-formatting of eight values cost ~1 us per record, a third more than a join).
+_DOC_KEYS = tuple(b'%s"%s":' % (b"{" if i == 0 else b",", name.encode()) for i, name in enumerate(CONTENT_FIELDS))
 
 
 _CONTENT_KEYS = frozenset(CONTENT_FIELDS)
@@ -295,9 +293,11 @@ def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | 
     except TypeError:  # out-of-range int, lone surrogate, non-JSON value
         return None
     ref_json, display_name, email, phone, lifecycle, identity_match, attributes_json, sources = parts
-    document = _DOCUMENT % (
-        attributes_json, display_name, email, identity_match, lifecycle, phone, ref_json, sources,
-    )
+    k = _DOC_KEYS
+    document = b"".join((
+        k[0], attributes_json, k[1], display_name, k[2], email, k[3], identity_match, k[4], lifecycle, k[5], phone,
+        k[6], ref_json, k[7], sources, b"}",
+    ))
     if _tiny_float(document):
         return None
     return ref, parts, observed, sha256(document).hexdigest(), document

@@ -8,6 +8,7 @@ transaction back, so the records table is either the old state or the new one, n
 from __future__ import annotations
 
 import logging
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -71,34 +72,98 @@ _PENDING_LIMIT = 2_000
 
 
 class SeenKeys:
-    """The record_refs a direct load has put in the table: a Bloom filter of one probe, 8 MiB.
+    """The record_refs a load has seen so far: a Bloom filter of one probe, 8 MiB.
 
     Key ``k`` is "seen" if bit ``hash(k) % BITS`` is set (Python's salted str hash: stable within
     a process, which is all one load needs). Never wrong for a key added before (no false
-    negatives); sometimes right for a new key too (~0.3% at 200k keys, ~1.5% at a million), which
-    only sends that record through staging and the merge, where it lands the same. Staging passes
-    its rows through :meth:`watch`; the direct load, which branches on the answer, tests and sets
-    the bit inline in its loop (a method call per record cost more than the test).
+    negatives); sometimes right for a new key too (~0.3% at 200k keys, ~1.5% at a million). The
+    direct load sends such a record through staging and the merge, where it lands the same (it
+    tests and sets the bit inline in its loop: a method call per record cost more than the test).
+    Staging passes its rows through :meth:`watch`, kept claims their keys through :meth:`note`;
+    the suspects are then looked up to tell real repeats from false positives.
     """
 
     BITS = 1 << 26
+    #: How many suspects :meth:`watch` remembers (~1 MB of keys); past it, ``suspects`` is None.
+    SUSPECTS_LIMIT = 10_000
 
     def __init__(self) -> None:
         self.bits = bytearray(self.BITS >> 3)
         #: Keys that found their bit set: 0 proves every key was distinct.
         self.repeats = 0
+        #: Those keys (from :meth:`watch`): every later occurrence of a repeated key is among them,
+        #: with the filter's false positives (~300 at 200k keys).
+        self.suspects: list[str] | None = []
 
     def watch(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
-        """Pass staged rows (record_ref first) through, counting possible repeats of their key."""
-        bits, mask = self.bits, self.BITS - 1
+        """Pass staged rows (record_ref first) through, noting possible repeats of their key."""
+        note = self.note
         for row in rows:
-            h = hash(row[0]) & mask
-            byte, bit = h >> 3, 1 << (h & 7)
-            if bits[byte] & bit:
-                self.repeats += 1
-            else:
-                bits[byte] |= bit
+            note(row[0])
             yield row
+
+    def note(self, key: str) -> None:
+        """Add ``key``; if its bit was already set, it is a suspect (maybe seen before)."""
+        h = hash(key) & (self.BITS - 1)
+        byte, bit = h >> 3, 1 << (h & 7)
+        bits = self.bits
+        if not bits[byte] & bit:
+            bits[byte] |= bit
+            return
+        self.repeats += 1
+        suspects = self.suspects
+        if suspects is not None:
+            if len(suspects) < self.SUSPECTS_LIMIT:
+                suspects.append(key)
+            else:
+                self.suspects = None
+
+
+# Bound parameters per suspect lookup (SQLite before 3.32 allows 999).
+_KEYS_PER_QUERY = 500
+
+
+class _KeptClaims:
+    """A run's KnownRecord claims kept out of staging: which stored rows were claimed, and when.
+
+    A claim names a stored row by the position of its wire-hash prefix in the :class:`WireHashSet`
+    the read matched it in (``hits``: 1 byte per stored row; ``last_seq``: where in the read it last
+    came, for the dedupe's tie-break if it must be staged after all). Its record_ref still goes
+    through :class:`SeenKeys`, so a key shared with a staged record is found (see
+    :meth:`WarehouseWriter._claims_apart`).
+    """
+
+    def __init__(self, known: WireHashSet, seen: SeenKeys) -> None:
+        self.known = known
+        self.hits = bytearray(len(known))
+        self.last_seq = array("q", bytes(8 * len(known)))
+        #: Claims kept, repeats of one stored row included.
+        self.count = 0
+        self._note = seen.note
+
+    def keep(self, claim: KnownRecord, seq: int) -> bool:
+        """Keep ``claim`` out of staging; False for one matched elsewhere (it is staged as before)."""
+        if claim.matched is not self.known:
+            return False
+        position = claim.position
+        self._note(claim.record_ref)
+        self.hits[position] = 1
+        self.last_seq[position] = seq
+        self.count += 1
+        return True
+
+    @property
+    def rows(self) -> int:
+        """How many distinct stored rows were claimed."""
+        return len(self.hits) - self.hits.count(0)
+
+    def claimed_prefix(self, prefix: str) -> bool:
+        """True if a kept claim matched the stored wire hash that starts with ``prefix``."""
+        try:
+            position = self.known.prefix_position(int(prefix, 16)) if len(prefix) == 16 else -1
+        except ValueError:  # not hex: no claim can have matched it
+            return False
+        return position >= 0 and self.hits[position] == 1
 
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
@@ -112,6 +177,10 @@ def _send(copy: Any, lines: list[bytes]) -> int:
         copy.write(b"".join(lines))
         lines.clear()
     return count
+
+
+def _locked() -> None:
+    """The lock step of a path that took the writers' lock already."""
 
 
 def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
@@ -251,7 +320,10 @@ class WarehouseWriter:
         try:
             with self.engine.connect() as conn:
                 if d.wire_hash_prefixes_aggregated:
-                    known = WireHashSet.from_sorted_prefix_text(self._exec(conn, statement).scalar())
+                    # The prefixes, then the table's state token from the same scan (see write_run).
+                    text, *state = self._exec(conn, statement).one()
+                    known = WireHashSet.from_sorted_prefix_text(text)
+                    known.state = tuple(int(v) for v in state) if state else None
                 else:
                     # Streamed (a server-side cursor where the driver has one): only the 8-byte
                     # prefixes are kept, not a string per stored row.
@@ -286,6 +358,7 @@ class WarehouseWriter:
         default_observed_at: str | datetime | None = None,
         audit_failure: bool = False,
         audit: Callable[[], Mapping[str, Any]] | None = None,
+        known: WireHashSet | None = None,
     ) -> UpsertCounts:
         """Upsert ``records`` and write exactly one audit row, in ONE transaction.
 
@@ -304,6 +377,10 @@ class WarehouseWriter:
         completeness: fail closed), everything is rolled back and the error re-raised as is. It may
         also update ``run`` (e.g. ``context_handle``): the audit row is built after it returns.
         ``default_observed_at`` must be given up front (records are mapped while staging).
+
+        ``known``: the :meth:`known_wire_hashes` the read matched its KnownRecord claims against.
+        With it, PostgreSQL (COPY) keeps claims out of staging and confirms them all at once (the
+        table's state token); without it, each claim is staged and verified by a join.
         """
         if audit is None and status not in RUN_STATUSES:
             raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {status!r}.")
@@ -322,13 +399,7 @@ class WarehouseWriter:
             raise BosWarehouseError(f"default_observed_at {str(default_observed_at)[:40]!r} is not ISO 8601.") from None
         try:
             self._ensure_once()
-            return self._write(
-                run,
-                records,
-                default_obs,
-                audit,
-                fields,
-            )
+            return self._write(run, records, default_obs, audit, fields, known)
         except Exception as exc:
             if audit_failure:
                 try:
@@ -358,6 +429,7 @@ class WarehouseWriter:
         default_obs: datetime | None,
         audit_fn: Callable[[], Mapping[str, Any]] | None,
         audit: dict[str, Any],
+        known: WireHashSet | None = None,
     ) -> UpsertCounts:
         d = self.dialect
         target = d.table_ref(self.table, self.schema)
@@ -393,6 +465,7 @@ class WarehouseWriter:
                 # under the lock and are correct for either staging form.
                 empty = self.use_copy and self._exec(conn, d.probe_empty(target)).first() is None
                 direct = False
+                kept: _KeptClaims | None = None
                 if empty and d.direct_load:
                     # Load the records into the table itself as they stream in. The writers' lock
                     # is taken now and the table looked at again under it: it must still be empty.
@@ -405,7 +478,8 @@ class WarehouseWriter:
                     received = loaded + staged
                 else:
                     seen = SeenKeys()
-                    received = self._stage(conn, stage, records, default_obs, seen)
+                    kept = self._kept_claims(known, seen)
+                    received = self._stage(conn, stage, records, default_obs, seen, kept)
                 if audit_fn is not None:
                     # Known only now that every record was consumed; raising here rolls back.
                     late = audit_fn()
@@ -417,9 +491,13 @@ class WarehouseWriter:
                         raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {audit['status']!r}.")
                 if direct:
                     counts = self._settle_direct(conn, stage, deduped, loaded, staged, synced_at, run.run_id)
+                elif kept is not None and kept.count:
+                    counts = self._settle_kept_claims(conn, lock, stage, deduped, received, run.run_id, seen, kept,
+                                                      parse_json=empty)
                 else:
                     counts = self._classify_and_merge(conn, lock, stage, deduped, received, run.run_id,
-                                                      parse_json=empty, maybe_duplicates=seen.repeats > 0)
+                                                      parse_json=empty,
+                                                      maybe_duplicates=not self._keys_distinct(conn, stage, seen))
 
                 for name in (deduped, stage):
                     self._exec(conn, d.drop_staging(name, self.schema))
@@ -463,6 +541,103 @@ class WarehouseWriter:
             conn.close()
 
     # --- after staging ----------------------------------------------------------------------
+
+    def _keys_distinct(self, conn: sa.Connection, stage: str, seen: SeenKeys) -> bool:
+        """True if no record_ref was staged twice, proven without counting every distinct key in SQL.
+
+        Every later occurrence of a repeated key found its bit set, so it is a suspect: the keys are
+        distinct exactly when each suspect is staged once (a false positive's only occurrence).
+        False also when there were too many suspects to look up (the dedupe then counts in SQL).
+        """
+        if not seen.repeats:
+            return True
+        if seen.suspects is None:
+            return False
+        suspects = sorted(set(seen.suspects))
+        staged = self._staged_key_counts(conn, stage, suspects)
+        return len(staged) == len(suspects) and all(n == 1 for n in staged.values())
+
+    def _staged_key_counts(self, conn: sa.Connection, stage: str, keys: list[str]) -> dict[str, int]:
+        """How many times each of ``keys`` is staged (absent: 0)."""
+        found: dict[str, int] = {}
+        for i in range(0, len(keys), _KEYS_PER_QUERY):
+            statement = self.dialect.staged_key_counts(stage, self.schema, keys[i : i + _KEYS_PER_QUERY])
+            found.update((ref, int(n)) for ref, n in self._exec(conn, statement))
+        return found
+
+    # --- claims kept out of staging ------------------------------------------------------------
+
+    def _kept_claims(self, known: WireHashSet | None, seen: SeenKeys) -> _KeptClaims | None:
+        """Where the run's claims go: kept out of staging (COPY with a table state token), or staged."""
+        if (
+            known is None or known.state is None or not len(known) or not self.use_copy
+            or self.dialect.stored_wire_state(self.table, self.schema) is None or not known.unique
+        ):
+            return None
+        return _KeptClaims(known, seen)
+
+    def _settle_kept_claims(
+        self, conn: sa.Connection, lock: Callable[[], None], stage: str, deduped: str, staged: int, run_id: str,
+        seen: SeenKeys, kept: _KeptClaims, *, parse_json: bool,
+    ) -> UpsertCounts:
+        """Classify and merge a run whose claims were kept out of staging.
+
+        Usually (an unchanged re-run) no key is shared between claims and staged records and no row
+        with a wire hash changed since the read matched the claims (the table's state token, taken
+        again under the lock, is the one read with the hashes): the claimed rows are unchanged
+        without a join. Otherwise the claims are staged from the very rows they matched, under the
+        lock, and everything goes the general way (a matched row gone or changed fails the run).
+        """
+        # The same bytes claimed twice: duplicates of one stored row (identical content).
+        repeats = kept.count - kept.rows
+        apart = self._claims_apart(conn, stage, seen, kept)
+        lock()
+        if apart and self._state_unchanged(conn, kept.known):
+            if staged:
+                counts = self._classify_and_merge(conn, _locked, stage, deduped, staged, run_id,
+                                                  parse_json=parse_json, maybe_duplicates=False)
+            else:
+                counts = UpsertCounts()
+            return UpsertCounts(counts.inserted, counts.updated, counts.unchanged + kept.rows, counts.skipped_stale,
+                                counts.duplicates + repeats)
+        self._stage_kept_claims(conn, stage, kept)
+        counts = self._classify_and_merge(conn, _locked, stage, deduped, staged + kept.rows, run_id,
+                                          parse_json=parse_json, maybe_duplicates=True)
+        return UpsertCounts(counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale,
+                            counts.duplicates + repeats)
+
+    def _claims_apart(self, conn: sa.Connection, stage: str, seen: SeenKeys, kept: _KeptClaims) -> bool:
+        """True if no record_ref is staged twice or both staged and claimed (proven from the suspects)."""
+        if not seen.repeats:
+            return True
+        if seen.suspects is None:
+            return False
+        suspects = sorted(set(seen.suspects))
+        staged = self._staged_key_counts(conn, stage, suspects)
+        claimed: set[str] = set()
+        for i in range(0, len(suspects), _KEYS_PER_QUERY):
+            statement = self.dialect.stored_wire_prefixes_of(self.table, self.schema, suspects[i : i + _KEYS_PER_QUERY])
+            claimed.update(ref for ref, prefix in self._exec(conn, statement) if kept.claimed_prefix(prefix))
+        # A suspect neither staged nor claimed by its stored row's hash was claimed with another
+        # hash (the table changed since the read): the state check fails then anyway.
+        return all(staged.get(ref, 0) + (ref in claimed) <= 1 for ref in suspects)
+
+    def _state_unchanged(self, conn: sa.Connection, known: WireHashSet) -> bool:
+        """The table's state token now (under the lock) is the one read with ``known``."""
+        statement = self.dialect.stored_wire_state(self.table, self.schema)
+        assert statement is not None
+        return tuple(int(v) for v in self._exec(conn, statement).one()) == known.state
+
+    def _stage_kept_claims(self, conn: sa.Connection, stage: str, kept: _KeptClaims) -> None:
+        """Stage every kept claim as a known row, from the stored row it matched (under the lock)."""
+        prefixes, seqs = kept.known.prefixes, kept.last_seq
+        positions = [i for i, hit in enumerate(kept.hits) if hit]
+        statement = self.dialect.stage_claims(
+            stage, self.table, self.schema, [f"{prefixes[i]:016x}" for i in positions], [seqs[i] for i in positions],
+        )
+        found = self._exec(conn, statement).rowcount
+        if found != len(positions):
+            raise self._unverified(abs(len(positions) - found))
 
     def _dedupe(self, conn: sa.Connection, stage: str, deduped: str, staged: int, *, parse_json: bool) -> tuple[str, int]:
         """The staging table to merge from (one row per record_ref) and its number of rows."""
@@ -640,14 +815,18 @@ class WarehouseWriter:
         except sa.exc.SQLAlchemyError:
             conn.invalidate()  # a broken connection goes back to no pool
 
-    def _documents(self, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+    def _documents(
+        self, records: Iterable[Any], default_obs: datetime | None, kept: _KeptClaims | None = None,
+    ) -> Iterator[tuple[Any, ...]]:
         """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, wire hash, seq).
 
-        A known record: (record_ref, None, None, None, wire hash, seq).
+        A known record: (record_ref, None, None, None, wire hash, seq), unless ``kept`` keeps it.
         """
+        keep = kept.keep if kept is not None else None
         for seq, record in enumerate(records):
             if type(record) is KnownRecord:
-                yield (record.record_ref, None, None, None, record.wire_hash, seq)
+                if keep is None or not keep(record, seq):
+                    yield (record.record_ref, None, None, None, record.wire_hash, seq)
                 continue
             wire_hash = getattr(record, "wire_hash", None)
             if getattr(record, "from_json", False):
@@ -677,11 +856,12 @@ class WarehouseWriter:
 
     def _stage(
         self, conn: sa.Connection, stage: str, records: Iterable[Any], default_obs: datetime | None,
-        seen: SeenKeys | None = None,
+        seen: SeenKeys | None = None, kept: _KeptClaims | None = None,
     ) -> int:
-        """Stream the records into staging; return how many there were.
+        """Stream the records into staging; return how many were staged.
 
         ``seen``: watches the staged keys (its ``repeats`` stays 0 when they were all distinct).
+        ``kept``: takes the claims it can instead (COPY only).
         """
         d = self.dialect
         received = 0
@@ -692,7 +872,7 @@ class WarehouseWriter:
                 # Document staging: COPY text lines built here, in blocks (per-row write_row() of
                 # eleven columns was a third of the client's staging time).
                 lines: list[bytes] = []
-                for line in d.copy_lines(watch(self._documents(records, default_obs))):
+                for line in d.copy_lines(watch(self._documents(records, default_obs, kept))):
                     lines.append(line)
                     if len(lines) == _COPY_BLOCK:
                         received += _send(copy, lines)

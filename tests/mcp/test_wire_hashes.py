@@ -100,6 +100,8 @@ def test_known_records_come_through_undecoded_in_order(recs: list[dict[str, Any]
         if claimable:
             assert type(got) is KnownRecord
             assert (got.record_ref, got.wire_hash) == (want["record_ref"], sha(element))
+            # It names the stored hash it matched, for the warehouse to confirm without staging it.
+            assert got.matched is known and known.prefixes[got.position] == int(sha(element)[:16], 16)
             assert check_record(got, 0, "x") is got
             claims += 1
         else:
@@ -140,3 +142,7 @@ def test_wire_hash_set_membership() -> None:
     assert list(aggregated.prefixes) == list(known.prefixes) and list(aggregated.buckets) == list(known.buckets)
     assert all(h in aggregated for h in hashes[:500]) and not any(h in aggregated for h in hashes[500:])
     assert len(WireHashSet.from_sorted_prefix_text(None)) == 0
+    assert [known.position(h) for h in hashes[:3]] == [list(known.prefixes).index(int(h[:16], 16)) for h in hashes[:3]]
+    assert known.position(hashes[600]) == -1 and known.position("zz") == -1
+    assert known.unique and WireHashSet().unique
+    assert not WireHashSet([hashes[0], hashes[0][:16] + "0" * 48]).unique  # two stored rows, one prefix

@@ -76,15 +76,46 @@ def test_a_run_whose_keys_are_all_distinct_does_not_count_them_in_sql(writer, en
     assert counts_distinct(seen) == []
 
 
-def test_possible_repeats_are_counted_and_deduped_in_sql(writer, engine, unique_table, monkeypatch):
-    """A repeated key (or a false positive of the filter: 8 bits here) falls back to SQL's exact count."""
+def looks_up_suspects(seen: list[str]) -> list[str]:
+    return [sql for sql in seen if re.search(r"WHERE\s+\S*record_ref\S*\s+IN\s*\(", sql, re.IGNORECASE)]
+
+
+def test_false_positives_of_the_filter_are_looked_up_not_counted(writer, engine, unique_table, monkeypatch):
+    """8 bits for 12 keys: most keys find their bit set; looking those up proves them distinct."""
     write(writer, [make_record(i) for i in range(5)])
     monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
     with statements(engine) as seen:
         counts = write(writer, [make_record(i, T2, name=f"n{i}") for i in range(12)])
     assert counts == UpsertCounts(inserted=7, updated=5)
+    assert looks_up_suspects(seen) != []
+    assert counts_distinct(seen) == []
+    assert len(dump(engine, unique_table)) == 12
+
+
+def test_a_true_repeat_among_false_positives_is_deduped_in_sql(writer, engine, unique_table, monkeypatch):
+    write(writer, [make_record(i) for i in range(5)])
+    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
+    run = [make_record(i, T2, name=f"n{i}") for i in range(12)]
+    run.insert(7, make_record(3, T2, name="later copy"))  # a repeat hidden among the false positives
+    with statements(engine) as seen:
+        counts = write(writer, run)
+    assert counts == UpsertCounts(inserted=7, updated=5, duplicates=1)
     assert counts_distinct(seen) != []
-    monkeypatch.undo()
+    assert repr("later copy") in {r[0]: r for r in dump(engine, unique_table)}[repr("bos:person:000003")]
+
+
+def test_too_many_suspects_to_look_up_fall_back_to_counting(writer, engine, unique_table, monkeypatch):
+    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
+    monkeypatch.setattr(upsert.SeenKeys, "SUSPECTS_LIMIT", 2)
+    with statements(engine) as seen:
+        counts = write(writer, [make_record(i) for i in range(12)])
+    assert counts == UpsertCounts(inserted=12)
+    assert looks_up_suspects(seen) == []
+    assert counts_distinct(seen) != []
+
+
+def test_a_repeated_key_is_deduped_keeping_the_last_copy(writer, engine, unique_table):
+    write(writer, [make_record(i) for i in range(5)])
     with statements(engine) as seen:
         counts = write(writer, [make_record(1, T2, name="a"), make_record(1, T2, name="b")])
     assert counts == UpsertCounts(updated=1, duplicates=1)
