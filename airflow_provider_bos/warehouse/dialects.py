@@ -293,14 +293,12 @@ class WarehouseDialect(abc.ABC):
             tuple(keys),
         )
 
-    def stored_wire_prefixes_of(self, target: str, schema: str | None, keys: Sequence[str]) -> Statement:
-        """Rows ``(record_ref, first 16 hex digits of its wire hash)`` of the stored rows among ``keys``."""
+    def staged_stored_prefixes(self, stage: str, target: str, schema: str | None) -> Statement:
+        """The first 16 hex digits of the stored wire hash of every staged record_ref that is stored."""
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
-        marks = ", ".join([self.placeholder] * len(keys))
         return Statement(
-            f"SELECT {ref}, SUBSTR({w}, 1, 16) FROM {self.table_ref(target, schema)} "
-            f"WHERE {ref} IN ({marks}) AND {w} IS NOT NULL",
-            tuple(keys),
+            f"SELECT SUBSTR(t.{w}, 1, 16) FROM {self.stage_ref(stage, schema)} s "
+            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} WHERE t.{w} IS NOT NULL"
         )
 
     def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
@@ -555,7 +553,7 @@ class PostgresDialect(WarehouseDialect):
             f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
             f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
             f"JOIN UNNEST(CAST({self.placeholder} AS TEXT[]), CAST({self.placeholder} AS BIGINT[])) AS c(prefix, seq) "
-            f"ON SUBSTR(t.{w}, 1, 16) = c.prefix WHERE OCTET_LENGTH(t.{w}) = 64",
+            f'ON SUBSTR(t.{w}, 1, 16) COLLATE "C" = c.prefix WHERE t.{w} IS NOT NULL',  # bytewise: cheap to sort
             (list(prefixes), list(seqs)),
         )
 

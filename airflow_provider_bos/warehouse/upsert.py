@@ -79,8 +79,8 @@ class SeenKeys:
     negatives); sometimes right for a new key too (~0.3% at 200k keys, ~1.5% at a million). The
     direct load sends such a record through staging and the merge, where it lands the same (it
     tests and sets the bit inline in its loop: a method call per record cost more than the test).
-    Staging passes its rows through :meth:`watch`, kept claims their keys through :meth:`note`;
-    the suspects are then looked up to tell real repeats from false positives.
+    Staging passes its rows through :meth:`watch`; the suspects are then looked up in staging to
+    tell real repeats from false positives.
     """
 
     BITS = 1 << 26
@@ -128,26 +128,26 @@ class _KeptClaims:
 
     A claim names a stored row by the position of its wire-hash prefix in the :class:`WireHashSet`
     the read matched it in (``hits``: 1 byte per stored row; ``last_seq``: where in the read it last
-    came, for the dedupe's tie-break if it must be staged after all). Its record_ref still goes
-    through :class:`SeenKeys`, so a key shared with a staged record is found (see
-    :meth:`WarehouseWriter._claims_apart`).
+    came, for the dedupe's tie-break if it must be staged after all). A key also staged in the same
+    run is found in SQL (see :meth:`WarehouseWriter._claims_apart`).
     """
 
-    def __init__(self, known: WireHashSet, seen: SeenKeys) -> None:
+    def __init__(self, known: WireHashSet) -> None:
         self.known = known
         self.hits = bytearray(len(known))
         self.last_seq = array("q", bytes(8 * len(known)))
-        #: Claims kept, repeats of one stored row included.
-        self.count = 0
-        self._note = seen.note
+        #: Claims kept, and how many of them repeated an earlier one (the same bytes again).
+        self.count = self.repeats = 0
 
     def keep(self, claim: KnownRecord, seq: int) -> bool:
         """Keep ``claim`` out of staging; False for one matched elsewhere (it is staged as before)."""
         if claim.matched is not self.known:
             return False
         position = claim.position
-        self._note(claim.record_ref)
-        self.hits[position] = 1
+        if self.hits[position]:
+            self.repeats += 1
+        else:
+            self.hits[position] = 1
         self.last_seq[position] = seq
         self.count += 1
         return True
@@ -155,7 +155,7 @@ class _KeptClaims:
     @property
     def rows(self) -> int:
         """How many distinct stored rows were claimed."""
-        return len(self.hits) - self.hits.count(0)
+        return self.count - self.repeats
 
     def claimed_prefix(self, prefix: str) -> bool:
         """True if a kept claim matched the stored wire hash that starts with ``prefix``."""
@@ -478,7 +478,7 @@ class WarehouseWriter:
                     received = loaded + staged
                 else:
                     seen = SeenKeys()
-                    kept = self._kept_claims(known, seen)
+                    kept = self._kept_claims(known)
                     received = self._stage(conn, stage, records, default_obs, seen, kept)
                 if audit_fn is not None:
                     # Known only now that every record was consumed; raising here rolls back.
@@ -567,14 +567,14 @@ class WarehouseWriter:
 
     # --- claims kept out of staging ------------------------------------------------------------
 
-    def _kept_claims(self, known: WireHashSet | None, seen: SeenKeys) -> _KeptClaims | None:
+    def _kept_claims(self, known: WireHashSet | None) -> _KeptClaims | None:
         """Where the run's claims go: kept out of staging (COPY with a table state token), or staged."""
         if (
             known is None or known.state is None or not len(known) or not self.use_copy
             or self.dialect.stored_wire_state(self.table, self.schema) is None or not known.unique
         ):
             return None
-        return _KeptClaims(known, seen)
+        return _KeptClaims(known)
 
     def _settle_kept_claims(
         self, conn: sa.Connection, lock: Callable[[], None], stage: str, deduped: str, staged: int, run_id: str,
@@ -589,8 +589,8 @@ class WarehouseWriter:
         lock, and everything goes the general way (a matched row gone or changed fails the run).
         """
         # The same bytes claimed twice: duplicates of one stored row (identical content).
-        repeats = kept.count - kept.rows
-        apart = self._claims_apart(conn, stage, seen, kept)
+        repeats = kept.repeats
+        apart = self._claims_apart(conn, stage, staged, seen, kept)
         lock()
         if apart and self._state_unchanged(conn, kept.known):
             if staged:
@@ -602,25 +602,19 @@ class WarehouseWriter:
                                 counts.duplicates + repeats)
         self._stage_kept_claims(conn, stage, kept)
         counts = self._classify_and_merge(conn, _locked, stage, deduped, staged + kept.rows, run_id,
-                                          parse_json=parse_json, maybe_duplicates=True)
+                                          parse_json=parse_json, maybe_duplicates=not apart)
         return UpsertCounts(counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale,
                             counts.duplicates + repeats)
 
-    def _claims_apart(self, conn: sa.Connection, stage: str, seen: SeenKeys, kept: _KeptClaims) -> bool:
-        """True if no record_ref is staged twice or both staged and claimed (proven from the suspects)."""
-        if not seen.repeats:
-            return True
-        if seen.suspects is None:
+    def _claims_apart(self, conn: sa.Connection, stage: str, staged: int, seen: SeenKeys, kept: _KeptClaims) -> bool:
+        """True if no record_ref was staged twice, nor both staged and claimed."""
+        if not self._keys_distinct(conn, stage, seen):
             return False
-        suspects = sorted(set(seen.suspects))
-        staged = self._staged_key_counts(conn, stage, suspects)
-        claimed: set[str] = set()
-        for i in range(0, len(suspects), _KEYS_PER_QUERY):
-            statement = self.dialect.stored_wire_prefixes_of(self.table, self.schema, suspects[i : i + _KEYS_PER_QUERY])
-            claimed.update(ref for ref, prefix in self._exec(conn, statement) if kept.claimed_prefix(prefix))
-        # A suspect neither staged nor claimed by its stored row's hash was claimed with another
-        # hash (the table changed since the read): the state check fails then anyway.
-        return all(staged.get(ref, 0) + (ref in claimed) <= 1 for ref in suspects)
+        if not staged:  # an unchanged re-run: nothing to look up
+            return True
+        # A claim's key is its stored row's: a staged key whose stored row's hash was claimed is both.
+        statement = self.dialect.staged_stored_prefixes(stage, self.table, self.schema)
+        return not any(kept.claimed_prefix(prefix) for prefix in self._exec(conn, statement).scalars())
 
     def _state_unchanged(self, conn: sa.Connection, known: WireHashSet) -> bool:
         """The table's state token now (under the lock) is the one read with ``known``."""
