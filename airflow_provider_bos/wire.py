@@ -38,9 +38,10 @@ class WireRecord(dict):  # type: ignore[type-arg]
 class KnownRecord:
     """A record NOT decoded because its wire hash is one the warehouse already stores.
 
-    Only a claim: the warehouse must confirm, in SQL, that the stored row with this
-    ``record_ref`` has exactly this ``wire_hash`` before counting it unchanged, and fail the run
-    otherwise (the record's content is not here to write).
+    Only a claim: the warehouse must confirm that the stored row it matched still holds these bytes
+    before counting it unchanged (a join on ``record_ref`` and ``wire_hash``, or a table state
+    unchanged since ``matched`` was read), and fail the run otherwise (the record's content is not
+    here to write).
     """
 
     __slots__ = ("record_ref", "wire_hash", "matched", "position")
@@ -65,8 +66,8 @@ def _prefix(wire_hash: str) -> int:
 class WireHashSet:
     """The stored wire hashes, as a sorted array of their first 8 bytes (8 MB per million rows).
 
-    Membership is by prefix, so a hit is a strong hint, not proof: the warehouse verifies the full
-    hash per ``record_ref`` in SQL. Built from hex digests in any order.
+    Membership is by prefix (64 bits): the warehouse still confirms each hit against the table
+    (see :class:`KnownRecord`). Built from hex digests in any order.
     """
 
     __slots__ = ("prefixes", "buckets", "state", "_unique")

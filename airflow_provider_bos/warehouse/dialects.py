@@ -309,11 +309,11 @@ class WarehouseDialect(abc.ABC):
 
     def stage_claims(
         self, stage: str, target: str, schema: str | None, prefixes: Sequence[str], seqs: Sequence[int],
-    ) -> Statement:
+    ) -> Statement | None:
         """Stage, as known rows, the stored rows whose wire hash starts with one of ``prefixes``
-        (``seqs``: the position in the read of each one's claim). Only where :meth:`stored_wire_state`
-        is not None."""
-        raise NotImplementedError
+        (``seqs``: the position in the read of each one's claim); None where
+        :meth:`stored_wire_state` is None (claims are never kept out of staging there)."""
+        return None
 
     def dedupe(self, src: str, dst: str, schema: str | None, target: str) -> Statement:
         """Copy the winner of each ``record_ref`` from ``src`` into ``dst``.

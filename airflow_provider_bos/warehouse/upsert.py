@@ -97,19 +97,17 @@ class SeenKeys:
 
     def watch(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
         """Pass staged rows (record_ref first) through, noting possible repeats of their key."""
-        note = self.note
+        bits, mask = self.bits, self.BITS - 1
         for row in rows:
-            note(row[0])
+            h = hash(row[0]) & mask
+            byte, bit = h >> 3, 1 << (h & 7)
+            if bits[byte] & bit:
+                self._suspect(row[0])
+            else:
+                bits[byte] |= bit
             yield row
 
-    def note(self, key: str) -> None:
-        """Add ``key``; if its bit was already set, it is a suspect (maybe seen before)."""
-        h = hash(key) & (self.BITS - 1)
-        byte, bit = h >> 3, 1 << (h & 7)
-        bits = self.bits
-        if not bits[byte] & bit:
-            bits[byte] |= bit
-            return
+    def _suspect(self, key: str) -> None:
         self.repeats += 1
         suspects = self.suspects
         if suspects is not None:
@@ -629,6 +627,7 @@ class WarehouseWriter:
         statement = self.dialect.stage_claims(
             stage, self.table, self.schema, [f"{prefixes[i]:016x}" for i in positions], [seqs[i] for i in positions],
         )
+        assert statement is not None  # kept only where the dialect has a state token (_kept_claims)
         found = self._exec(conn, statement).rowcount
         if found != len(positions):
             raise self._unverified(abs(len(positions) - found))
