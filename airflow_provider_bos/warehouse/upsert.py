@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from itertools import islice
 from typing import Any
@@ -586,8 +586,6 @@ class WarehouseWriter:
         without a join. Otherwise the claims are staged from the very rows they matched, under the
         lock, and everything goes the general way (a matched row gone or changed fails the run).
         """
-        # The same bytes claimed twice: duplicates of one stored row (identical content).
-        repeats = kept.repeats
         apart = self._claims_apart(conn, stage, staged, seen, kept)
         lock()
         if apart and self._state_unchanged(conn, kept.known):
@@ -596,13 +594,12 @@ class WarehouseWriter:
                                                   parse_json=parse_json, maybe_duplicates=False)
             else:
                 counts = UpsertCounts()
-            return UpsertCounts(counts.inserted, counts.updated, counts.unchanged + kept.rows, counts.skipped_stale,
-                                counts.duplicates + repeats)
+            # The same bytes claimed twice are duplicates of one stored row (identical content).
+            return replace(counts, unchanged=counts.unchanged + kept.rows, duplicates=counts.duplicates + kept.repeats)
         self._stage_kept_claims(conn, stage, kept)
         counts = self._classify_and_merge(conn, _locked, stage, deduped, staged + kept.rows, run_id,
                                           parse_json=parse_json, maybe_duplicates=not apart)
-        return UpsertCounts(counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale,
-                            counts.duplicates + repeats)
+        return replace(counts, duplicates=counts.duplicates + kept.repeats)
 
     def _claims_apart(self, conn: sa.Connection, stage: str, staged: int, seen: SeenKeys, kept: _KeptClaims) -> bool:
         """True if no record_ref was staged twice, nor both staged and claimed."""
