@@ -19,8 +19,9 @@ from bisect import bisect_left
 from collections import Counter
 from itertools import accumulate, islice
 from collections.abc import Iterable
+from typing import Protocol
 
-__all__ = ["KnownRecord", "WireHashSet", "WireRecord"]
+__all__ = ["KnownRecord", "KnownWireHashes", "WireHashSet", "WireRecord"]
 
 
 class WireRecord(dict):  # type: ignore[type-arg]
@@ -35,6 +36,18 @@ class WireRecord(dict):  # type: ignore[type-arg]
     from_json = True
 
 
+class KnownWireHashes(Protocol):
+    """The wire hashes a record sink already stores, as a read may match records against them.
+
+    The sink implements it; the read only asks :meth:`match` and hands the answer back inside a
+    :class:`KnownRecord`, never looking into it.
+    """
+
+    def match(self, wire_hash: str) -> object | None:
+        """An opaque handle of the stored row(s) with this wire hash, or None if there is none."""
+        ...
+
+
 class KnownRecord:
     """A record NOT decoded because its wire hash is one the warehouse already stores.
 
@@ -44,16 +57,16 @@ class KnownRecord:
     here to write).
     """
 
-    __slots__ = ("record_ref", "wire_hash", "matched", "position")
+    __slots__ = ("record_ref", "wire_hash", "matched", "handle")
 
     def __init__(
-        self, record_ref: str, wire_hash: str, matched: WireHashSet | None = None, position: int = -1,
+        self, record_ref: str, wire_hash: str, matched: KnownWireHashes | None = None, handle: object = None,
     ) -> None:
         self.record_ref = record_ref
         self.wire_hash = wire_hash
-        #: The :class:`WireHashSet` it was matched in, and the index of its prefix there.
+        #: The :class:`KnownWireHashes` it was matched in, and the opaque handle its ``match`` gave.
         self.matched = matched
-        self.position = position
+        self.handle = handle
 
     def __repr__(self) -> str:
         return f"KnownRecord({self.record_ref!r}, {self.wire_hash[:12]}...)"
@@ -123,6 +136,11 @@ class WireHashSet:
 
     def __contains__(self, wire_hash: object) -> bool:
         return self.position(wire_hash) >= 0
+
+    def match(self, wire_hash: str) -> int | None:
+        """:class:`KnownWireHashes` handle: the position of ``wire_hash``'s prefix, or None."""
+        position = self.position(wire_hash)
+        return position if position >= 0 else None
 
     def position(self, wire_hash: object) -> int:
         """Index of ``wire_hash``'s prefix in :attr:`prefixes`, or -1 if it is not there."""

@@ -39,13 +39,12 @@ Speed, without a per-byte Python loop:
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from hashlib import sha256
 from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
 from airflow_provider_bos.mcp.jsonrpc import loads
-from airflow_provider_bos.wire import KnownRecord, WireHashSet, WireRecord
+from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord
 
 __all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record"]
 
@@ -240,7 +239,7 @@ class _ValueScan:
                     return pos
 
 
-def _known_record(piece: bytes | bytearray, wire_hash: str, known: WireHashSet, position: int) -> KnownRecord | None:
+def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object) -> KnownRecord | None:
     """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
     if not piece.startswith(_REF_PREFIX):
         return None
@@ -262,7 +261,7 @@ def _known_record(piece: bytes | bytearray, wire_hash: str, known: WireHashSet, 
             ref = raw_ref.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    return KnownRecord(ref, wire_hash, known, position)
+    return KnownRecord(ref, wire_hash, known, handle)
 
 
 def check_record(raw: Any, index: int, where: str) -> WireRecord:
@@ -298,7 +297,7 @@ class FinalFrameScanner:
         *,
         tool_style: Literal["execute", "direct"],
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
-        known: WireHashSet | None = None,
+        known: KnownWireHashes | None = None,
     ) -> None:
         if tool_style not in ("execute", "direct"):
             raise ValueError("tool_style must be 'execute' or 'direct'")
@@ -682,8 +681,7 @@ class FinalFrameScanner:
         assert sep is not None
         find, parse, out, wire_record = buf.find, loads, self._out, WireRecord
         known = self.known
-        prefixes, buckets = (known.prefixes, known.buckets) if known is not None else (None, None)
-        count = len(prefixes) if prefixes is not None else 0
+        match = known.match if known is not None else None
         pos = start = self._pos
         cut = 0
         while True:
@@ -692,12 +690,10 @@ class FinalFrameScanner:
                 break
             piece = buf[pos : j + 1]
             wire_hash = sha256(piece).hexdigest()
-            if count:
-                key = int(wire_hash[:16], 16)  # WireHashSet.prefix_position, inlined
-                hi = buckets[(key >> 48) + 1]
-                i = bisect_left(prefixes, key, buckets[key >> 48], hi)
-                if i < hi and prefixes[i] == key:
-                    claim = _known_record(piece, wire_hash, known, i)
+            if match is not None:
+                handle = match(wire_hash)
+                if handle is not None:
+                    claim = _known_record(piece, wire_hash, known, handle)
                     if claim is not None:
                         out.append(claim)
                         self.known_records += 1
@@ -725,8 +721,8 @@ class FinalFrameScanner:
         """One exactly delimited element (the first, the last, any the cuts missed)."""
         wire_hash = sha256(raw).hexdigest()
         known = self.known
-        position = known.position(wire_hash) if known is not None else -1
-        claim = _known_record(raw, wire_hash, known, position) if known is not None and position >= 0 else None
+        handle = known.match(wire_hash) if known is not None else None
+        claim = _known_record(raw, wire_hash, known, handle) if handle is not None else None
         if claim is not None:
             self.known_records += 1
             self._out.append(claim)

@@ -141,7 +141,7 @@ class _KeptClaims:
         """Keep ``claim`` out of staging; False for one matched elsewhere (it is staged as before)."""
         if claim.matched is not self.known:
             return False
-        position = claim.position
+        position = claim.handle
         if self.hits[position]:
             self.repeats += 1
         else:

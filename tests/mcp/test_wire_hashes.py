@@ -101,7 +101,7 @@ def test_known_records_come_through_undecoded_in_order(recs: list[dict[str, Any]
             assert type(got) is KnownRecord
             assert (got.record_ref, got.wire_hash) == (want["record_ref"], sha(element))
             # It names the stored hash it matched, for the warehouse to confirm without staging it.
-            assert got.matched is known and known.prefixes[got.position] == int(sha(element)[:16], 16)
+            assert got.matched is known and known.prefixes[got.handle] == int(sha(element)[:16], 16)
             assert check_record(got, 0, "x") is got
             claims += 1
         else:
