@@ -139,8 +139,8 @@ def _status_of(conn: Any) -> GrantStatus:
         finally:
             store.dispose()
     except Exception as exc:  # noqa: BLE001 - an unreadable store is shown, not raised
-        return grant_status(conn.conn_id, target.resource_url, auth_type=auth_type,
-                            row={"refresh_token": "", "generation": None}, token_store=label, probe_error=exc)
+        return grant_status(conn.conn_id, target.resource_url, auth_type=auth_type, row=None, token_store=label,
+                            store_error=exc)
     probe_error = _probe(conn.conn_id) if row is not None and row.get("refresh_token") else None
     return grant_status(conn.conn_id, target.resource_url, auth_type=auth_type, row=row, token_store=label,
                         probe_error=probe_error)

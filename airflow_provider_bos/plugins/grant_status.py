@@ -54,10 +54,15 @@ def grant_status(
     row: dict[str, Any] | None,
     token_store: str,
     probe_error: BaseException | None = None,
+    store_error: BaseException | None = None,
 ) -> GrantStatus:
     """Combine the Connection, its raw token store row and the probe's outcome (``None``: it worked)."""
     if auth_type == "api_key":
         return GrantStatus(conn_id, resource, API_KEY_MODE, "The Connection holds a BOS identity API key.")
+    if store_error is not None:
+        detail = str(store_error) if isinstance(store_error, BosError) else type(store_error).__name__
+        return GrantStatus(conn_id, resource, UNAVAILABLE, f"Token store unreadable: {detail}",
+                           token_store=token_store)
     if row is None:
         return GrantStatus(
             conn_id, resource, NOT_CONNECTED, "No grant in the token store yet.", token_store=token_store

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from airflow_provider_bos.auth.token_store import SqlTokenStore, default_token_store_url
 from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+# An api-server start takes a minute or more on a busy machine; the fixture setup counts too.
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
 
 CONN_ID = "bos_default"  # the connection bos_sync_people uses
 
