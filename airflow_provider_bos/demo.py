@@ -159,8 +159,11 @@ def ui_next_step(airflow_home: Path, *, kept: bool, port: int = 8080) -> str:
     if kept:
         start = f"AIRFLOW_HOME={airflow_home} airflow api-server --port {port}"
     else:
-        start = f"rerun with BOS_DEMO_KEEP=1, then AIRFLOW_HOME=<kept dir>/{airflow_home.name} airflow api-server --port {port}"
-    return f"Optional next step: see and reconnect the grant in the Airflow UI (Admin -> BOS): {start}, open {page}"
+        start = (
+            "rerun with BOS_DEMO_KEEP=1, then "
+            f"AIRFLOW_HOME=<kept dir>/{airflow_home.name} airflow api-server --port {port}"
+        )
+    return f"Optional next step, the grant in the Airflow UI (Admin -> BOS): {start}, open {page}"
 
 
 def main() -> int:

@@ -20,12 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import httpx
+from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_connection
 from fastapi import Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-
-from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
-from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_connection
 
 from airflow_provider_bos.exceptions import BosError, BosTransportError
 from airflow_provider_bos.plugins import connections as airflow_conns
@@ -35,7 +34,7 @@ from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, m
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
 
-__all__ = ["create_app", "URL_PREFIX"]
+__all__ = ["URL_PREFIX", "create_app"]
 
 URL_PREFIX = "/bos"
 log = logging.getLogger(__name__)
@@ -131,7 +130,9 @@ def _status_of(conn: Any) -> GrantStatus:
     auth_type = str(extra.get("auth_type") or "oauth").lower()
     label = airflow_conns.token_store_label(target)
     if auth_type == "api_key":
-        return grant_status(conn.conn_id, target.resource_url, auth_type=auth_type, row=None, token_store=label)
+        return grant_status(
+            conn.conn_id, target.resource_url, auth_type=auth_type, row=None, token_store=label
+        )
     try:
         store = airflow_conns.open_token_store(target)
         try:
@@ -139,11 +140,23 @@ def _status_of(conn: Any) -> GrantStatus:
         finally:
             store.dispose()
     except Exception as exc:  # noqa: BLE001 - an unreadable store is shown, not raised
-        return grant_status(conn.conn_id, target.resource_url, auth_type=auth_type, row=None, token_store=label,
-                            store_error=exc)
+        return grant_status(
+            conn.conn_id,
+            target.resource_url,
+            auth_type=auth_type,
+            row=None,
+            token_store=label,
+            store_error=exc,
+        )
     probe_error = _probe(conn.conn_id) if row is not None and row.get("refresh_token") else None
-    return grant_status(conn.conn_id, target.resource_url, auth_type=auth_type, row=row, token_store=label,
-                        probe_error=probe_error)
+    return grant_status(
+        conn.conn_id,
+        target.resource_url,
+        auth_type=auth_type,
+        row=row,
+        token_store=label,
+        probe_error=probe_error,
+    )
 
 
 # --- the app --------------------------------------------------------------------------------------
@@ -157,16 +170,24 @@ def create_app() -> FastAPI:
         if exc.status_code == status.HTTP_401_UNAUTHORIZED and request.method == "GET":
             from airflow.api_fastapi.app import get_auth_manager
 
-            return RedirectResponse(get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303)
+            return RedirectResponse(
+                get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303
+            )
         title = "Not allowed" if exc.status_code in (401, 403) else "Request failed"
         detail = exc.detail if isinstance(exc.detail, str) else "The request was refused."
-        if exc.status_code == status.HTTP_403_FORBIDDEN and "Forbidden" in detail and "auth manager" not in detail:
+        if (
+            exc.status_code == status.HTTP_403_FORBIDDEN
+            and "Forbidden" in detail
+            and "auth manager" not in detail
+        ):
             detail = f"{detail}. {PERMISSION_NOTE}"
         return _html(message_page(title, detail, home=_home(request)), exc.status_code)
 
     @app.exception_handler(BosError)
     async def _bos_error(request: Request, exc: BosError) -> Response:
-        code = status.HTTP_502_BAD_GATEWAY if isinstance(exc, BosTransportError) else status.HTTP_400_BAD_REQUEST
+        code = (
+            status.HTTP_502_BAD_GATEWAY if isinstance(exc, BosTransportError) else status.HTTP_400_BAD_REQUEST
+        )
         log.warning("BOS page: %s failed: %s", request.url.path, exc)
         return _html(message_page("BOS request failed", str(exc), home=_home(request)), code)
 
@@ -188,11 +209,20 @@ def create_app() -> FastAPI:
         return _html(status_page(statuses, csrf=csrf_token(credential), home=_home(request), notice=notice))
 
     def _start(request: Request, user: Any, target: ConnectTarget) -> RedirectResponse:
-        log.info("BOS connect started for %r by user %r (resource %s)", target.conn_id, user.get_id(),
-                 target.resource_url)
+        log.info(
+            "BOS connect started for %r by user %r (resource %s)",
+            target.conn_id,
+            user.get_id(),
+            target.resource_url,
+        )
         with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
-            url = begin_web_connect(target, redirect_uri=_callback_uri(request), user_id=str(user.get_id()),
-                                    pending=_pending_store(), http_client=client)
+            url = begin_web_connect(
+                target,
+                redirect_uri=_callback_uri(request),
+                user_id=str(user.get_id()),
+                pending=_pending_store(),
+                http_client=client,
+            )
         return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
 
     @app.post("/connections/{connection_id}/connect", dependencies=[edit, CsrfDep])
@@ -212,19 +242,29 @@ def create_app() -> FastAPI:
     ) -> RedirectResponse:
         conn_id, resource_url = conn_id.strip(), resource_url.strip()
         if not _CONN_ID.match(conn_id):
-            raise HTTPException(status.HTTP_400_BAD_REQUEST,
-                                "A connection id is 1-250 letters, digits, '_', '.' or '-'.")
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST, "A connection id is 1-250 letters, digits, '_', '.' or '-'."
+            )
         existing = airflow_conns.find_connection(conn_id)
         _authorize(user, conn_id, "PUT" if existing is not None else "POST")
         if existing is not None and existing.conn_type != "bos":
-            raise HTTPException(status.HTTP_409_CONFLICT,
-                                f"Connection {conn_id!r} exists with type {existing.conn_type!r}; pick another id.")
-        target = ConnectTarget(conn_id=conn_id, resource_url=resource_url,
-                               token_store_conn_id=(token_store_conn_id or "").strip() or None)
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"Connection {conn_id!r} exists with type {existing.conn_type!r}; pick another id.",
+            )
+        target = ConnectTarget(
+            conn_id=conn_id,
+            resource_url=resource_url,
+            token_store_conn_id=(token_store_conn_id or "").strip() or None,
+        )
         if existing is not None:  # keep its token store settings unless a new one is given
             current = airflow_conns.target_of(existing)
-            target = ConnectTarget(conn_id, resource_url, target.token_store_conn_id or current.token_store_conn_id,
-                                   None if target.token_store_conn_id else current.token_store_url)
+            target = ConnectTarget(
+                conn_id,
+                resource_url,
+                target.token_store_conn_id or current.token_store_conn_id,
+                None if target.token_store_conn_id else current.token_store_url,
+            )
         return _start(request, user, target)
 
     @app.get("/callback", name="bos_callback", dependencies=[edit])
@@ -232,18 +272,28 @@ def create_app() -> FastAPI:
         with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
             try:
                 target, outcome, grant = finish_web_connect(
-                    str(request.url), user_id=str(user.get_id()), pending=_pending_store(),
-                    open_token_store=airflow_conns.open_token_store, http_client=client,
-                    authorize=lambda target: _authorize(user, target.conn_id, "PUT"))
+                    str(request.url),
+                    user_id=str(user.get_id()),
+                    pending=_pending_store(),
+                    open_token_store=airflow_conns.open_token_store,
+                    http_client=client,
+                    authorize=lambda target: _authorize(user, target.conn_id, "PUT"),
+                )
             except BosError as exc:
                 log.warning("BOS connect failed for user %r: %s", user.get_id(), exc)
                 raise
         airflow_conns.save_connected(target, outcome)
-        log.info("BOS connect finished for %r by user %r: client %s, grant generation %d", target.conn_id,
-                 user.get_id(), outcome.client_id, grant.generation)
+        log.info(
+            "BOS connect finished for %r by user %r: client %s, grant generation %d",
+            target.conn_id,
+            user.get_id(),
+            outcome.client_id,
+            grant.generation,
+        )
         home = _home(request)
-        return RedirectResponse(f"{home}?{httpx.QueryParams(connected=target.conn_id)}",
-                                status_code=status.HTTP_303_SEE_OTHER)
+        return RedirectResponse(
+            f"{home}?{httpx.QueryParams(connected=target.conn_id)}", status_code=status.HTTP_303_SEE_OTHER
+        )
 
     @app.post("/connections/{connection_id}/check", dependencies=[edit, CsrfDep], response_class=HTMLResponse)
     def check(request: Request, connection_id: str) -> HTMLResponse:

@@ -16,7 +16,7 @@ from airflow_provider_bos.cli import connection_document, token_store_for
 from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 from airflow_provider_bos.plugins.pending import ConnectTarget
 
-__all__ = ["bos_connections", "target_of", "open_token_store", "save_connected", "extra_of"]
+__all__ = ["bos_connections", "extra_of", "open_token_store", "save_connected", "target_of"]
 
 
 def extra_of(conn: Any) -> dict[str, Any]:
@@ -72,7 +72,9 @@ def open_token_store(target: ConnectTarget) -> SqlTokenStore:
 def token_store_label(target: ConnectTarget) -> str:
     if target.token_store_conn_id:
         return f"Airflow connection {target.token_store_conn_id!r}"
-    return "SQL URL from the Connection" if target.token_store_url else "default SQLite file under AIRFLOW_HOME"
+    return (
+        "SQL URL from the Connection" if target.token_store_url else "default SQLite file under AIRFLOW_HOME"
+    )
 
 
 def save_connected(target: ConnectTarget, outcome: ConnectOutcome) -> None:

@@ -14,13 +14,13 @@ from typing import Any
 from airflow_provider_bos.exceptions import BosError, BosReconnectRequired
 
 __all__ = [
-    "GrantStatus",
-    "grant_status",
+    "API_KEY_MODE",
     "CONNECTED",
     "NOT_CONNECTED",
     "RECONNECT_NEEDED",
-    "API_KEY_MODE",
     "UNAVAILABLE",
+    "GrantStatus",
+    "grant_status",
 ]
 
 CONNECTED = "connected"
@@ -61,8 +61,9 @@ def grant_status(
         return GrantStatus(conn_id, resource, API_KEY_MODE, "The Connection holds a BOS identity API key.")
     if store_error is not None:
         detail = str(store_error) if isinstance(store_error, BosError) else type(store_error).__name__
-        return GrantStatus(conn_id, resource, UNAVAILABLE, f"Token store unreadable: {detail}",
-                           token_store=token_store)
+        return GrantStatus(
+            conn_id, resource, UNAVAILABLE, f"Token store unreadable: {detail}", token_store=token_store
+        )
     if row is None:
         return GrantStatus(
             conn_id, resource, NOT_CONNECTED, "No grant in the token store yet.", token_store=token_store
@@ -76,10 +77,16 @@ def grant_status(
         "token_store": token_store,
     }
     if row.get("refresh_token") is None:
-        return GrantStatus(conn_id, resource, RECONNECT_NEEDED, "The stored grant has no refresh token.", **facts)
+        return GrantStatus(
+            conn_id, resource, RECONNECT_NEEDED, "The stored grant has no refresh token.", **facts
+        )
     if isinstance(probe_error, BosReconnectRequired):
         return GrantStatus(
-            conn_id, resource, RECONNECT_NEEDED, "BOS no longer accepts this grant (revoked or expired).", **facts
+            conn_id,
+            resource,
+            RECONNECT_NEEDED,
+            "BOS no longer accepts this grant (revoked or expired).",
+            **facts,
         )
     if probe_error is not None:
         detail = str(probe_error) if isinstance(probe_error, BosError) else type(probe_error).__name__

@@ -9,7 +9,7 @@ from html import escape
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.plugins.grant_status import API_KEY_MODE, NOT_CONNECTED, GrantStatus
 
-__all__ = ["status_page", "contexts_page", "message_page", "PERMISSION_NOTE"]
+__all__ = ["PERMISSION_NOTE", "contexts_page", "message_page", "status_page"]
 
 PERMISSION_NOTE = (
     "Only users whom Airflow's auth manager allows to edit Connections can use this page "
@@ -64,13 +64,15 @@ def _row(status: GrantStatus, csrf: str, home: str) -> str:
         )
     actions += (
         f'<form class="inline" method="post" action="{escape(home)}connections/{conn}/check">'
-        f'{_hidden_csrf(csrf)}<button class="secondary" type="submit" data-action="check">Check</button></form>'
+        f'{_hidden_csrf(csrf)}<button class="secondary" type="submit" data-action="check">Check</button>'
+        "</form>"
     )
     detail = f'<div class="detail">{escape(status.detail)}</div>' if status.detail else ""
     generation = "-" if status.generation is None else str(status.generation)
     return (
         f'<tr data-conn-id="{conn}"><td>{conn}</td><td>{escape(status.resource)}</td>'
-        f'<td><span class="state state-{slug}" data-state="{escape(status.state)}">{escape(status.state)}</span>'
+        f'<td><span class="state state-{slug}" data-state="{escape(status.state)}">'
+        f"{escape(status.state)}</span>"
         f"{detail}</td><td>{_iso(status.expires_at)}</td><td>{_iso(status.last_refresh)}</td>"
         f"<td>{generation}</td><td>{escape(status.client_id or '-')}</td>"
         f"<td>{escape(status.token_store or '-')}</td><td>{actions}</td></tr>"
@@ -84,7 +86,8 @@ def status_page(statuses: Sequence[GrantStatus], *, csrf: str, home: str, notice
     notice_html = f'<div class="notice" role="status">{escape(notice)}</div>' if notice else ""
     body = f"""<h1>BOS connections</h1>{notice_html}
 <table><thead><tr><th>Connection</th><th>MCP resource</th><th>Grant</th><th>Access token expires</th>
-<th>Last refresh / connect</th><th>Generation</th><th>OAuth client</th><th>Token store</th><th></th></tr></thead>
+<th>Last refresh / connect</th><th>Generation</th><th>OAuth client</th><th>Token store</th><th></th>
+</tr></thead>
 <tbody>{rows}</tbody></table>
 <h2>Connect a new BOS connection</h2>
 <form method="post" action="{escape(home)}connect">{_hidden_csrf(csrf)}
@@ -110,7 +113,8 @@ def contexts_page(conn_id: str, contexts: Sequence[BosContext], *, home: str) ->
     body = f"""<h1>BOS connection {escape(conn_id)}: {len(contexts)} authorized context(s)</h1>
 <div class="notice" role="status">Discovery and bos_get_context succeeded.</div>
 <table><thead><tr><th>Context handle</th><th>Organization</th><th>Application</th><th>Installation</th>
-<th>Role</th><th></th></tr></thead><tbody>{rows}</tbody></table><p><a href="{escape(home)}">Back to BOS connections</a></p>"""
+<th>Role</th><th></th></tr></thead><tbody>{rows}</tbody></table>
+<p><a href="{escape(home)}">Back to BOS connections</a></p>"""
     return _layout(f"BOS {conn_id}: contexts", body)
 
 

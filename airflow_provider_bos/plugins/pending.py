@@ -24,12 +24,12 @@ from airflow_provider_bos.exceptions import BosCallbackError, BosTokenStoreError
 from airflow_provider_bos.redaction import register_secret
 
 __all__ = [
+    "DEFAULT_PENDING_TTL_S",
+    "RULE_PENDING_EXPIRED",
+    "RULE_PENDING_UNKNOWN",
     "ConnectTarget",
     "PendingConnect",
     "PendingConnectStore",
-    "DEFAULT_PENDING_TTL_S",
-    "RULE_PENDING_UNKNOWN",
-    "RULE_PENDING_EXPIRED",
 ]
 
 DEFAULT_PENDING_TTL_S = 600.0

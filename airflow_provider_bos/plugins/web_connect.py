@@ -33,7 +33,7 @@ from airflow_provider_bos.auth.urls import parse_url
 from airflow_provider_bos.exceptions import BosAuthError, BosCallbackError, BosConfigurationError
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
 
-__all__ = ["begin_web_connect", "finish_web_connect", "check_redirect_uri", "RULE_OTHER_USER"]
+__all__ = ["RULE_OTHER_USER", "begin_web_connect", "check_redirect_uri", "finish_web_connect"]
 
 RULE_OTHER_USER = "callback-other-user"
 
@@ -43,7 +43,9 @@ def check_redirect_uri(redirect_uri: str) -> None:
     try:
         target = parse_url(redirect_uri)
     except ValueError:
-        raise BosConfigurationError(f"The callback URL {redirect_uri!r} is not an absolute http(s) URL.") from None
+        raise BosConfigurationError(
+            f"The callback URL {redirect_uri!r} is not an absolute http(s) URL."
+        ) from None
     if target.scheme != "https" and not target.is_loopback:
         raise BosConfigurationError(
             f"The API server's callback {redirect_uri} is plain http on a non-loopback host; BOS only "
@@ -74,7 +76,9 @@ def _single_state(callback_url: str) -> str:
     if not states:
         raise BosCallbackError("the callback has no 'state' parameter.", rule=RULE_PARAM_MISSING)
     if len(states) > 1:
-        raise BosCallbackError(f"the callback has {len(states)} 'state' parameters.", rule=RULE_PARAM_DUPLICATE)
+        raise BosCallbackError(
+            f"the callback has {len(states)} 'state' parameters.", rule=RULE_PARAM_DUPLICATE
+        )
     return states[0]
 
 

@@ -42,7 +42,10 @@ def _free_port() -> int:
 
 
 def _entry_point_installed() -> bool:
-    return any(ep.value.startswith("airflow_provider_bos.") for ep in importlib.metadata.entry_points(group="airflow.plugins"))
+    return any(
+        ep.value.startswith("airflow_provider_bos.")
+        for ep in importlib.metadata.entry_points(group="airflow.plugins")
+    )
 
 
 class ApiServer:
@@ -83,8 +86,9 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__API_AUTH__JWT_SECRET": "bos-ui-test-jwt-secret-0123456789abcdef",
-        "PYTHONPATH": os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[2]),
-                                                  os.environ.get("PYTHONPATH", "")] if p),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")] if p
+        ),
     }
     if not _entry_point_installed():
         # A development venv installed before the entry point existed: load it from the provider info.
@@ -94,7 +98,10 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     with log_file.open("wb") as log:
         process = subprocess.Popen(
             [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
     server = ApiServer(base_url, process, log_file)
     try:

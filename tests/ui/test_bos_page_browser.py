@@ -45,8 +45,14 @@ def clean_bos_default(monkeypatch) -> None:
 
 
 def test_connect_check_sync_revoke_and_reconnect_in_the_browser(
-    api_server, reference_server, browser_as, artifacts: Path, airflow_db: Path, tmp_path: Path,
-    monkeypatch, clean_bos_default,
+    api_server,
+    reference_server,
+    browser_as,
+    artifacts: Path,
+    airflow_db: Path,
+    tmp_path: Path,
+    monkeypatch,
+    clean_bos_default,
 ) -> None:
     page = browser_as("admin")
 
@@ -93,10 +99,16 @@ def test_connect_check_sync_revoke_and_reconnect_in_the_browser(
     from tests.airflow.conftest import load_dag
 
     warehouse = f"sqlite:///{tmp_path / 'warehouse.db'}"
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", f'{{"conn_type": "sqlite", "host": "{tmp_path / "warehouse.db"}"}}')
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BOS_WAREHOUSE", f'{{"conn_type": "sqlite", "host": "{tmp_path / "warehouse.db"}"}}'
+    )
     dag_run = load_dag(airflow_db, "bos_sync_people.py", "bos_sync_people").test()
     states = {ti.task_id: str(getattr(ti.state, "value", ti.state)) for ti in dag_run.get_task_instances()}
-    assert states == {"sync_people": "success", "check_completeness": "success", "summarize_people": "success"}
+    assert states == {
+        "sync_people": "success",
+        "check_completeness": "success",
+        "summarize_people": "success",
+    }
     engine = sa.create_engine(warehouse)
     with engine.connect() as db:
         assert db.execute(sa.text("SELECT COUNT(*) FROM bos_people")).scalar_one() == 350
@@ -144,14 +156,21 @@ def _connect_over_http(api_server, reference_server, conn_id: str) -> None:
     with httpx.Client(base_url=api_server.base_url, cookies=cookies) as airflow_ui, httpx.Client() as browser:
         page = airflow_ui.get("/bos/")
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.text).group(1)
-        response = airflow_ui.post("/bos/connect", headers={"Origin": api_server.base_url},
-                                   data={"csrf_token": csrf, "conn_id": conn_id, "resource_url": reference_server.mcp_url})
+        response = airflow_ui.post(
+            "/bos/connect",
+            headers={"Origin": api_server.base_url},
+            data={"csrf_token": csrf, "conn_id": conn_id, "resource_url": reference_server.mcp_url},
+        )
         assert response.status_code == 303, response.text
         location = response.headers["location"]
         while not location.startswith(api_server.base_url):
             location = httpx.URL(location).join(browser.get(location).headers["location"]).__str__()
         done = airflow_ui.get(location.removeprefix(api_server.base_url))
         assert done.status_code == 303 and done.headers["location"] == f"/bos/?connected={conn_id}", done.text
+
+
+def _without_client(extra: dict) -> dict:
+    return {k: v for k, v in extra.items() if k != "client_id"}
 
 
 def test_the_cli_and_the_page_produce_the_same_grant_row_and_connection(api_server, reference_server) -> None:
@@ -162,16 +181,39 @@ def test_the_cli_and_the_page_produce_the_same_grant_row_and_connection(api_serv
 
     ui_id, cli_id = "bos_twin_ui", "bos_twin_cli"
     _connect_over_http(api_server, reference_server, ui_id)
-    assert cli(["connect", "--conn-id", cli_id, "--resource", reference_server.mcp_url, "--auto-follow",
-                "--save-connection"]) == 0
+    assert (
+        cli(
+            [
+                "connect",
+                "--conn-id",
+                cli_id,
+                "--resource",
+                reference_server.mcp_url,
+                "--auto-follow",
+                "--save-connection",
+            ]
+        )
+        == 0
+    )
 
     store = SqlTokenStore(default_token_store_url())
     rows = {key: store.raw_row(key) for key in (ui_id, cli_id)}
     with create_session() as session:
-        conns = {c.conn_id: c for c in session.scalars(sa.select(Connection).where(Connection.conn_id.in_([ui_id, cli_id])))}
+        conns = {
+            c.conn_id: c
+            for c in session.scalars(sa.select(Connection).where(Connection.conn_id.in_([ui_id, cli_id])))
+        }
         session.expunge_all()
     try:
-        per_sign_in = {"key", "client_id", "access_token", "refresh_token", "expires_at", "updated_at", "seed_fingerprint"}
+        per_sign_in = {
+            "key",
+            "client_id",
+            "access_token",
+            "refresh_token",
+            "expires_at",
+            "updated_at",
+            "seed_fingerprint",
+        }
         same = {k: v for k, v in rows[ui_id].items() if k not in per_sign_in}
         assert same == {k: v for k, v in rows[cli_id].items() if k not in per_sign_in}
         assert same["generation"] == 1 and same["resource"] == reference_server.mcp_url
@@ -179,9 +221,12 @@ def test_the_cli_and_the_page_produce_the_same_grant_row_and_connection(api_serv
         assert rows[ui_id]["refresh_token"].split(":")[0] == rows[cli_id]["refresh_token"].split(":")[0]
 
         ui, cli_conn = conns[ui_id], conns[cli_id]
-        assert (ui.conn_type, ui.host) == (cli_conn.conn_type, cli_conn.host) == ("bos", reference_server.mcp_url)
-        drop_client = lambda extra: {k: v for k, v in extra.items() if k != "client_id"}  # noqa: E731
-        assert drop_client(ui.extra_dejson) == drop_client(cli_conn.extra_dejson)
+        assert (
+            (ui.conn_type, ui.host)
+            == (cli_conn.conn_type, cli_conn.host)
+            == ("bos", reference_server.mcp_url)
+        )
+        assert _without_client(ui.extra_dejson) == _without_client(cli_conn.extra_dejson)
         assert ui.extra_dejson["client_id"] == rows[ui_id]["client_id"]
         assert cli_conn.extra_dejson["client_id"] == rows[cli_id]["client_id"]
         # The page copies no secret; the CLI's --save-connection still writes the refresh token it seeded
@@ -203,8 +248,9 @@ def test_state_changing_requests_need_the_pages_csrf_token(api_server, reference
         forged = client.post("/bos/connect", data=form)
         assert forged.status_code == 403 and "CSRF" in forged.text
         csrf = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/bos/").text).group(1)
-        cross_site = client.post("/bos/connect", data={**form, "csrf_token": csrf},
-                                 headers={"Origin": "https://evil.example"})
+        cross_site = client.post(
+            "/bos/connect", data={**form, "csrf_token": csrf}, headers={"Origin": "https://evil.example"}
+        )
         assert cross_site.status_code == 403 and "another site" in cross_site.text
         other_users_token = csrf_token_of(api_server.token("viewer"))
         assert client.post("/bos/connect", data={**form, "csrf_token": other_users_token}).status_code == 403

@@ -9,8 +9,15 @@ from airflow_provider_bos.exceptions import BosReconnectRequired, BosTokenStoreE
 from airflow_provider_bos.get_provider_info import get_provider_info
 from airflow_provider_bos.plugins.grant_status import grant_status
 
-ROW = {"client_id": "c1", "generation": 3, "expires_at": 1.0, "updated_at": 2.0, "scope": "mcp:tools",
-       "refresh_token": "enc:v1:ciphertext", "access_token": "enc:v1:ciphertext"}
+ROW = {
+    "client_id": "c1",
+    "generation": 3,
+    "expires_at": 1.0,
+    "updated_at": 2.0,
+    "scope": "mcp:tools",
+    "refresh_token": "enc:v1:ciphertext",
+    "access_token": "enc:v1:ciphertext",
+}
 
 
 def _state(**kwargs) -> str:
@@ -22,14 +29,23 @@ def test_each_grant_state() -> None:
     assert _state(auth_type="oauth", row=None) == "not connected"
     assert _state(auth_type="oauth", row=ROW) == "connected"
     assert _state(auth_type="oauth", row={**ROW, "refresh_token": None}) == "reconnect needed"
-    assert _state(auth_type="oauth", row=ROW, probe_error=BosReconnectRequired("revoked")) == "reconnect needed"
+    assert (
+        _state(auth_type="oauth", row=ROW, probe_error=BosReconnectRequired("revoked")) == "reconnect needed"
+    )
     assert _state(auth_type="oauth", row=ROW, probe_error=BosTransportError("down")) == "check failed"
     assert _state(auth_type="oauth", row=None, store_error=BosTokenStoreError("locked")) == "check failed"
 
 
 def test_the_status_copies_no_token_column() -> None:
-    status = grant_status("bos_x", "https://bos.example/mcp", auth_type="oauth", row=ROW, token_store="default")
-    assert (status.generation, status.last_refresh, status.expires_at, status.client_id) == (3, 2.0, 1.0, "c1")
+    status = grant_status(
+        "bos_x", "https://bos.example/mcp", auth_type="oauth", row=ROW, token_store="default"
+    )
+    assert (status.generation, status.last_refresh, status.expires_at, status.client_id) == (
+        3,
+        2.0,
+        1.0,
+        "c1",
+    )
     assert "ciphertext" not in repr(status)
 
 

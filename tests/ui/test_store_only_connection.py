@@ -17,18 +17,30 @@ def store_url(tmp_path) -> str:
 
 
 def _connection_without_secret(monkeypatch, server, client_id: str, store_url: str) -> None:
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_STORE_ONLY", json.dumps({
-        "conn_type": "bos", "host": server.mcp_url,
-        "extra": {"auth_type": "oauth", "client_id": client_id, "token_store_url": store_url},
-    }))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_BOS_STORE_ONLY",
+        json.dumps(
+            {
+                "conn_type": "bos",
+                "host": server.mcp_url,
+                "extra": {"auth_type": "oauth", "client_id": client_id, "token_store_url": store_url},
+            }
+        ),
+    )
 
 
 def test_a_connection_without_a_secret_reads_the_stored_grant(bos_server, store_url, monkeypatch) -> None:
     grant = bos_server.mint_grant()
     store = SqlTokenStore(store_url)
-    store.seed("bos_store_only", client_id=grant["client_id"], token_endpoint=f"{bos_server.base_url}/token",
-               resource=bos_server.mcp_url, scope="mcp:tools offline_access",
-               refresh_token=grant["refresh_token"], force=True)
+    store.seed(
+        "bos_store_only",
+        client_id=grant["client_id"],
+        token_endpoint=f"{bos_server.base_url}/token",
+        resource=bos_server.mcp_url,
+        scope="mcp:tools offline_access",
+        refresh_token=grant["refresh_token"],
+        force=True,
+    )
     _connection_without_secret(monkeypatch, bos_server, grant["client_id"], store_url)
 
     with BosHook("bos_store_only") as hook:
@@ -36,12 +48,17 @@ def test_a_connection_without_a_secret_reads_the_stored_grant(bos_server, store_
 
     assert len(contexts) == 2
     row = store.load("bos_store_only")
-    assert row is not None and row.generation == 2  # the hook refreshed the stored grant, nothing re-seeded it
+    assert (
+        row is not None and row.generation == 2
+    )  # the hook refreshed the stored grant, nothing re-seeded it
     store.dispose()
 
 
 def test_without_a_stored_grant_the_hook_asks_for_a_reconnect(bos_server, store_url, monkeypatch) -> None:
     _connection_without_secret(monkeypatch, bos_server, "some-client", store_url)
 
-    with BosHook("bos_store_only") as hook, pytest.raises(BosReconnectRequired, match="No OAuth grant is stored"):
+    with (
+        BosHook("bos_store_only") as hook,
+        pytest.raises(BosReconnectRequired, match="No OAuth grant is stored"),
+    ):
         hook.list_contexts()

@@ -25,7 +25,9 @@ REDIRECT = "http://127.0.0.1:8080/bos/callback"
 
 @pytest.fixture()
 def pending(tmp_path: Path) -> PendingConnectStore:
-    return PendingConnectStore(sa.create_engine(f"sqlite:///{tmp_path / 'meta.db'}"), cipher=Fernet(Fernet.generate_key()))
+    return PendingConnectStore(
+        sa.create_engine(f"sqlite:///{tmp_path / 'meta.db'}"), cipher=Fernet(Fernet.generate_key())
+    )
 
 
 @pytest.fixture()
@@ -48,14 +50,25 @@ def _sign_in(authorization_url: str) -> str:
 
 def _begin(server, pending, user="alice") -> str:
     with httpx.Client() as client:
-        return begin_web_connect(ConnectTarget("bos_web", server.mcp_url), redirect_uri=REDIRECT, user_id=user,
-                                 pending=pending, http_client=client)
+        return begin_web_connect(
+            ConnectTarget("bos_web", server.mcp_url),
+            redirect_uri=REDIRECT,
+            user_id=user,
+            pending=pending,
+            http_client=client,
+        )
 
 
 def _finish(callback: str, pending, store_url: str, user="alice", **kwargs):
     with httpx.Client() as client:
-        return finish_web_connect(callback, user_id=user, pending=pending,
-                                  open_token_store=lambda _target: SqlTokenStore(store_url), http_client=client, **kwargs)
+        return finish_web_connect(
+            callback,
+            user_id=user,
+            pending=pending,
+            open_token_store=lambda _target: SqlTokenStore(store_url),
+            http_client=client,
+            **kwargs,
+        )
 
 
 def test_the_authorization_request_is_pkce_s256_with_state_and_resource(bos_server, pending) -> None:
@@ -85,7 +98,9 @@ def test_a_callback_is_single_use(bos_server, pending, store_url) -> None:
     assert excinfo.value.rule == "pending-unknown"
 
 
-def test_an_expired_pending_sign_in_is_refused_before_the_code_is_spent(bos_server, pending, store_url) -> None:
+def test_an_expired_pending_sign_in_is_refused_before_the_code_is_spent(
+    bos_server, pending, store_url
+) -> None:
     pending.ttl_s = 0.0
     callback = _sign_in(_begin(bos_server, pending))
 
