@@ -27,6 +27,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_bos.exceptions import BosError, BosTransportError
+from airflow_provider_bos.redaction import add_secret_sink, register_secret
 from airflow_provider_bos.plugins import connections as airflow_conns
 from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, same_origin
 from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status
@@ -162,7 +163,16 @@ def _status_of(conn: Any) -> GrantStatus:
 # --- the app --------------------------------------------------------------------------------------
 
 
+def _feed_api_server_masker() -> None:
+    """Send our secrets to airflow-core's masker: the API server's access log redacts with it (not with
+    the Task SDK's), and it logs the callback's query, authorization code included."""
+    from airflow._shared.secrets_masker import mask_secret
+
+    add_secret_sink(mask_secret)
+
+
 def create_app() -> FastAPI:
+    _feed_api_server_masker()
     app = FastAPI(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(StarletteHTTPException)
@@ -269,6 +279,8 @@ def create_app() -> FastAPI:
 
     @app.get("/callback", name="bos_callback", dependencies=[edit])
     def callback(request: Request, user: GetUserDep) -> RedirectResponse:
+        for code in request.query_params.getlist("code"):
+            register_secret(code)  # before anything can fail: the access log line comes after us
         with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
             try:
                 target, outcome, grant = finish_web_connect(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import sqlalchemy as sa
@@ -55,6 +56,10 @@ def test_connect_check_sync_revoke_and_reconnect_in_the_browser(
     clean_bos_default,
 ) -> None:
     page = browser_as("admin")
+    callbacks: list[str] = []
+    page.on(
+        "request", lambda request: callbacks.append(request.url) if "/bos/callback" in request.url else None
+    )
 
     # Admin -> BOS in the Airflow UI opens the plugin's page (in its own tab: the sign-in is top-level).
     page.goto(f"{api_server.base_url}/")
@@ -136,7 +141,9 @@ def test_connect_check_sync_revoke_and_reconnect_in_the_browser(
     # Connect and reconnect are logged, without a secret.
     log = api_server.log()
     assert log.count("BOS connect finished for 'bos_default'") == 2
-    for secret in (before.refresh_token, after.refresh_token, after.access_token):
+    codes = [parse_qs(urlsplit(url).query)["code"][0] for url in callbacks]
+    assert len(codes) == 2
+    for secret in (before.refresh_token, after.refresh_token, after.access_token, *codes):
         assert secret and secret not in log
 
 
