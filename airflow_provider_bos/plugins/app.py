@@ -27,13 +27,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_bos.exceptions import BosError, BosTransportError
-from airflow_provider_bos.redaction import add_secret_sink, register_secret
 from airflow_provider_bos.plugins import connections as airflow_conns
 from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, same_origin
 from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status
 from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, message_page, status_page
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
+from airflow_provider_bos.redaction import add_secret_sink, register_secret
 
 __all__ = ["URL_PREFIX", "create_app"]
 
