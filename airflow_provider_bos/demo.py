@@ -153,6 +153,19 @@ class Demo:
                 self.server.kill()
 
 
+def ui_next_step(airflow_home: Path, *, kept: bool, port: int = 8080) -> str:
+    """The optional next step: the Admin -> BOS page (grant health, Reconnect) in the Airflow UI."""
+    page = f"http://localhost:{port}/bos/"
+    if kept:
+        start = f"AIRFLOW_HOME={airflow_home} airflow api-server --port {port}"
+    else:
+        start = (
+            "rerun with BOS_DEMO_KEEP=1, then "
+            f"AIRFLOW_HOME=<kept dir>/{airflow_home.name} airflow api-server --port {port}"
+        )
+    return f"Optional next step, the grant in the Airflow UI (Admin -> BOS): {start}, open {page}"
+
+
 def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="bos-demo-"))
     demo = Demo(workdir)
@@ -171,6 +184,7 @@ def main() -> int:
             print("\nDemo did not behave as expected: the complete run must pass and the partial run fail.")
             return 1
         _banner("Demo finished: the complete read passed, the partial read was caught by the sensor")
+        print(ui_next_step(demo.home, kept=bool(os.environ.get("BOS_DEMO_KEEP"))))
         return 0
     except KeyboardInterrupt:
         print("\nInterrupted.")

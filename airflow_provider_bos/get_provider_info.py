@@ -47,6 +47,7 @@ def get_provider_info() -> dict[str, object]:
                 "python-modules": ["airflow_provider_bos.sensors.completeness"],
             }
         ],
+        "plugins": [{"name": "bos", "plugin-class": "airflow_provider_bos.plugins.plugin.BosUiPlugin"}],
         "asset-uris": [
             {"schemes": ["sqlite"], "handler": "airflow_provider_bos.assets.tables.sanitize_sqlite_uri"},
             {"schemes": ["mysql"], "handler": "airflow_provider_bos.assets.tables.sanitize_mysql_uri"},

@@ -76,9 +76,10 @@ class BosConnectionConfig:
         if protocol not in PROTOCOLS:
             raise BosConfigurationError(f"Connection {conn_id!r}: protocol must be one of {PROTOCOLS}.")
         secret = conn.password or ""
-        if not secret:
-            what = "API key" if auth_type == "api_key" else "refresh token (run `airflow-provider-bos connect`)"
-            raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the {what}.")
+        # OAuth needs no secret in the Connection: the token store row is the source of truth (the
+        # UI's Connect writes none); a refresh token here only seeds that row.
+        if not secret and auth_type == "api_key":
+            raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the API key.")
         client_id = extra.get("client_id") or None
         if auth_type == "oauth" and not client_id:
             raise BosConfigurationError(
@@ -154,7 +155,7 @@ class BosHook(BaseHook):
             client_id=cfg.client_id,
             resource=info.resource,
             http_client=http_client,
-            seed_refresh_token=cfg.secret,
+            seed_refresh_token=cfg.secret or None,
             scope=cfg.scopes,
         )
 

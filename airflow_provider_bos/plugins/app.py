@@ -1,0 +1,321 @@
+"""The BOS page: a FastAPI app the API server mounts at ``/bos`` (see :mod:`.plugin`).
+
+Routes (all behind Airflow's auth manager, connection *edit* permission):
+
+- ``GET /``: every ``bos`` Connection with its grant state (store facts + a live probe).
+- ``POST /connections/{id}/connect``: Connect / Reconnect an existing Connection (303 to BOS sign-in).
+- ``POST /connect``: Connect a new Connection (also needs connection *create* permission).
+- ``GET /callback``: the OAuth redirect URI; finishes the sign-in, stores the grant, saves the Connection.
+- ``POST /connections/{id}/check``: discovery + ``bos_get_context``, shows the contexts.
+
+POSTs need the page's CSRF token (and a same-origin ``Origin`` when sent); the callback is bound to
+its pending sign-in (state, single use, expiry) and to the user who started it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any
+
+import httpx
+from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_connection
+from fastapi import Depends, FastAPI, Form, HTTPException, Request, status
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from airflow_provider_bos.exceptions import BosError, BosTransportError
+from airflow_provider_bos.plugins import connections as airflow_conns
+from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, same_origin
+from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status
+from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, message_page, status_page
+from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
+from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
+from airflow_provider_bos.redaction import add_secret_sink, register_secret
+
+__all__ = ["URL_PREFIX", "create_app"]
+
+URL_PREFIX = "/bos"
+log = logging.getLogger(__name__)
+# Airflow's own rule for connection ids (airflow.utils.helpers.validate_key).
+_CONN_ID = re.compile(r"^[\w.-]{1,250}$")
+_HTTP_TIMEOUT_S = 30.0
+
+
+# --- request helpers ------------------------------------------------------------------------------
+
+
+def _home(request: Request) -> str:
+    """This app's own root URL path (the mount prefix, whatever Airflow mounted it under)."""
+    return str(request.scope.get("root_path", "")).rstrip("/") + "/"
+
+
+def _server_url(request: Request) -> str:
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="") or ""
+    return base.rstrip("/") if base.startswith(("http://", "https://")) else str(request.base_url).rstrip("/")
+
+
+def _callback_uri(request: Request) -> str:
+    from airflow.configuration import conf
+
+    base = conf.get("api", "base_url", fallback="") or ""
+    if base.startswith(("http://", "https://")):
+        return f"{base.rstrip('/')}{URL_PREFIX}/callback"
+    return str(request.url_for("bos_callback"))
+
+
+def _credential(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    return request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+
+
+async def _require_csrf(request: Request, csrf_token: Annotated[str | None, Form()] = None) -> None:
+    if not same_origin(request.headers.get("origin"), _server_url(request)):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, "This form was posted from another site (CSRF).")
+    if not csrf_valid(_credential(request), csrf_token):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "The form's CSRF token is missing or stale (your Airflow session changed); reload the page.",
+        )
+
+
+CsrfDep = Depends(_require_csrf)
+
+
+def _authorize(user: Any, conn_id: str, method: str) -> None:
+    from airflow.api_fastapi.app import get_auth_manager
+    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
+
+    if not get_auth_manager().is_authorized_connection(
+        method=method, details=ConnectionDetails(conn_id=conn_id), user=user
+    ):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"Forbidden: {PERMISSION_NOTE}")
+
+
+def _pending_store() -> PendingConnectStore:
+    from airflow import settings
+
+    from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
+
+    return PendingConnectStore(settings.engine, cipher=airflow_fernet_cipher())
+
+
+def _html(content: str, status_code: int = 200) -> HTMLResponse:
+    return HTMLResponse(content, status_code=status_code, headers={"Cache-Control": "no-store"})
+
+
+# --- grant state ----------------------------------------------------------------------------------
+
+
+def _probe(conn_id: str) -> BaseException | None:
+    """Open an MCP session the way a task does (refreshing under the store lock if needed)."""
+    from airflow_provider_bos.hooks.bos import BosHook
+
+    try:
+        with BosHook(conn_id) as hook:
+            hook.get_conn()
+    except Exception as exc:  # noqa: BLE001 - reported on the page, not raised
+        return exc
+    return None
+
+
+def _status_of(conn: Any) -> GrantStatus:
+    target = airflow_conns.target_of(conn)
+    extra = airflow_conns.extra_of(conn)
+    auth_type = str(extra.get("auth_type") or "oauth").lower()
+    label = airflow_conns.token_store_label(target)
+    if auth_type == "api_key":
+        return grant_status(
+            conn.conn_id, target.resource_url, auth_type=auth_type, row=None, token_store=label
+        )
+    try:
+        store = airflow_conns.open_token_store(target)
+        try:
+            row = store.raw_row(conn.conn_id)
+        finally:
+            store.dispose()
+    except Exception as exc:  # noqa: BLE001 - an unreadable store is shown, not raised
+        return grant_status(
+            conn.conn_id,
+            target.resource_url,
+            auth_type=auth_type,
+            row=None,
+            token_store=label,
+            store_error=exc,
+        )
+    probe_error = _probe(conn.conn_id) if row is not None and row.get("refresh_token") else None
+    return grant_status(
+        conn.conn_id,
+        target.resource_url,
+        auth_type=auth_type,
+        row=row,
+        token_store=label,
+        probe_error=probe_error,
+    )
+
+
+# --- the app --------------------------------------------------------------------------------------
+
+
+def _feed_api_server_masker() -> None:
+    """Send our secrets to airflow-core's masker: the API server's access log redacts with it (not with
+    the Task SDK's), and it logs the callback's query, authorization code included."""
+    from airflow._shared.secrets_masker import mask_secret
+
+    add_secret_sink(mask_secret)
+
+
+def create_app() -> FastAPI:
+    _feed_api_server_masker()
+    app = FastAPI(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == status.HTTP_401_UNAUTHORIZED and request.method == "GET":
+            from airflow.api_fastapi.app import get_auth_manager
+
+            return RedirectResponse(
+                get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303
+            )
+        title = "Not allowed" if exc.status_code in (401, 403) else "Request failed"
+        detail = exc.detail if isinstance(exc.detail, str) else "The request was refused."
+        if (
+            exc.status_code == status.HTTP_403_FORBIDDEN
+            and "Forbidden" in detail
+            and "auth manager" not in detail
+        ):
+            detail = f"{detail}. {PERMISSION_NOTE}"
+        return _html(message_page(title, detail, home=_home(request)), exc.status_code)
+
+    @app.exception_handler(BosError)
+    async def _bos_error(request: Request, exc: BosError) -> Response:
+        code = (
+            status.HTTP_502_BAD_GATEWAY if isinstance(exc, BosTransportError) else status.HTTP_400_BAD_REQUEST
+        )
+        log.warning("BOS page: %s failed: %s", request.url.path, exc)
+        return _html(message_page("BOS request failed", str(exc), home=_home(request)), code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> Response:
+        log.error("BOS page: %s failed with %s", request.url.path, type(exc).__name__, exc_info=exc)
+        message = f"Unexpected {type(exc).__name__}; the API server log has the details."
+        return _html(message_page("Internal error", message, home=_home(request)), 500)
+
+    edit = Depends(requires_access_connection(method="PUT"))
+
+    @app.get("/", dependencies=[edit], response_class=HTMLResponse)
+    def index(request: Request, connected: str | None = None) -> HTMLResponse:
+        conns = airflow_conns.bos_connections()
+        with ThreadPoolExecutor(max_workers=min(8, max(1, len(conns)))) as pool:
+            statuses = list(pool.map(_status_of, conns))
+        credential = _credential(request) or ""
+        notice = f"Connected {connected!r}: the grant is in the token store." if connected else None
+        return _html(status_page(statuses, csrf=csrf_token(credential), home=_home(request), notice=notice))
+
+    def _start(request: Request, user: Any, target: ConnectTarget) -> RedirectResponse:
+        log.info(
+            "BOS connect started for %r by user %r (resource %s)",
+            target.conn_id,
+            user.get_id(),
+            target.resource_url,
+        )
+        with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
+            url = begin_web_connect(
+                target,
+                redirect_uri=_callback_uri(request),
+                user_id=str(user.get_id()),
+                pending=_pending_store(),
+                http_client=client,
+            )
+        return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
+
+    @app.post("/connections/{connection_id}/connect", dependencies=[edit, CsrfDep])
+    def reconnect(request: Request, connection_id: str, user: GetUserDep) -> RedirectResponse:
+        conn = airflow_conns.find_connection(connection_id)
+        if conn is None or conn.conn_type != "bos":
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"No bos Connection {connection_id!r}.")
+        return _start(request, user, airflow_conns.target_of(conn))
+
+    @app.post("/connect", dependencies=[CsrfDep])
+    def connect_new(
+        request: Request,
+        user: GetUserDep,
+        conn_id: Annotated[str, Form()],
+        resource_url: Annotated[str, Form()],
+        token_store_conn_id: Annotated[str | None, Form()] = None,
+    ) -> RedirectResponse:
+        conn_id, resource_url = conn_id.strip(), resource_url.strip()
+        if not _CONN_ID.match(conn_id):
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST, "A connection id is 1-250 letters, digits, '_', '.' or '-'."
+            )
+        existing = airflow_conns.find_connection(conn_id)
+        _authorize(user, conn_id, "PUT" if existing is not None else "POST")
+        if existing is not None and existing.conn_type != "bos":
+            raise HTTPException(
+                status.HTTP_409_CONFLICT,
+                f"Connection {conn_id!r} exists with type {existing.conn_type!r}; pick another id.",
+            )
+        target = ConnectTarget(
+            conn_id=conn_id,
+            resource_url=resource_url,
+            token_store_conn_id=(token_store_conn_id or "").strip() or None,
+        )
+        if existing is not None:  # keep its token store settings unless a new one is given
+            current = airflow_conns.target_of(existing)
+            target = ConnectTarget(
+                conn_id,
+                resource_url,
+                target.token_store_conn_id or current.token_store_conn_id,
+                None if target.token_store_conn_id else current.token_store_url,
+            )
+        return _start(request, user, target)
+
+    @app.get("/callback", name="bos_callback", dependencies=[edit])
+    def callback(request: Request, user: GetUserDep) -> RedirectResponse:
+        for code in request.query_params.getlist("code"):
+            register_secret(code)  # before anything can fail: the access log line comes after us
+        with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
+            try:
+                target, outcome, grant = finish_web_connect(
+                    str(request.url),
+                    user_id=str(user.get_id()),
+                    pending=_pending_store(),
+                    open_token_store=airflow_conns.open_token_store,
+                    http_client=client,
+                    authorize=lambda target: _authorize(user, target.conn_id, "PUT"),
+                )
+            except BosError as exc:
+                log.warning("BOS connect failed for user %r: %s", user.get_id(), exc)
+                raise
+        airflow_conns.save_connected(target, outcome)
+        log.info(
+            "BOS connect finished for %r by user %r: client %s, grant generation %d",
+            target.conn_id,
+            user.get_id(),
+            outcome.client_id,
+            grant.generation,
+        )
+        home = _home(request)
+        return RedirectResponse(
+            f"{home}?{httpx.QueryParams(connected=target.conn_id)}", status_code=status.HTTP_303_SEE_OTHER
+        )
+
+    @app.post("/connections/{connection_id}/check", dependencies=[edit, CsrfDep], response_class=HTMLResponse)
+    def check(request: Request, connection_id: str) -> HTMLResponse:
+        from airflow_provider_bos.hooks.bos import BosHook
+
+        conn = airflow_conns.find_connection(connection_id)
+        if conn is None or conn.conn_type != "bos":
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"No bos Connection {connection_id!r}.")
+        with BosHook(connection_id) as hook:
+            contexts = hook.list_contexts()
+        return _html(contexts_page(connection_id, contexts, home=_home(request)))
+
+    return app

@@ -1,0 +1,19 @@
+"""The Airflow plugin: the BOS FastAPI app mounted in the API server, and its Admin menu entry."""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+
+from airflow_provider_bos.plugins.app import URL_PREFIX, create_app
+
+__all__ = ["BosUiPlugin"]
+
+
+class BosUiPlugin(AirflowPlugin):
+    """Admin -> BOS: every ``bos`` Connection's grant, with Connect / Reconnect / Check."""
+
+    name = "bos"
+    fastapi_apps = [{"app": create_app(), "url_prefix": URL_PREFIX, "name": "BOS connections"}]
+    # No url_route: the Admin menu then opens the page in its own tab instead of Airflow's sandboxed
+    # iframe, which forbids the top-level navigation an OAuth sign-in needs.
+    external_views = [{"name": "BOS", "href": f"{URL_PREFIX}/", "destination": "nav", "category": "admin"}]
