@@ -38,7 +38,8 @@ are small, the final response of a big read is not. Events are buffered as above
 held for one event exceed ``stream_threshold``; the parser then calls ``open_stream()`` and, if it
 returns a sink (an object with ``write(bytes)`` and ``end()``), hands it the event's data so far
 and every later data byte as it arrives (raw UTF-8 bytes, data lines joined with ``b"\n"``)
-instead of keeping them. At the blank line it calls ``sink.end()`` and dispatches an
+instead of keeping them (never before the event has a data byte, so an empty event is never
+streamed). At the blank line it calls ``sink.end()`` and dispatches an
 :class:`SseEvent` with ``streamed=True`` and empty ``data``. Only ``message`` events are streamed
 (an ``event:`` line with another name seen before the switch keeps the event buffered); streamed
 data does not count towards ``max_event_bytes`` (the sink bounds what it keeps), the event's
@@ -278,8 +279,11 @@ class SseParser:
                 return False  # a huge non-data line: keep buffering under max_event_bytes
             if not self._data:
                 return False  # cannot tell yet
-        if not self._data and not pending:
-            return False
+        pending_value = b""
+        if pending and _is_data_line(pending):
+            pending_value = pending[6:] if pending[5:6] == b" " else pending[5:]
+        if not any(self._data) and not pending_value:
+            return False  # no data byte yet: an empty event (an MCP priming event) is never streamed
         assert self._open_stream is not None
         sink = self._open_stream()
         if sink is None:

@@ -204,6 +204,14 @@ def test_id_only_block_sets_the_last_event_id_at_its_blank_line() -> None:
     assert parser.feed(b"\n") == [] and parser.last_event_id == "9"
 
 
+def test_an_empty_event_is_never_streamed_but_a_later_data_byte_starts_the_stream() -> None:
+    sunk: list[bytes] = []
+    parser = SseParser(stream_threshold=0, open_stream=lambda: _Sink(sunk), raw_data=True)
+    events = parser.feed(b"id: 1\ndata: \nretry: 9\n\ndata:\ndata: x\n\n")
+    assert events[0] == SseEvent("message", b"", id="1", retry=9) and events[0].empty
+    assert events[1].streamed and not events[1].empty and sunk == [b"\nx"]
+
+
 def test_comments_are_counted_as_activity_without_events() -> None:
     parser = SseParser()
     assert parser.feed(b": bos/source-results/v1\n\n: keepalive\n\n:\n") == []
