@@ -386,7 +386,8 @@ class SseParser:
         self._event_bytes = 0
         self._data = []
         sink.end()
-        return SseEvent(event=name or "message", data="", id=self.last_event_id, retry=self.retry, streamed=True)
+        return SseEvent(event=name or "message", data="", id=self.last_event_id, retry=self.retry,
+                        streamed=True)
 
     def _append_pending(self, piece: bytes) -> None:
         self._check_size(len(piece))

@@ -164,7 +164,8 @@ def test_priming_event_is_an_empty_event_with_id_and_retry() -> None:
     # MCP 2025-11-25 (SEP-1699): a response stream may open with an id, empty data and retry.
     parser = SseParser()
     events = parser.feed(b"id: s7.0\ndata: \nretry: 500\n\nid: s7.1\ndata: {}\n\n")
-    assert events == [SseEvent("message", "", id="s7.0", retry=500), SseEvent("message", "{}", id="s7.1", retry=500)]
+    assert events == [SseEvent("message", "", id="s7.0", retry=500),
+                      SseEvent("message", "{}", id="s7.1", retry=500)]
     assert [e.empty for e in events] == [True, False]
     assert (parser.last_event_id, parser.retry) == ("s7.1", 500)
 
