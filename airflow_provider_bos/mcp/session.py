@@ -1017,6 +1017,8 @@ class McpSession:
         if event != "message":
             logger.debug("Ignoring SSE event of type %r.", event)
             return None
+        if not data:  # a priming event (id + retry, SEP-1699): no message; the parser keeps its id
+            return None
         if consumer is not None and _SOURCE_RESULT_TOKEN in data[:_SOURCE_RESULT_TOKEN_WITHIN]:
             # A page: checked and counted without decoding its records (None: the general path).
             params = decode_source_result(data, SOURCE_RESULT_METHOD)

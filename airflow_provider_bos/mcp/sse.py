@@ -13,13 +13,20 @@ Rules implemented, in the standard's words where it matters:
   is ONE line break.
 - A blank line dispatches the event — only if at least one ``data`` field was seen; otherwise it
   just resets the data and event-name buffers. An incomplete event at EOF is discarded.
-- ``:comment`` lines are ignored. A line without a colon is a field name with an empty value.
+- ``:comment`` lines dispatch nothing; :attr:`SseParser.comments` counts them, so a caller can
+  see a ``: keepalive`` as activity. A line without a colon is a field name with an empty value.
   One space after the colon is removed. ``data`` values are joined with ``"\\n"``.
-- ``event`` sets the event name (default ``"message"``). ``id`` sets the last event id unless
-  its value contains U+0000; the id persists across events, as in the standard (``SseEvent.id``
-  is the last event id in effect at dispatch). ``retry`` is honoured only when all ASCII digits;
-  ``SseEvent.retry`` is the reconnection time in effect at dispatch (``None`` if never set).
-  Unknown fields are ignored.
+- ``event`` sets the event name (default ``"message"``). ``id`` sets the last event ID *buffer*
+  unless its value contains U+0000; every blank line (with or without data) copies the buffer to
+  :attr:`SseParser.last_event_id`, the "last event ID string" a reconnect sends as
+  ``Last-Event-ID``. So the id of an event cut off before its blank line is never taken: a
+  resumed stream re-sends that event. The id persists across events, as in the standard
+  (``SseEvent.id`` is the last event id at dispatch). ``retry`` is honoured only when all ASCII
+  digits, at once; ``SseEvent.retry`` / :attr:`SseParser.retry` is the reconnection time in
+  milliseconds (``None`` if never set). Unknown fields are ignored.
+- An event whose data is empty (``data:`` with no value, e.g. an MCP priming event that only
+  carries an ``id`` and ``retry``) is dispatched with ``data == ""`` (``b""``): see
+  :attr:`SseEvent.empty`.
 - ``max_event_bytes`` bounds memory: it counts the bytes of one event's retained lines (its
   ``data``/``event``/``id`` lines, field names included, line breaks excluded) plus any not yet
   terminated line, so even a single endless line without a newline is cut off with
@@ -31,7 +38,8 @@ are small, the final response of a big read is not. Events are buffered as above
 held for one event exceed ``stream_threshold``; the parser then calls ``open_stream()`` and, if it
 returns a sink (an object with ``write(bytes)`` and ``end()``), hands it the event's data so far
 and every later data byte as it arrives (raw UTF-8 bytes, data lines joined with ``b"\n"``)
-instead of keeping them. At the blank line it calls ``sink.end()`` and dispatches an
+instead of keeping them (never before the event has a data byte, so an empty event is never
+streamed). At the blank line it calls ``sink.end()`` and dispatches an
 :class:`SseEvent` with ``streamed=True`` and empty ``data``. Only ``message`` events are streamed
 (an ``event:`` line with another name seen before the switch keeps the event buffered); streamed
 data does not count towards ``max_event_bytes`` (the sink bounds what it keeps), the event's
@@ -74,6 +82,11 @@ class SseEvent:
     retry: int | None = None
     #: True if the data went to a sink (see ``SseParser(open_stream=...)``); ``data`` is then "".
     streamed: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """The event carried no data (an MCP priming event, say): it holds no message."""
+        return not self.streamed and not self.data
 
 
 class SseDataSink(Protocol):
@@ -130,8 +143,13 @@ class SseParser:
         self._sink_lines = 0  # data lines given to the sink (a b"\n" goes between two)
         self._stream_declined = False  # open_stream() said no for the current event
         # Persistent state (survives dispatch), per the standard.
+        self._id_buffer: str | None = None  # the "last event ID buffer": set by id lines
+        #: The "last event ID string": the id in effect at the last blank line (see the module doc).
         self.last_event_id: str | None = None
+        #: The reconnection time in milliseconds from the last valid ``retry`` field (None: never set).
         self.retry: int | None = None
+        #: Comment lines seen (``: keepalive`` and the like): activity that dispatches no event.
+        self.comments = 0
         #: Lines whose bytes were not valid UTF-8 and were decoded with replacement characters.
         self.invalid_utf8_lines = 0
 
@@ -261,8 +279,11 @@ class SseParser:
                 return False  # a huge non-data line: keep buffering under max_event_bytes
             if not self._data:
                 return False  # cannot tell yet
-        if not self._data and not pending:
-            return False
+        pending_value = b""
+        if pending and _is_data_line(pending):
+            pending_value = pending[6:] if pending[5:6] == b" " else pending[5:]
+        if not any(self._data) and not pending_value:
+            return False  # no data byte yet: an empty event (an MCP priming event) is never streamed
         assert self._open_stream is not None
         sink = self._open_stream()
         if sink is None:
@@ -355,6 +376,7 @@ class SseParser:
             self._process_line(piece)  # comment, event, id, retry, unknown field
             return None
         # Blank line: dispatch the streamed event.
+        self.last_event_id = self._id_buffer
         sink = self._sink
         self._sink = None
         self._sink_lines = 0
@@ -364,7 +386,8 @@ class SseParser:
         self._event_bytes = 0
         self._data = []
         sink.end()
-        return SseEvent(event=name or "message", data="", id=self.last_event_id, retry=self.retry, streamed=True)
+        return SseEvent(event=name or "message", data="", id=self.last_event_id, retry=self.retry,
+                        streamed=True)
 
     def _append_pending(self, piece: bytes) -> None:
         self._check_size(len(piece))
@@ -401,6 +424,7 @@ class SseParser:
             return self._dispatch()
         first = line[0]
         if first == 0x3A:  # ":" comment
+            self.comments += 1
             return None
         colon = line.find(b":")
         if colon < 0:
@@ -426,7 +450,7 @@ class SseParser:
         elif name == b"id":
             value = self._decode(line[value_start:])
             if "\x00" not in value:
-                self.last_event_id = value
+                self._id_buffer = value
         elif name == b"retry":
             value_bytes = line[value_start:]
             if value_bytes and value_bytes.isdigit():  # bytes.isdigit() is ASCII-only
@@ -435,6 +459,7 @@ class SseParser:
         return None
 
     def _dispatch(self) -> SseEvent | None:
+        self.last_event_id = self._id_buffer
         data = self._data
         name = self._event_name
         self._stream_declined = False

@@ -25,6 +25,17 @@ error-code-to-HTTP-status table); for the 2025 era it checks the ``Mcp-Session-I
 sessions the SDK issued (learned from its ``initialize`` responses and DELETEs) and the principal
 that created them — and then writes the response itself (:mod:`.streaming`).
 
+Resumable response streams (2025-11-25 session era, as the SDK does them with an ``EventStore``
+and ``retry_interval``): a streamed read opens with a priming event (``id``, empty ``data``,
+``retry``; only for clients at 2025-11-25 or later, like the SDK's ``_mint_priming_event``) and
+every event carries an id ``<stream key>.<k>``; GET with ``Last-Event-ID`` (same session, same
+principal) sends the events after ``k`` again and then the rest as they come due. The SDK's
+in-memory event store would keep every event, the multi-hundred-megabyte final frame included;
+here the stream is a pure function of the planned read and its start time, so the store keeps
+those (:class:`_StoredStream`) and regenerates any event. The stateless 2026-07-28 era has no
+resumption: like the SDK's stateless transport, no ids and GET answers 405. ``FaultSpec`` knobs
+(:mod:`.scenario`) turn resumption off, close streams early, and shape silence and keepalives.
+
 ``-32021`` (missing required client capability) is never sent: no BOS tool requires a client
 capability (streaming is an opt-in that falls back to JSON, never a requirement).
 """
@@ -34,15 +45,18 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import secrets
 import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
 from mcp.server.lowlevel.server import Server
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
+from mcp.server.streamable_http import LAST_EVENT_ID_HEADER, MCP_SESSION_ID_HEADER, check_accept_headers
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
@@ -58,14 +72,20 @@ from mcp_types import (
     INVALID_PARAMS,
     INVALID_REQUEST,
 )
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, is_version_at_least
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from airflow_provider_bos.models import SOURCE_RESULT_METHOD, SOURCE_RESULTS_EXTENSION
 from airflow_provider_bos.testing.federation import plan_read
-from airflow_provider_bos.testing.streaming import BodyWriter, SseEmitter, StreamAborted, final_frame_pieces
+from airflow_provider_bos.testing.streaming import (
+    BodyWriter,
+    SseEmitter,
+    StreamAborted,
+    StreamClosed,
+    final_frame_pieces,
+)
 from airflow_provider_bos.testing.tools import (
     DIRECT_READ_TOOLS,
     FEDERATED_OPERATIONS,
@@ -89,6 +109,9 @@ MCP_PATH = "/mcp/apps/bos/platform"
 TOOLS_PAGE_SIZE = 2  # small on purpose: clients must follow nextCursor
 SERVER_NAME = "bos-reference-server"
 SERVER_VERSION = "1.0.0"
+STORED_STREAMS = 64  # resumable streams kept (oldest dropped first)
+PRIMING_SINCE = "2025-11-25"  # older clients cannot parse an empty-data event (as in the SDK)
+_SHUTDOWN_POLL_S = 0.25
 INSTRUCTIONS = ("BOS Platform (reference server). Call bos_get_context, then bos_list_context_tools with a "
                 "returned context_handle; read operations support the bos/source-results/v1 extension.")
 
@@ -172,8 +195,9 @@ class McpApp:
         self.counters = owner.counters
         capability = {"pageSize": 100, "maxConcurrentSources": 8,
                       "contractUri": owner.base_url + "/docs/source-results-v1"}
+        # on_list_resources: the SDK declares the resources capability when resources/list is served.
         self.server = _BosServer(capability, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
-                                 on_read_resource=self._read_resource)
+                                 on_list_resources=self._list_resources, on_read_resource=self._read_resource)
         self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
         security = None if owner._allow_remote else TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
@@ -186,6 +210,7 @@ class McpApp:
         self._sessions: dict[str, Any] = {}  # session id -> principal that created it
         self._tool_posts = 0
         self._closing = threading.Event()
+        self._streams: OrderedDict[str, _StoredStream] = OrderedDict()  # resumable streams by key
 
     # -- lifecycle -------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
@@ -254,13 +279,21 @@ class McpApp:
         return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(structured))],
                                     structured_content=structured, is_error=False, meta=meta)
 
+    async def _list_resources(self, ctx: Any,
+                              params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=[
+            types.Resource(name=f"person-schema-{c['context_handle']}", title="FederatedRecord JSON Schema",
+                           uri=schema_uri(c["context_handle"]), mime_type="application/schema+json")
+            for c in self._contexts()])
+
     async def _read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         uri = str(params.uri)
         for context in self._contexts():
             if uri == schema_uri(context["context_handle"]):
                 return types.ReadResourceResult(contents=[types.TextResourceContents(
                     uri=uri, mime_type="application/schema+json", text=person_schema())])
-        raise MCPError(code=INVALID_PARAMS, message="Unknown resource URI; use one listed by bos_list_context_tools")
+        raise MCPError(code=INVALID_PARAMS, data={"uri": uri},
+                       message="Unknown resource URI; use one listed by bos_list_context_tools")
 
     # -- ASGI ------------------------------------------------------------------------------------
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -270,6 +303,8 @@ class McpApp:
         method = scope["method"]
         if method == "DELETE":
             await self.manager.handle_request(scope, receive, self._watch_delete(scope, send))
+            return
+        if method == "GET" and await self._get(scope, receive, send):
             return
         if method != "POST":
             await self.manager.handle_request(scope, receive, send)
@@ -354,6 +389,7 @@ class McpApp:
         version = headers.get("mcp-protocol-version")
         stateless = version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS
         extra_headers: list[tuple[bytes, bytes]] = []
+        sid: str | None = None
         if stateless:
             rejection: InboundLadderRejection | None = None
             raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in scope["headers"]]
@@ -370,15 +406,8 @@ class McpApp:
                                      _error(req_id, rejection.code, rejection.message, rejection.data))
                 return
         else:
-            sid = headers.get(MCP_SESSION_ID_HEADER)
-            if not sid:
-                await _json_response(send, 400, _error(None, INVALID_REQUEST, "Bad Request: Missing session ID"))
-                return
-            with self._lock:
-                known = sid in self._sessions
-                owner = self._sessions.get(sid)
-            if not known or owner != _principal(scope):
-                await _json_response(send, 404, _error(None, INVALID_REQUEST, "Session not found"))
+            sid = await self._session_of(scope, send)
+            if sid is None:
                 return
             extra_headers.append((MCP_SESSION_ID_HEADER.encode(), sid.encode()))
         if req_id is None or isinstance(req_id, bool) or not isinstance(req_id, str | int):
@@ -399,16 +428,108 @@ class McpApp:
         read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments)
         if negotiated:
             self.counters.incr("streamed_calls")
-        call = _Call(self, send, read=read, request_id=req_id, style=style, context=context, stateless=stateless,
-                     faults=scenario.faults, headers=extra_headers)
+        arguments_of_call = dict(read=read, request_id=req_id, style=style, context=context, stateless=stateless,
+                                 faults=scenario.faults, headers=extra_headers)
+        call = _Call(self, send, **arguments_of_call)
+        # Resumable: session era, a client that can parse priming events, and the scenario allows it.
+        if (negotiated and sid is not None and scenario.faults.resumable
+                and is_version_at_least(version or "", PRIMING_SINCE)):
+            stored = self._store_stream(arguments_of_call, session_id=sid, principal=_principal(scope))
+            call.stream_key, call.started = stored.key, stored.started
         await call.run(receive, streamed=negotiated)
+
+    async def _session_of(self, scope: Scope, send: Send) -> str | None:
+        """The request's known 2025-era session id, created by this principal; None after answering 400/404."""
+        sid = Headers(scope=scope).get(MCP_SESSION_ID_HEADER)
+        if not sid:
+            await _json_response(send, 400, _error(None, INVALID_REQUEST, "Bad Request: Missing session ID"))
+            return None
+        with self._lock:
+            known = sid in self._sessions
+            owner = self._sessions.get(sid)
+        if not known or owner != _principal(scope):
+            await _json_response(send, 404, _error(None, INVALID_REQUEST, "Session not found"))
+            return None
+        return sid
+
+    # -- resumption (2025-11-25 era; the event store) ----------------------------------------------
+    def _store_stream(self, call: dict[str, Any], *, session_id: str, principal: Any) -> _StoredStream:
+        stored = _StoredStream(key=secrets.token_hex(8), call=call, started=anyio.current_time(),
+                               session_id=session_id, principal=principal)
+        with self._lock:
+            self._streams[stored.key] = stored
+            while len(self._streams) > STORED_STREAMS:
+                self._streams.popitem(last=False)
+        return stored
+
+    async def _get(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answer a 2025-era GET ourselves when it resumes a stream or resumption is off; False: the SDK's."""
+        headers = Headers(scope=scope)
+        version = headers.get("mcp-protocol-version")
+        if version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            return False  # the stateless era: the SDK answers 405 (no GET streams, no resumption)
+        if not self.owner.scenario.faults.resumable:
+            await _json_response(send, 405, _error(None, INVALID_REQUEST, "Method Not Allowed: this server "
+                                                   "does not offer GET streams or stream resumption"),
+                                 [(b"allow", b"POST, DELETE")])
+            return True
+        last_event_id = headers.get(LAST_EVENT_ID_HEADER)
+        if last_event_id is None:
+            return False
+        await self._resume(scope, receive, send, last_event_id)
+        return True
+
+    async def _resume(self, scope: Scope, receive: Receive, send: Send, last_event_id: str) -> None:
+        """GET + ``Last-Event-ID``: the events after it again, then the rest live, up to the final."""
+        _, has_sse = check_accept_headers(Request(scope))
+        if not has_sse:
+            await _json_response(send, 406, _error(None, INVALID_REQUEST,
+                                                   "Not Acceptable: Client must accept text/event-stream"))
+            return
+        sid = await self._session_of(scope, send)
+        if sid is None:
+            return
+        key, _, index_text = last_event_id.partition(".")
+        with self._lock:
+            stored = self._streams.get(key)
+        if (stored is None or stored.session_id != sid or stored.principal != _principal(scope)
+                or not index_text.isdigit()):
+            await _json_response(send, 400, _error(None, INVALID_REQUEST,
+                                                   "Unknown Last-Event-ID: no stream of this session to resume"))
+            return
+        self.counters.incr("resumed_streams")
+        call = _Call(self, send, **stored.call, stream_key=key, started=stored.started,
+                     resume_after=int(index_text))
+        await call.run(receive, streamed=True)
+
+
+@dataclass
+class _StoredStream:
+    """What a resumable response stream needs to be sent again (the "event store" of one call).
+
+    The stream is a pure function of the planned read and the time it started, so storing these
+    is storing every event: a resume regenerates the events after ``Last-Event-ID``, the final
+    frame included, byte-identical in JSON.
+    """
+
+    key: str
+    call: dict[str, Any]  # the _Call keyword arguments
+    started: float  # anyio.current_time() when the POST began
+    session_id: str
+    principal: Any
 
 
 class _Call:
-    """One federated tools/call being answered (SSE or JSON), with cancellation on disconnect."""
+    """One federated tools/call being answered (SSE or JSON), with cancellation on disconnect.
+
+    Stream events are numbered: 0 is the priming event, 1..n the source notifications, n + 1 the
+    final response. On a resumable stream event k has the id ``<stream key>.<k>``.
+    """
 
     def __init__(self, app: McpApp, send: Send, *, read: Any, request_id: Any, style: str, context: dict[str, Any],
-                 stateless: bool, faults: Any, headers: list[tuple[bytes, bytes]]) -> None:
+                 stateless: bool, faults: Any, headers: list[tuple[bytes, bytes]],
+                 stream_key: str | None = None, started: float | None = None,
+                 resume_after: int | None = None) -> None:
         self.app = app
         self.send = send
         self.read = read
@@ -420,11 +541,17 @@ class _Call:
         self.headers = headers
         self.time_scale = app.owner.time_scale
         self.final_written = False
+        self.stream_key = stream_key  # None: the stream carries no ids and cannot be resumed
+        self.started = started
+        self.resume_after = resume_after  # None: this is the POST; k: a GET resuming after event k
 
     def _frame(self, *, newlines: bool) -> Any:
         return final_frame_pieces(self.read, request_id=self.request_id, style=self.style, context=self.context,
                                   stateless=self.stateless, server_info=self.app.server.server_info_stamp,
                                   faults=self.faults, newlines=newlines)
+
+    def _event_id(self, index: int) -> str | None:
+        return None if self.stream_key is None else f"{self.stream_key}.{index}"
 
     async def run(self, receive: Receive, *, streamed: bool) -> None:
         disconnected = False
@@ -446,6 +573,8 @@ class _Call:
                     await self._json()
             except StreamAborted:
                 aborted = True
+            except StreamClosed:
+                pass  # ended cleanly on purpose; the client resumes
             finally:
                 tg.cancel_scope.cancel()
         if disconnected and not self.final_written:
@@ -457,45 +586,69 @@ class _Call:
         if self.app._closing.is_set():
             raise StreamAborted("server shutting down")
 
+    async def _wait_until(self, emitter: SseEmitter | None, due: float) -> None:
+        """Sleep until ``due``, with ``: keepalive`` comments on an idle stream (if any are configured)."""
+        interval = self.faults.keepalive_interval_ms
+        keepalive_s = None if interval is None or emitter is None else interval / 1000.0
+        while True:
+            now = anyio.current_time()
+            if now >= due:
+                return
+            wake = due if keepalive_s is None else min(due, emitter.last_write + keepalive_s)
+            # Short naps, so a server stop is not held up by a long silence.
+            await anyio.sleep(max(0.0, min(wake - now, _SHUTDOWN_POLL_S)))
+            self._check_closing()
+            if keepalive_s is not None and anyio.current_time() >= emitter.last_write + keepalive_s:
+                await emitter.comment("keepalive")
+
     async def _stream(self) -> None:
         faults = self.faults
-        emitter = SseEmitter(self.send, wire=faults.wire_mode)
+        resuming = self.resume_after is not None
+        emitter = SseEmitter(self.send, wire=faults.wire_mode, retry_ms=faults.sse_retry_ms)
         content_type = b"text/event-stream; charset=utf-8" if faults.wire_mode else b"text/event-stream"
         await self.send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", content_type), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
             *self.headers]})
-        await emitter.comment(SOURCE_RESULTS_EXTENSION)
-        keepalive_s = faults.keepalive_interval_ms / 1000.0
-        start = anyio.current_time()
-        last_write = start
-        if faults.stall:
+        after = self.resume_after or 0
+        if self.stream_key is not None:
+            # Like the SDK, every connection opens with a priming event; a resumed one repeats the
+            # position it resumes from, so resuming from it again is exact.
+            await emitter.priming(self._event_id(after))
+            self.app.counters.incr("primed_streams")
+        if not resuming:
+            await emitter.comment(SOURCE_RESULTS_EXTENSION)
+        start = self.started if self.started is not None else anyio.current_time()
+        if faults.stall and not resuming:
             while True:
-                await anyio.sleep(keepalive_s)
-                self._check_closing()
-                await emitter.comment("keepalive")
+                await self._wait_until(emitter, anyio.current_time() + _SHUTDOWN_POLL_S)
         sent = 0
-        for at_ms, params in self.read.iter_notifications():
-            due = start + at_ms / 1000.0 * self.time_scale
-            while True:
-                now = anyio.current_time()
-                if now >= due:
-                    break
-                next_keepalive = last_write + keepalive_s
-                if next_keepalive < due:
-                    await anyio.sleep(max(0.0, next_keepalive - now))
-                    self._check_closing()
-                    await emitter.comment("keepalive")
-                    last_write = anyio.current_time()
-                else:
-                    await anyio.sleep(due - now)
-            if faults.drop_after_notifications is not None and sent >= faults.drop_after_notifications:
-                await emitter.abort()
-            await emitter.message({"jsonrpc": "2.0", "method": SOURCE_RESULT_METHOD, "params": params})
+        last_ms = 0.0
+        index = 0
+        for index, (at_ms, params) in enumerate(self.read.iter_notifications(), start=1):
+            last_ms = at_ms
+            if index <= after:
+                continue
+            await self._wait_until(emitter, start + at_ms / 1000.0 * self.time_scale)
+            if not resuming:
+                if faults.drop_after_notifications is not None and sent >= faults.drop_after_notifications:
+                    await emitter.abort()
+                if faults.close_after_events is not None and sent >= faults.close_after_events:
+                    await emitter.close_early()
+            await emitter.message({"jsonrpc": "2.0", "method": SOURCE_RESULT_METHOD, "params": params},
+                                  event_id=self._event_id(index))
             sent += 1
-            last_write = anyio.current_time()
-        if faults.drop_after_notifications is not None or faults.drop_before_final:
-            await emitter.abort()
-        await emitter.final(self._frame(newlines=faults.wire_mode), drop_mid=faults.drop_mid_final)
+        if not resuming:
+            if faults.drop_after_notifications is not None or faults.drop_before_final:
+                await emitter.abort()
+            if faults.close_after_events is not None and sent >= faults.close_after_events:
+                await emitter.close_early()
+        if after > index:  # resumed after the final response itself: nothing is left
+            await emitter.finish()
+            return
+        await self._wait_until(emitter, start + (last_ms + faults.final_delay_ms) / 1000.0 * self.time_scale)
+        await emitter.final(self._frame(newlines=faults.wire_mode),
+                            drop_mid=faults.drop_mid_final and not resuming, event_id=self._event_id(index + 1),
+                            close_after_bytes=None if resuming else faults.close_mid_final_bytes)
         self.final_written = True
         self.app.counters.incr("completed_streams")  # before the last chunk: the client may look right after it
         await emitter.finish()
@@ -504,14 +657,14 @@ class _Call:
         faults = self.faults
         if faults.stall:
             while True:  # no response at all until the client gives up
-                await anyio.sleep(faults.keepalive_interval_ms / 1000.0)
+                await anyio.sleep(_SHUTDOWN_POLL_S)
                 self._check_closing()
         # The read takes its simulated time even when nobody watches the pages.
         last_ms = 0.0
         for at_ms, _ in self.read.iter_notifications():
             last_ms = at_ms
-        if last_ms > 0:
-            await anyio.sleep(last_ms / 1000.0 * self.time_scale)
+        ready = anyio.current_time() + (last_ms + faults.final_delay_ms) / 1000.0 * self.time_scale
+        await self._wait_until(None, ready)
         await self.send({"type": "http.response.start", "status": 200,
                          "headers": [(b"content-type", b"application/json"), *self.headers]})
         writer = BodyWriter(self.send, tiny=False)

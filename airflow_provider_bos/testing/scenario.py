@@ -137,14 +137,38 @@ class FaultSpec(_Strict):
     """Transport faults the reference server injects (the federation plan is unaffected).
 
     At most one of the stream-ending faults (``drop_after_notifications``, ``drop_before_final``,
-    ``drop_mid_final``, ``stall``) and at most one of ``final_error`` / ``malformed_final``.
+    ``drop_mid_final``, ``stall``, ``close_after_events``, ``close_mid_final_bytes``) and at most
+    one of ``final_error`` / ``malformed_final``.
+
+    Streams and resumption (2025-11-25 session era, negotiated streams only; the stateless
+    2026-07-28 era has no resumption, as in the MCP SDK: no ids, GET answers 405):
+
+    - ``resumable`` (default on): every response stream opens with a priming event (``id``, empty
+      ``data``, ``retry: sse_retry_ms``) and every ``message`` event carries an ``id``; GET with
+      ``Last-Event-ID`` resumes the stream: the events after that id are sent again, then the
+      rest as they come due, up to the final response (taken again from its start if it was cut).
+      Off: no priming, no ids, and every GET on the MCP endpoint answers 405.
+    - ``keepalive_interval_ms``: a ``: keepalive`` comment whenever the stream would otherwise be
+      idle that long; ``null``: none at all (a silent server).
+    - ``final_delay_ms``: the final response comes this long (simulated time, scaled like source
+      delays) after the last notification: the time a server needs to assemble it.
+    - ``close_after_events`` / ``close_mid_final_bytes``: the server ends the POST response
+      cleanly (EOF, the request goes on) after that many source notifications / after that many
+      bytes of the final event (its field lines included); the client must resume. They apply
+      to the POST only: a resumed stream runs to the end. ``drop_*`` instead reset the
+      connection.
     """
 
     drop_after_notifications: int | None = Field(default=None, ge=0)
     drop_before_final: bool = False
     drop_mid_final: bool = False
     stall: bool = False
-    keepalive_interval_ms: float = Field(default=200.0, gt=0.0, allow_inf_nan=False)
+    close_after_events: int | None = Field(default=None, ge=0)
+    close_mid_final_bytes: int | None = Field(default=None, ge=0)
+    resumable: bool = True
+    sse_retry_ms: int = Field(default=500, ge=0)
+    final_delay_ms: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
+    keepalive_interval_ms: float | None = Field(default=200.0, gt=0.0, allow_inf_nan=False)
     http_429: int = Field(default=0, ge=0)
     retry_after_s: float = Field(default=1.0, ge=0.0, allow_inf_nan=False)
     http_503: int = Field(default=0, ge=0)
@@ -174,6 +198,8 @@ class FaultSpec(_Strict):
                 ("drop_before_final", self.drop_before_final),
                 ("drop_mid_final", self.drop_mid_final),
                 ("stall", self.stall),
+                ("close_after_events", self.close_after_events is not None),
+                ("close_mid_final_bytes", self.close_mid_final_bytes is not None),
             )
             if on
         ]

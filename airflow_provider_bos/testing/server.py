@@ -63,6 +63,8 @@ class ServerCounters:
     streamed_calls: int = 0
     cancelled_calls: int = 0
     completed_streams: int = 0
+    resumed_streams: int = 0
+    primed_streams: int = 0
     initializes: int = 0
     sessions_deleted: int = 0
     unauthorized: int = 0

@@ -9,7 +9,9 @@ produce for the whole frame.
 :class:`SseEmitter` writes events to an ASGI ``send``. In wire mode it exercises every framing
 SSE allows: a BOM, CRLF / LF / lone CR line endings varying per event, JSON split over several
 ``data:`` lines at insignificant-whitespace positions, ``data:`` with and without the space,
-comments, ``id:``/``retry:``/unknown fields, omitted ``event:`` lines, and tiny chunks.
+comments, ``retry:``/unknown fields, omitted ``event:`` lines, and tiny chunks. Event ids are
+never invented for variety: an event carries an ``id:`` line exactly when the caller gives it
+one (resumable streams: every event; see :mod:`.mcp_app`), so ``Last-Event-ID`` stays exact.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import anyio
 from starlette.types import Send
 
-__all__ = ["MID_FINAL", "StreamAborted", "final_frame_pieces", "SseEmitter", "BodyWriter"]
+__all__ = ["MID_FINAL", "StreamAborted", "StreamClosed", "final_frame_pieces", "SseEmitter", "BodyWriter"]
 
 MID_FINAL = object()
 """Marker yielded between ``content`` and ``structuredContent``: where ``drop_mid_final`` cuts."""
@@ -33,6 +36,14 @@ _EOLS = ("\r\n", "\n", "\r")
 
 class StreamAborted(Exception):
     """Raised to abort an HTTP response mid-body (fault injection); the server closes the socket."""
+
+
+class StreamClosed(Exception):
+    """Raised after the server ended a response early on purpose, cleanly (the client sees EOF).
+
+    Like the MCP SDK's ``close_sse_stream``: the request goes on, and a client resumes the
+    response with GET + ``Last-Event-ID``.
+    """
 
 
 def _dumps_compact(obj: Any) -> str:
@@ -118,8 +129,15 @@ class _Writer:
         self._tiny_left = _TINY_BYTES if tiny else 0
         self._tiny_i = 0
         self.bytes_sent = 0
+        self.last_write = anyio.current_time()  # when bytes last went out (keepalives are due after idle)
+        self._close_in: int | None = None  # bytes still to write before an early clean close
 
     async def write(self, data: bytes, *, flush: bool = False) -> None:
+        if self._close_in is not None and len(data) > self._close_in:
+            self._buf += data[: self._close_in]
+            await self.close_early()
+        if self._close_in is not None:
+            self._close_in -= len(data)
         self._buf += data
         if flush or len(self._buf) >= _SEND_BUFFER:
             await self.flush()
@@ -139,6 +157,7 @@ class _Writer:
 
     async def _raw(self, chunk: bytes) -> None:
         self.bytes_sent += len(chunk)
+        self.last_write = anyio.current_time()
         await self._send({"type": "http.response.body", "body": chunk, "more_body": True})
 
     async def finish(self) -> None:
@@ -148,6 +167,12 @@ class _Writer:
     async def abort(self) -> None:
         await self.flush()
         raise StreamAborted("response aborted on purpose (fault injection)")
+
+    async def close_early(self) -> None:
+        """End the response cleanly now and raise :class:`StreamClosed`."""
+        self._close_in = None
+        await self.finish()
+        raise StreamClosed("response closed early on purpose (resumable)")
 
 
 class BodyWriter(_Writer):
@@ -165,9 +190,10 @@ class BodyWriter(_Writer):
 class SseEmitter(_Writer):
     """Writes ``text/event-stream`` events, plainly or with every framing SSE allows (wire mode)."""
 
-    def __init__(self, send: Send, *, wire: bool) -> None:
+    def __init__(self, send: Send, *, wire: bool, retry_ms: int = 1000) -> None:
         super().__init__(send, tiny=wire)
         self.wire = wire
+        self.retry_ms = retry_ms
         self._events = 0
         if wire:
             self._buf += b"\xef\xbb\xbf"  # one leading BOM: parsers strip it
@@ -180,17 +206,24 @@ class SseEmitter(_Writer):
         self._events += 1
         await self.write(f": {text}{eol}{eol}".encode(), flush=True)
 
-    def _header_lines(self, eol: str) -> str:
+    async def priming(self, event_id: str) -> None:
+        """An MCP priming event (2025-11-25, SEP-1699): an id, empty data and the retry delay."""
+        eol = self._eol()
+        self._events += 1
+        event = f"id: {event_id}{eol}data: {eol}retry: {self.retry_ms}{eol}{eol}"
+        await self.write(event.encode(), flush=True)
+
+    def _header_lines(self, eol: str, event_id: str | None) -> str:
         k = self._events
         lines = []
         if not self.wire:
-            return "event: message" + eol
+            return ("" if event_id is None else f"id: {event_id}{eol}") + "event: message" + eol
         if k % 4 == 1:
             lines.append(": interleaved comment")
-        if k % 3 == 0:
-            lines.append(f"id: {k}")
+        if event_id is not None:
+            lines.append(f"id:{event_id}" if k % 2 else f"id: {event_id}")
         if k % 4 == 2:
-            lines.append("retry: 3000")
+            lines.append(f"retry: {self.retry_ms}")
         if k % 5 == 3:
             lines.append("x-bos-unknown-field: ignored")
         if k % 6 == 4:
@@ -205,10 +238,10 @@ class SseEmitter(_Writer):
             return "data: "
         return "data:"
 
-    async def message(self, obj: dict[str, Any]) -> None:
+    async def message(self, obj: dict[str, Any], *, event_id: str | None = None) -> None:
         """One ``event: message`` whose data is the JSON of ``obj``."""
         eol = self._eol()
-        text = self._header_lines(eol)
+        text = self._header_lines(eol, event_id)
         if self.wire:
             lines = json.dumps(obj, indent=1, ensure_ascii=self._events % 2 == 0).split("\n")
             if self._events % 5 == 2 and len(lines) > 1:
@@ -219,10 +252,18 @@ class SseEmitter(_Writer):
         self._events += 1
         await self.write((text + body + eol).encode(), flush=True)
 
-    async def final(self, pieces: Iterator[Any], *, drop_mid: bool) -> None:
-        """The final event, written incrementally from :func:`final_frame_pieces`."""
+    async def final(self, pieces: Iterator[Any], *, drop_mid: bool, event_id: str | None = None,
+                    close_after_bytes: int | None = None) -> None:
+        """The final event, written incrementally from :func:`final_frame_pieces`.
+
+        ``close_after_bytes``: end the response cleanly once that many bytes of this event (its
+        field lines included) are out, raising :class:`StreamClosed`.
+        """
         eol = self._eol()
-        await self.write(self._header_lines(eol).encode())
+        if close_after_bytes is not None:
+            await self.flush()
+            self._close_in = close_after_bytes
+        await self.write(self._header_lines(eol, event_id).encode())
         at_line_start = True
         line_index = 0
         for piece in pieces:

@@ -160,6 +160,73 @@ def test_retry_accepts_only_ascii_digits() -> None:
     assert [e.retry for e in events] == [1500, 1500, 1500]
 
 
+def test_priming_event_is_an_empty_event_with_id_and_retry() -> None:
+    # MCP 2025-11-25 (SEP-1699): a response stream may open with an id, empty data and retry.
+    parser = SseParser()
+    events = parser.feed(b"id: s7.0\ndata: \nretry: 500\n\nid: s7.1\ndata: {}\n\n")
+    assert events == [SseEvent("message", "", id="s7.0", retry=500),
+                      SseEvent("message", "{}", id="s7.1", retry=500)]
+    assert [e.empty for e in events] == [True, False]
+    assert (parser.last_event_id, parser.retry) == ("s7.1", 500)
+
+
+def test_empty_raw_data_event_is_empty_but_a_streamed_one_is_not() -> None:
+    assert parse(b"id: 1\ndata:\n\n", raw_data=True) == [SseEvent("message", b"", id="1")]
+    assert parse(b"id: 1\ndata:\n\n", raw_data=True)[0].empty
+    assert not SseEvent("message", "", streamed=True).empty
+
+
+def test_retry_takes_effect_before_the_blank_line() -> None:
+    parser = SseParser()
+    parser.feed(b"retry: 2000\n")
+    assert parser.retry == 2000
+
+
+def test_last_event_id_is_only_taken_at_the_blank_line() -> None:
+    # A stream cut inside event 2 must resume after event 1, so event 2 is sent again.
+    parser = SseParser()
+    parser.feed(b"id: 1\ndata: a\n\nid: 2\ndata: {\"partial")
+    assert parser.last_event_id == "1"
+    parser.close()
+    assert parser.last_event_id == "1"
+
+
+def test_last_event_id_of_a_streamed_event_is_only_taken_at_its_blank_line() -> None:
+    sunk: list[bytes] = []
+    parser = SseParser(stream_threshold=0, open_stream=lambda: _Sink(sunk))
+    events = parser.feed(b"id: 1\ndata: a\n\nid: 2\ndata: bbbb")
+    assert [e.id for e in events] == ["1"] and parser.last_event_id == "1"
+    assert parser.feed(b"bb\n\n")[0].id == "2" and parser.last_event_id == "2"
+
+
+def test_id_only_block_sets_the_last_event_id_at_its_blank_line() -> None:
+    parser = SseParser()
+    assert parser.feed(b"id: 9\n") == [] and parser.last_event_id is None
+    assert parser.feed(b"\n") == [] and parser.last_event_id == "9"
+
+
+def test_an_empty_event_is_never_streamed_but_a_later_data_byte_starts_the_stream() -> None:
+    sunk: list[bytes] = []
+    parser = SseParser(stream_threshold=0, open_stream=lambda: _Sink(sunk), raw_data=True)
+    events = parser.feed(b"id: 1\ndata: \nretry: 9\n\ndata:\ndata: x\n\n")
+    assert events[0] == SseEvent("message", b"", id="1", retry=9) and events[0].empty
+    assert events[1].streamed and not events[1].empty and sunk == [b"\nx"]
+
+
+def test_comments_are_counted_as_activity_without_events() -> None:
+    parser = SseParser()
+    assert parser.feed(b": bos/source-results/v1\n\n: keepalive\n\n:\n") == []
+    assert parser.comments == 3
+
+
+def test_comments_inside_a_streamed_event_are_counted() -> None:
+    sunk: list[bytes] = []
+    parser = SseParser(stream_threshold=0, open_stream=lambda: _Sink(sunk))
+    events = parser.feed(b"data: {\"a\":\n: keepalive\ndata: 1}\n\n")
+    assert [e.streamed for e in events] == [True] and sunk == [b'{"a":\n1}']
+    assert parser.comments == 1
+
+
 def test_unknown_fields_are_ignored() -> None:
     assert parse(b"foo: bar\ndata: x\nDATA: y\n\n") == [SseEvent("message", "x")]
 

@@ -164,7 +164,7 @@ def check_final(read: PlannedRead, scenario: Scenario, notes: list, *, validate_
 def test_builtin_json_files_are_the_builtin_scenarios() -> None:
     files = sorted(SCENARIO_DIR.glob("*.json"))
     assert {f.stem for f in files} == set(BUILTIN_SCENARIOS) == {
-        "complete", "partial", "identity_merge", "all_errors", "empty", "large"
+        "complete", "partial", "identity_merge", "all_errors", "empty", "large", "silent_final", "resume_mid_final"
     }
     for f in files:
         assert Scenario.model_validate_json(f.read_text(encoding="utf-8")) == BUILTIN_SCENARIOS[f.stem]
@@ -187,6 +187,12 @@ def test_builtin_shapes_match_the_interface() -> None:
     large = BUILTIN_SCENARIOS["large"]
     assert len(large.sources) == 2 and sum(s.records for s in large.sources) == 100_000
     assert all(s.page_size == 100 for s in large.sources)
+    # issue 16: the complete read from a server silent for 40 s before its final / closing mid-final
+    for name in ("silent_final", "resume_mid_final"):
+        assert BUILTIN_SCENARIOS[name].sources == complete.sources and BUILTIN_SCENARIOS[name].faults.resumable
+    assert BUILTIN_SCENARIOS["silent_final"].faults.final_delay_ms == 40_000
+    assert BUILTIN_SCENARIOS["silent_final"].faults.keepalive_interval_ms is None
+    assert BUILTIN_SCENARIOS["resume_mid_final"].faults.close_mid_final_bytes == 4096
 
 
 def test_load_scenario_returns_a_private_copy() -> None:

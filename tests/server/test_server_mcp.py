@@ -36,7 +36,11 @@ METADATA_KEYS = {"retrieval_mode", "cache_baseline_applied", "source_delta_appli
 # -- a tiny WHATWG-style SSE parser (test-local) ------------------------------------------------------
 
 def parse_sse(raw: bytes) -> tuple[list[dict], list[str]]:
-    """(events, comments) of a complete stream; an unterminated last event is discarded."""
+    """(events, comments) of a complete stream; an unterminated last event is discarded.
+
+    Each event: ``event``, ``data``, ``id`` (the last event id in effect) and ``retry`` (its own
+    ``retry`` field, or None).
+    """
     text = raw.decode("utf-8")
     if text.startswith("\ufeff"):
         text = text[1:]
@@ -45,11 +49,14 @@ def parse_sse(raw: bytes) -> tuple[list[dict], list[str]]:
     comments: list[str] = []
     data: list[str] = []
     event_type = ""
+    last_id: str | None = None
+    retry: int | None = None
     for line in lines:
         if line == "":
             if data:
-                events.append({"event": event_type or "message", "data": "\n".join(data)})
-            data, event_type = [], ""
+                events.append({"event": event_type or "message", "data": "\n".join(data), "id": last_id,
+                               "retry": retry})
+            data, event_type, retry = [], "", None
             continue
         if line.startswith(":"):
             comments.append(line[1:].strip())
@@ -60,6 +67,10 @@ def parse_sse(raw: bytes) -> tuple[list[dict], list[str]]:
             data.append(value)
         elif name == "event":
             event_type = value
+        elif name == "id":
+            last_id = value
+        elif name == "retry":
+            retry = int(value)
     return events, comments
 
 
@@ -127,9 +138,9 @@ class Client:
 
 
 def stream_events(response: httpx.Response) -> tuple[list[dict], list[dict]]:
-    """(notifications, finals) of an SSE response body."""
+    """(notifications, finals) of an SSE response body (priming events, with empty data, skipped)."""
     events, _ = parse_sse(response.content)
-    messages = [json.loads(e["data"]) for e in events]
+    messages = [json.loads(e["data"]) for e in events if e["data"]]
     assert all(e["event"] == "message" for e in events)
     return [m for m in messages if "method" in m], [m for m in messages if "method" not in m]
 
