@@ -87,7 +87,7 @@ def _ts(value: str) -> datetime:
 def deployment(request: pytest.FixtureRequest, tmp_path: Path,
                bos_server_factory: Callable[..., Any]) -> Iterator[tuple[Deployment, Any, sa.Engine, str]]:
     if not RUN_HERE:
-        pytest.skip("starts a whole Airflow deployment (~2-3 min): runs under CI=true or BOS_TEST_DEPLOYMENT=1")
+        pytest.skip("starts a whole Airflow deployment (3-6 min per executor): runs under CI=true or BOS_TEST_DEPLOYMENT=1")
     for name, port in (("PostgreSQL", 5432), ("Redis", 6379)):
         if not _reachable(port):
             pytest.fail(f"{name} is not reachable on 127.0.0.1:{port}; the deployment test needs it.")
