@@ -27,7 +27,8 @@ class BosCompletenessSensor(BaseSensorOperator):
 
     Target one of:
 
-    * ``sync_task_id``: the run written by that ``BosFederatedReadOperator`` task in this DAG run;
+    * ``sync_task_id``: the run written by that ``BosFederatedReadOperator`` task in this DAG run
+      (a mapped read: map the sensor over the same list; each follows the read of its map index);
     * ``bos_conn_id`` + ``tool_name`` (+ ``context_handle``): the latest run of that read, which
       must be no older than ``max_age`` (for monitor DAGs).
 
@@ -92,12 +93,25 @@ class BosCompletenessSensor(BaseSensorOperator):
     def _find_run(self, context: Context) -> dict[str, Any] | None:
         reader = self._reader()
         if self.sync_task_id:
-            run_id = context["ti"].xcom_pull(task_ids=self.sync_task_id, key="bos_run_id")
+            run_id = self._sync_run_id(context["ti"])
             if not run_id:
                 self.log.info("Task %s has not published a BOS run id yet.", self.sync_task_id)
                 return None
             return reader.get_run(run_id)
         return reader.latest_run(self.bos_conn_id, self.context_handle, self.tool_name)
+
+    def _sync_run_id(self, ti: Any) -> str | None:
+        """The run id ``sync_task_id`` published; of a mapped read, the one with this sensor's map index."""
+        run_id = ti.xcom_pull(task_ids=self.sync_task_id, key="bos_run_id")
+        if not isinstance(run_id, list):
+            return run_id
+        # A mapped read publishes one run id per map index and xcom_pull returns them all.
+        if ti.map_index is None or ti.map_index < 0:
+            raise AirflowFailException(
+                f"{self.sync_task_id} is a mapped task: map this sensor over the same list (one sensor "
+                "per read, e.g. .partial(...).expand(...)) or point it at an unmapped read."
+            )
+        return ti.xcom_pull(task_ids=self.sync_task_id, key="bos_run_id", map_indexes=ti.map_index)
 
     def poke(self, context: Context) -> bool:
         run = self._find_run(context)

@@ -255,18 +255,12 @@ class WarehouseWriter:
     def ensure_tables(self) -> None:
         """Create the records and audit tables if missing; check an existing table has our columns.
 
-        Runs in its own transaction (MySQL commits DDL implicitly, so it must not share the run's).
+        Each table in a transaction of its own, never the run's (MySQL commits DDL implicitly).
         """
-        metadata, records, audit = self._metadata()
+        _, records, audit = self._metadata()
         try:
-            try:
-                with self.engine.begin() as conn:
-                    metadata.create_all(conn, checkfirst=True)
-            except (sa.exc.ProgrammingError, sa.exc.IntegrityError, sa.exc.OperationalError):
-                # Another process may have created them between our check and CREATE: look again.
-                inspector = sa.inspect(self.engine)
-                if not all(inspector.has_table(t.name, schema=self.schema) for t in (records, audit)):
-                    raise
+            for table in (audit, records):
+                self._create_table(table)
             inspector = sa.inspect(self.engine)
             for table in (records, audit):
                 present = {c["name"] for c in inspector.get_columns(table.name, schema=self.schema)}
@@ -289,6 +283,20 @@ class WarehouseWriter:
                 f"{self._qualified(self.audit_table)}: {_db_detail(exc)}"
             ) from exc
         self._tables_ready = True
+
+    def _create_table(self, table: sa.Table) -> None:
+        """Create ``table`` and its indexes if missing, in a transaction of its own.
+
+        Parallel first runs race on the shared audit table: the loser's CREATE fails (PostgreSQL:
+        a duplicate ``pg_type`` row; MySQL: the table exists) once the winner committed. Only this
+        table is rolled back then (never another writer's records table), and it is looked for again.
+        """
+        try:
+            with self.engine.begin() as conn:
+                table.create(conn, checkfirst=True)
+        except (sa.exc.ProgrammingError, sa.exc.IntegrityError, sa.exc.OperationalError):
+            if not sa.inspect(self.engine).has_table(table.name, schema=self.schema):
+                raise
 
     def _find_guard_index(self, inspector: Any, table: str) -> str | None:
         """An index of ``table`` leading with the change test's columns (tables made before it had none)."""
