@@ -17,13 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
-from airflow_provider_bos.warehouse.records import (
-    json_column_values,
-    json_document_values,
-    json_row_values,
-    record_parts,
-    record_to_row,
-)
+from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row, row_fields
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 
@@ -191,9 +185,10 @@ def _rows(tx: RunTransaction, records: Iterable[Any], default_obs: datetime | No
         wire_hash = getattr(record, "wire_hash", None)
         if getattr(record, "from_json", False):
             # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
-            values = json_row_values(record, default_obs)
+            values = json_column_values(record, default_obs)
             if values is not None:
-                yield (*values[:8], bind_ts(values[8]), values[9], wire_hash, seq)
+                fields = row_fields(record, values)
+                yield (*fields[:8], bind_ts(fields[8]), fields[9], wire_hash, seq)
                 continue
         yield stage_value(record_to_row(record, default_observed_at=default_obs), seq, wire_hash)
 
@@ -210,7 +205,7 @@ def _target_rows(tx: RunTransaction, records: Iterable[Any], default_obs: dateti
             if type(record) is KnownRecord:
                 # A claim on a stored row, yet the table was empty under the lock: that row is gone.
                 raise tx.unverified(1)
-            values = record_parts(record_to_row(record, default_observed_at=default_obs))
+            values = record_to_row(record, default_observed_at=default_obs).column_values()
         ref, parts, observed, record_hash, document = values
         yield (ref, document, observed, record_hash, getattr(record, "wire_hash", None), seq, parts)
 

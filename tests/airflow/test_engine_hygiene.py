@@ -16,8 +16,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from afhelpers import task_states
 from airflow_provider_bos.hooks import connections
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
+from airflow_provider_bos.testing.scenario import load_scenario
 from airflow_provider_bos.warehouse import WarehouseWriter
 
 pytestmark = pytest.mark.postgres
@@ -48,5 +50,18 @@ def test_twenty_pokes_leave_no_connection_open(postgres_url: str, unique_table: 
 
     for _ in range(20):
         assert sensor.poke(context) is False
+
+    assert _open_connections_to(port) == before
+
+
+@pytest.mark.airflow
+@pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
+def test_a_dag_run_leaves_no_warehouse_connection_open(bos_airflow: dict[str, Any], run_dag: Any) -> None:
+    # The operator's sync and the sensor's check, in a real dag.test() run in this process.
+    bos_airflow["server"].set_scenario(load_scenario("complete"))
+    port = make_url(bos_airflow["url"]).port or 5432
+    before = _open_connections_to(port)
+
+    assert task_states(run_dag("bos_test_sync")) == {"sync": "success", "check": "success", "downstream": "success"}
 
     assert _open_connections_to(port) == before
