@@ -6,6 +6,7 @@ poke is a connection held open per poke, until the database refuses new ones.
 
 from __future__ import annotations
 
+import gc
 import os
 import uuid
 from types import SimpleNamespace
@@ -46,6 +47,7 @@ def test_twenty_pokes_leave_no_connection_open(postgres_url: str, unique_table: 
     # The sync task published a run id that is not recorded yet: every poke looks it up and waits.
     context = {"ti": SimpleNamespace(xcom_pull=lambda task_ids, key: str(uuid.uuid4()))}
     port = make_url(postgres_url).port or 5432
+    gc.collect()  # an earlier test's unreachable engine must not close by chance during the measurement
     before = _open_connections_to(port)
 
     for _ in range(20):
@@ -60,6 +62,7 @@ def test_a_dag_run_leaves_no_warehouse_connection_open(bos_airflow: dict[str, An
     # The operator's sync and the sensor's check, in a real dag.test() run in this process.
     bos_airflow["server"].set_scenario(load_scenario("complete"))
     port = make_url(bos_airflow["url"]).port or 5432
+    gc.collect()  # an earlier test's unreachable engine must not close by chance during the measurement
     before = _open_connections_to(port)
 
     assert task_states(run_dag("bos_test_sync")) == {"sync": "success", "check": "success", "downstream": "success"}
