@@ -1,7 +1,9 @@
 """One BOS sync, without Airflow: streamed read -> staged upsert + audit row -> outcome.
 
-The operator and the benchmark both run this, so what is measured is what ships. The read is any
-callable with ``McpSession.federated_read``'s signature (the session itself, or ``BosHook``'s).
+The operator and the benchmark both run this, so what is measured is what ships. Typed against
+the Protocols of :mod:`airflow_provider_bos.wire`: the read is a :class:`~..wire.FederatedRead`
+(``McpSession.federated_read`` or ``BosHook``'s) returning a :class:`~..wire.StreamingRead`, the
+writer a :class:`~..wire.RecordSink` (``WarehouseWriter``). It imports neither mcp/ nor warehouse/.
 """
 
 from __future__ import annotations
@@ -9,13 +11,23 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosError, BosResultError
 from airflow_provider_bos.redaction import redact
+from airflow_provider_bos.wire import (
+    FederatedRead,
+    KnownWireHashes,
+    ReadObservations,
+    RecordSink,
+    RunInfo,
+    StreamingRead,
+    WriteCounts,
+    WriteOptions,
+)
 
 __all__ = ["KNOWN_COMPLETENESS", "SyncOutcome", "cyclic_gc_paused", "run_sync", "failure_message"]
 
@@ -27,9 +39,9 @@ KNOWN_COMPLETENESS = {"complete": "complete", "partial": "partial"}
 
 @dataclass
 class SyncOutcome:
-    run: Any  # SyncRunInfo
-    result: Any  # FinalResult, fully consumed
-    counts: Any  # UpsertCounts
+    run: RunInfo
+    result: StreamingRead  # fully consumed
+    counts: WriteCounts
     status: str
 
     def summary(self, destination: str) -> dict[str, Any]:
@@ -47,7 +59,7 @@ class SyncOutcome:
             "duplicates": counts.duplicates,
             "provisional_records": result.observations.provisional_records,
             # Final records that arrived byte-identical to stored rows and were not decoded.
-            "records_known": getattr(result, "known_records", 0),
+            "records_known": result.known_records,
             "source_errors": [
                 {"source": f"{e.source.source_type}/{e.source.source_identity}", "code": e.error.code}
                 for e in result.source_errors
@@ -56,7 +68,7 @@ class SyncOutcome:
         }
 
 
-def audit_fields(run: Any, result: Any, logger: logging.Logger | Any = log) -> dict[str, Any]:
+def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | Any = log) -> dict[str, Any]:
     """Audit fields of a validated final result; fails closed on an unknown completeness."""
     if result.context is not None:
         run.context_handle = result.context.context_handle
@@ -85,16 +97,21 @@ def failure_message(exc: BaseException) -> str:
     return redact(f"{type(exc).__name__}: {str(exc)[:limit]}")
 
 
-def _audit_failure(writer: Any, run: Any, exc: BaseException, result: Any, logger: Any) -> None:
+def _audit_failure(
+    writer: RecordSink, run: RunInfo, exc: BaseException, result: StreamingRead | None, logger: Any,
+) -> None:
     """Write the ``failed`` audit row; never let a failure to audit hide the original error."""
-    observations = result.observations if result is not None else getattr(exc, "observations", None)
+    # A read that failed before its result carries what it observed (BosError.observations).
+    observations: ReadObservations | None = (
+        result.observations if result is not None else getattr(exc, "observations", None)
+    )
     try:
         writer.record_failure(
             run,
             error=failure_message(exc),
             source_summary=observations.summary() if observations is not None else [],
-            provisional_records=getattr(observations, "provisional_records", 0),
-            provisional_pages=getattr(observations, "pages", 0),
+            provisional_records=observations.provisional_records if observations is not None else 0,
+            provisional_pages=observations.pages if observations is not None else 0,
         )
     except Exception as audit_exc:  # the database may be what failed
         logger.error("Could not write the failed audit row for run %s: %s", run.run_id, audit_exc)
@@ -119,25 +136,21 @@ def cyclic_gc_paused() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _known_wire_hashes(writer: Any) -> Iterator[Future[Any] | None]:
-    """The writer's stored wire hashes, loaded on a thread while the read starts (None: no such writer).
+def _known_wire_hashes(writer: RecordSink) -> Iterator[Future[KnownWireHashes]]:
+    """The writer's stored wire hashes, loaded on a thread while the read starts.
 
     The load is a query of its own (a fraction of a second per 200k stored rows); the read's
     handshake and page notifications come first anyway, so it costs the sync no time. Leaving
     waits for the load, so no connection outlives the sync.
     """
-    load = getattr(writer, "known_wire_hashes", None)
-    if load is None:
-        yield None
-        return
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-known-records") as pool:
-        yield pool.submit(load)
+        yield pool.submit(writer.known_wire_hashes)
 
 
 def run_sync(
-    read: Callable[..., Any],
-    writer: Any,
-    run: Any,
+    read: FederatedRead,
+    writer: RecordSink,
+    run: RunInfo,
     *,
     tool_name: str,
     arguments: dict[str, Any],
@@ -150,25 +163,23 @@ def run_sync(
     failure the records table is untouched, a ``failed`` audit row is written, and the error is
     re-raised.
     """
-    result = None
+    result: StreamingRead | None = None
     try:
         with cyclic_gc_paused(), _known_wire_hashes(writer) as known:
-            result = read(tool_name, arguments, stream_records=True, **read_options)
+            streaming: StreamingRead = read(tool_name, arguments, stream_records=True, **read_options)
+            result = streaming
             # Records arriving byte-identical to stored ones are not decoded (the writer verifies
             # each such claim in SQL before it counts the record unchanged).
-            matched = None
-            if known is not None:
-                hashes = known.result()  # always awaited: the load must not overlap the write
-                if hasattr(result, "use_known_wire_hashes") and result.use_known_wire_hashes(hashes):
-                    matched = hashes  # the writer confirms the claims against the same hashes
+            hashes = known.result()  # always awaited: the load must not overlap the write
+            # The writer confirms the claims against the same hashes the read matched them in.
+            matched = hashes if streaming.use_known_wire_hashes(hashes) else None
             # The final records flow straight from the response into staging; the audit fields
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).
-            with result:
-                options = {"known": matched} if matched is not None else {}
-                counts = writer.write_run(run, result.records, audit=lambda: audit_fields(run, result, logger),
-                                          **options)
+            with streaming:
+                options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched)
+                counts = writer.write_run(run, streaming.records, options)
     except BaseException as exc:
         _audit_failure(writer, run, exc, result, logger)
         raise
-    return SyncOutcome(run=run, result=result, counts=counts, status=KNOWN_COMPLETENESS[result.completeness])
+    return SyncOutcome(run=run, result=streaming, counts=counts, status=KNOWN_COMPLETENESS[streaming.completeness])

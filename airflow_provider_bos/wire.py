@@ -1,27 +1,41 @@
-"""Records as they came over the wire, and the wire hashes that let a re-run skip unchanged ones.
+"""What the read (mcp/) and the record sink (warehouse/) agree on, and nothing else.
 
-Shared by the protocol core (the final-frame scanner makes these objects) and the warehouse
-(which stores each record's wire hash and, on the next run, says which hashes it already has).
-
-The *wire hash* of a record is the SHA-256 (hex) of the exact bytes of its JSON element in the
-final frame's records array. Identical bytes mean identical content, so a record whose wire hash
-equals the one stored with its ``record_ref`` is unchanged without decoding it. The converse does
-not hold (a server may re-order keys), so the canonical ``_bos_record_hash`` stays the authority:
-a wire-hash miss only means "take the normal path".
+- :class:`WireRecord`: a record decoded from the final frame's JSON text; :func:`check_record` is
+  the one structural check a wire record passes before anyone stores it.
+- Wire hashes: the *wire hash* of a record is the SHA-256 (hex) of the exact bytes of its JSON
+  element in the final frame's records array. Identical bytes mean identical content, so a record
+  whose wire hash the sink already stores is unchanged without decoding it (the converse does not
+  hold: a server may re-order keys, so the canonical ``_bos_record_hash`` stays the authority).
+  The sink says which hashes it stores through :class:`KnownWireHashes`; the read hands back a
+  :class:`KnownRecord` claim carrying the sink's opaque handle, never looking into it.
+- The Protocols :func:`airflow_provider_bos.sync.run_sync` is typed against: :class:`FederatedRead`
+  (a callable returning a :class:`StreamingRead`) and :class:`RecordSink` (the warehouse writer),
+  with :class:`WriteOptions`, what one run asks of the sink.
 """
 
 from __future__ import annotations
 
-import operator
-import sys
-from array import array
-from bisect import bisect_left
-from collections import Counter
-from itertools import accumulate, islice
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Protocol
 
-__all__ = ["KnownRecord", "KnownWireHashes", "WireHashSet", "WireRecord"]
+from airflow_provider_bos.exceptions import BosResultError
+
+__all__ = [
+    "FederatedRead",
+    "KnownRecord",
+    "KnownWireHashes",
+    "ReadObservations",
+    "RecordSink",
+    "RunInfo",
+    "StreamingRead",
+    "WireRecord",
+    "WriteCounts",
+    "WriteOptions",
+    "check_record",
+]
 
 
 class WireRecord(dict):  # type: ignore[type-arg]
@@ -72,97 +86,150 @@ class KnownRecord:
         return f"KnownRecord({self.record_ref!r}, {self.wire_hash[:12]}...)"
 
 
-def _prefix(wire_hash: str) -> int:
-    return int(wire_hash[:16], 16)
+def check_record(raw: Any, index: int, where: str) -> WireRecord:
+    """The structural check of one wire record: the fields the warehouse relies on.
+
+    A non-empty string ``record_ref`` and a non-empty ``sources`` list whose entries each carry an
+    ``observed_at`` string (the warehouse's own mapping checks types and timestamps in full while
+    it encodes). A :class:`KnownRecord` passes as it is: its bytes are those of a stored record.
+
+    :raises BosResultError: saying which record (``index``, at ``where``) is wrong, and how.
+    """
+    if type(raw) is KnownRecord:
+        return raw  # type: ignore[return-value]
+    if not isinstance(raw, dict):
+        raise BosResultError(f"Record {index} at {where} is not an object.")
+    ref = raw.get("record_ref")
+    if not isinstance(ref, str) or not ref:
+        raise BosResultError(f"Record {index} at {where} has no record_ref.")
+    sources = raw.get("sources")
+    if not isinstance(sources, list) or not sources:
+        raise BosResultError(f"Record {index} ({ref[:80]!r}) at {where} has no sources (a non-empty list is required).")
+    for entry in sources:
+        if not isinstance(entry, dict) or not isinstance(entry.get("observed_at"), str):
+            raise BosResultError(
+                f"Record {index} ({ref[:80]!r}) at {where} has a provenance entry without observed_at."
+            )
+    return raw if type(raw) is WireRecord else WireRecord(raw)
 
 
-class WireHashSet:
-    """The stored wire hashes, as a sorted array of their first 8 bytes (8 MB per million rows).
+# --- what run_sync needs from a read --------------------------------------------------------------
 
-    Membership is by prefix (64 bits): the warehouse still confirms each hit against the table
-    (see :class:`KnownRecord`). Built from hex digests in any order.
+
+class ReadObservations(Protocol):
+    """The read's provisional per-source observations (page notifications), for the audit row."""
+
+    provisional_records: int
+    pages: int
+
+    def summary(self) -> list[dict[str, Any]]: ...
+
+
+class StreamingRead(Protocol):
+    """A final result whose records stream from the still-open response (``McpSession``'s
+    ``StreamingFinalResult``).
+
+    ``records`` is consumed once; ``completeness``, ``is_error``, ``metadata``, ``context``,
+    ``warnings``, ``source_errors`` and ``result_count`` are readable once it is exhausted.
     """
 
-    __slots__ = ("prefixes", "buckets", "state", "_unique")
-
-    def __init__(self, wire_hashes: Iterable[str] = ()) -> None:
-        prefixes = array("Q")
-        for wire_hash in wire_hashes:
-            try:
-                prefixes.append(_prefix(wire_hash))
-            except (TypeError, ValueError):  # a value we did not write: it can only miss
-                continue
-        self._index(array("Q", sorted(prefixes)))
-
-    @classmethod
-    def from_sorted_prefix_text(cls, text: str | None) -> WireHashSet:
-        """From the 16-hex-digit prefixes concatenated in ascending order (one value from SQL)."""
-        prefixes = array("Q")
-        if text:
-            prefixes.frombytes(bytes.fromhex(text))
-            if sys.byteorder == "little":  # the hex is big-endian
-                prefixes.byteswap()
-        known = cls.__new__(cls)  # already sorted: index it once, not after an empty __init__
-        known._index(prefixes)
-        return known
-
-    def _index(self, prefixes: array) -> None:  # type: ignore[type-arg]
-        #: The warehouse's token of the table these hashes were read from (compared again under its
-        #: lock: equal means no stored hash changed since); None: none was taken.
-        self.state: object = None
-        self._unique: bool | None = None
-        #: The sorted prefixes, as unsigned 64-bit integers (the scanner searches them inline).
-        self.prefixes = prefixes
-        #: ``prefixes[buckets[k]:buckets[k + 1]]`` are those whose top 16 bits are ``k``: a search
-        #: looks at a handful of entries instead of log2(n) (a bisect over the whole array costs
-        #: a microsecond per record).
-        # Counted in C (the prefixes' top 16 bits as an array of its own, then a Counter): the
-        # load runs on a thread beside the read, where a Python loop per row held the GIL.
-        raw = prefixes.tobytes()
-        # Each item's top 16 bits as a native uint16: its two most significant bytes, in order.
-        if sys.byteorder == "little":
-            first, second = raw[6::8], raw[7::8]
-        else:
-            first, second = raw[0::8], raw[1::8]
-        tops = bytearray(2 * len(prefixes))
-        tops[0::2], tops[1::2] = first, second
-        sizes = [0] * 65537
-        for top, size in Counter(array("H", bytes(tops))).items():
-            sizes[top + 1] = size
-        self.buckets = array("L", accumulate(sizes))
-
-    def __len__(self) -> int:
-        return len(self.prefixes)
-
-    def __contains__(self, wire_hash: object) -> bool:
-        return self.position(wire_hash) >= 0
-
-    def match(self, wire_hash: str) -> int | None:
-        """:class:`KnownWireHashes` handle: the position of ``wire_hash``'s prefix, or None."""
-        position = self.position(wire_hash)
-        return position if position >= 0 else None
-
-    def position(self, wire_hash: object) -> int:
-        """Index of ``wire_hash``'s prefix in :attr:`prefixes`, or -1 if it is not there."""
-        if not isinstance(wire_hash, str):
-            return -1
-        try:
-            key = _prefix(wire_hash)
-        except ValueError:
-            return -1
-        return self.prefix_position(key)
-
-    def prefix_position(self, key: int) -> int:
-        """Index of the 64-bit prefix ``key`` in :attr:`prefixes`, or -1."""
-        prefixes, buckets = self.prefixes, self.buckets
-        hi = buckets[(key >> 48) + 1]
-        i = bisect_left(prefixes, key, buckets[key >> 48], hi)
-        return i if i < hi and prefixes[i] == key else -1
+    observations: ReadObservations
 
     @property
-    def unique(self) -> bool:
-        """No two stored hashes share a prefix (so a position names exactly one stored row)."""
-        if self._unique is None:
-            prefixes = self.prefixes  # sorted: a repeat is next to its twin (compared in C, no set)
-            self._unique = not any(map(operator.eq, prefixes, islice(prefixes, 1, None)))
-        return self._unique
+    def records(self) -> Iterator[Any]: ...
+
+    def use_known_wire_hashes(self, known: KnownWireHashes) -> bool:
+        """Let records whose wire hash ``known`` matches through undecoded; False if it cannot."""
+        ...
+
+    @property
+    def known_records(self) -> int: ...
+
+    @property
+    def complete(self) -> bool: ...
+
+    # End-of-frame fields (declared as attributes: the mcp side defers them until the frame ends).
+    completeness: str
+    is_error: bool
+    metadata: Any
+    context: Any
+    warnings: list[str]
+
+    @property
+    def source_errors(self) -> list[Any]: ...
+
+    @property
+    def result_count(self) -> int | None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Any: ...
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None,
+    ) -> Any: ...
+
+
+class FederatedRead(Protocol):
+    """``McpSession.federated_read`` (or ``BosHook``'s), as run_sync calls it."""
+
+    def __call__(self, tool_name: str, arguments: dict[str, Any], *, stream_records: bool, **options: Any) -> Any:
+        """A :class:`StreamingRead` when ``stream_records`` is True."""
+        ...
+
+
+# --- what run_sync needs from a record sink ---------------------------------------------------------
+
+
+class RunInfo(Protocol):
+    """The identity of one sync run (``warehouse.SyncRunInfo``); the read's context is noted on it."""
+
+    run_id: str
+    context_handle: str | None
+
+
+class WriteCounts(Protocol):
+    """What a run did to the records table (``warehouse.UpsertCounts``)."""
+
+    inserted: int
+    updated: int
+    unchanged: int
+    skipped_stale: int
+    duplicates: int
+
+
+@dataclass(frozen=True, slots=True)
+class WriteOptions:
+    """How one run is written (the per-call options of :meth:`RecordSink.write_run`).
+
+    ``audit``: the audit row's fields (``status``, ``completeness``, ``result_count``,
+    ``source_errors``, ``source_summary``, ``provisional_records``, ``provisional_pages``), or a
+    callable returning them once every record is consumed (a streamed final frame's fields exist
+    only then); it runs inside the run's transaction, so raising there rolls everything back.
+    ``known``: the sink's own :meth:`RecordSink.known_wire_hashes` the read matched its
+    :class:`KnownRecord` claims against. ``default_observed_at``: a record's observation time when
+    none of its sources carries one (the read's ``metadata.observed_at``).
+    """
+
+    audit: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+    known: KnownWireHashes | None = None
+    default_observed_at: str | datetime | None = None
+
+
+class RecordSink(Protocol):
+    """Where a sync's records and audit row land (``WarehouseWriter``)."""
+
+    def known_wire_hashes(self) -> KnownWireHashes:
+        """The wire hashes already stored (read on a thread while the read starts)."""
+        ...
+
+    def write_run(self, run: Any, records: Iterator[Any], options: WriteOptions) -> WriteCounts:
+        """Land ``records`` and one audit row in one transaction; return the counts."""
+        ...
+
+    def record_failure(
+        self, run: Any, *, error: str, source_summary: list[Any] | None = None, provisional_records: int = 0,
+        provisional_pages: int = 0,
+    ) -> None:
+        """Write a ``failed`` audit row in its own small transaction."""
+        ...

@@ -175,7 +175,7 @@ def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool =
     record's wire hash, then the timed read is given them all, as an unchanged re-run is (no
     record decoded): the least such a re-run can cost.
     """
-    from airflow_provider_bos.wire import WireHashSet
+    from airflow_provider_bos.warehouse.claims import WireHashSet
 
     core = _load_core()
     hashes = None

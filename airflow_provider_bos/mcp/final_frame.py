@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
 from airflow_provider_bos.mcp.jsonrpc import loads
-from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord
+from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord, check_record
 
 __all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record"]
 
@@ -262,26 +262,6 @@ def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHash
         except UnicodeDecodeError:
             return None
     return KnownRecord(ref, wire_hash, known, handle)
-
-
-def check_record(raw: Any, index: int, where: str) -> WireRecord:
-    """A light structural check of one wire record (the fields the warehouse relies on)."""
-    if type(raw) is KnownRecord:  # not decoded: its bytes are those of a stored, checked record
-        return raw  # type: ignore[return-value]
-    if not isinstance(raw, dict):
-        raise BosResultError(f"Record {index} at {where} is not an object.")
-    ref = raw.get("record_ref")
-    if not isinstance(ref, str) or not ref:
-        raise BosResultError(f"Record {index} at {where} has no record_ref.")
-    sources = raw.get("sources")
-    if not isinstance(sources, list) or not sources:
-        raise BosResultError(f"Record {index} ({ref[:80]!r}) at {where} has no sources (a non-empty list is required).")
-    for entry in sources:
-        if not isinstance(entry, dict) or not isinstance(entry.get("observed_at"), str):
-            raise BosResultError(
-                f"Record {index} ({ref[:80]!r}) at {where} has a provenance entry without observed_at."
-            )
-    return raw if type(raw) is WireRecord else WireRecord(raw)
 
 
 class FinalFrameScanner:

@@ -104,7 +104,7 @@ class BosFederatedReadOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_bos.hooks.connections import engine_for_connection
-        from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter, hash_arguments, validate_identifier
+        from airflow_provider_bos.warehouse import validate_identifier
 
         validate_identifier(self.destination_table, what="destination_table")
         if self.destination_schema:
@@ -112,6 +112,15 @@ class BosFederatedReadOperator(BaseOperator):
         validate_identifier(self.audit_table, what="audit_table")
 
         engine = engine_for_connection(self.destination_conn_id)
+        try:
+            return self._sync(context, engine)
+        finally:
+            engine.dispose()  # the task's connections close with it, not with a pool left behind
+
+    def _sync(self, context: Context, engine: Any) -> dict[str, Any]:
+        """Read, land and audit one sync on ``engine``; the task's summary."""
+        from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter, hash_arguments
+
         writer = WarehouseWriter(
             engine,
             table=self.destination_table,

@@ -80,25 +80,26 @@ class BosCompletenessSensor(BaseSensorOperator):
         self.min_records = min_records
         self.max_age = max_age
 
-    def _reader(self) -> Any:
+    def _find_run(self, context: Context) -> dict[str, Any] | None:
         from airflow_provider_bos.hooks.connections import engine_for_connection
         from airflow_provider_bos.warehouse import AuditReader
 
-        return AuditReader(
-            engine_for_connection(self.destination_conn_id),
-            audit_table=self.audit_table,
-            schema=self.destination_schema,
-        )
-
-    def _find_run(self, context: Context) -> dict[str, Any] | None:
-        reader = self._reader()
+        run_id = None
         if self.sync_task_id:
             run_id = self._sync_run_id(context["ti"])
             if not run_id:
                 self.log.info("Task %s has not published a BOS run id yet.", self.sync_task_id)
                 return None
-            return reader.get_run(run_id)
-        return reader.latest_run(self.bos_conn_id, self.context_handle, self.tool_name)
+        # An engine per poke, disposed with it: pokes can go on for hours, and a pool left behind
+        # by each one holds its connection open until the database refuses new ones.
+        engine = engine_for_connection(self.destination_conn_id)
+        try:
+            reader = AuditReader(engine, audit_table=self.audit_table, schema=self.destination_schema)
+            if run_id:
+                return reader.get_run(run_id)
+            return reader.latest_run(self.bos_conn_id, self.context_handle, self.tool_name)
+        finally:
+            engine.dispose()
 
     def _sync_run_id(self, ti: Any) -> str | None:
         """The run id ``sync_task_id`` published; of a mapped read, the one with this sensor's map index."""

@@ -1,8 +1,14 @@
 """The warehouse room: where a sync's final records and its audit row land.
 
 Knows nothing of HTTP, MCP or Airflow: it takes a SQLAlchemy engine and FederatedRecord objects
-(or dicts with the same fields), and ``KnownRecord`` claims (:mod:`airflow_provider_bos.wire`) for
-records that arrived byte-identical to stored ones.
+(or dicts with the same fields), and ``KnownRecord`` claims for records that arrived byte-identical
+to stored ones. Its only contract with the read is :mod:`airflow_provider_bos.wire`.
+
+Rooms: ``upsert`` (the writer: the transaction skeleton), ``transaction`` (one run's connection:
+lock, dedupe, classify, merge), ``loads`` (staging, the direct load, the key filter), ``claims``
+(known records: stored wire hashes, kept claims, the state token), ``dialects/`` (SQL text per
+database), ``copy_format`` (COPY text encoders), ``records`` (record -> row and its hash),
+``schema`` (table definitions), ``audit`` (the audit row), ``identifiers`` (name validation).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from airflow_provider_bos.warehouse.identifiers import validate_identifier, vali
 from airflow_provider_bos.warehouse.records import RecordRow, canonical_json, hash_arguments, record_to_row
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, audit_table, record_columns, records_table
 from airflow_provider_bos.warehouse.upsert import UpsertCounts, WarehouseWriter
+from airflow_provider_bos.wire import WriteOptions
 
 __all__ = [
     "RECORD_COLUMNS",
@@ -23,6 +30,7 @@ __all__ = [
     "UpsertCounts",
     "WarehouseDialect",
     "WarehouseWriter",
+    "WriteOptions",
     "audit_table",
     "canonical_json",
     "dialect_for",

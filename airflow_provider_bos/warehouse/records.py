@@ -1,11 +1,22 @@
 """Record -> row mapping: canonical JSON, the record hash, and the record's observation time.
 
 A record is a :class:`~airflow_provider_bos.models.FederatedRecord` or a plain dict with the same
-fields. A dict whose class sets ``from_json = True`` (the MCP scanner's records) promises it was
-decoded from JSON text - no NaN/Infinity, string keys only - and takes a faster path (orjson with
-sorted keys; byte-identical output, falling back to the stdlib encoder where they could differ). The row holds every stored content field as canonical JSON text; the hash is the SHA-256 of
+fields. The row holds every stored content field as canonical JSON text; the hash is the SHA-256 of
 the canonical JSON object of exactly those content fields (sync metadata excluded), so two rows have
 the same hash if and only if their stored content is identical.
+
+One check, two encoders:
+
+- :func:`_checked` is the one check of a record about to be stored (its key, its observation time,
+  its text fields), raising :class:`BosWarehouseError` saying what is wrong;
+- :func:`record_to_row` encodes any record with the stdlib (the canonical authority);
+- the orjson encoder takes a dict whose class sets ``from_json = True`` (the MCP scanner's
+  records: decoded from JSON text, so no NaN/Infinity and only string keys), byte-identical to the
+  stdlib's, in the two forms the loads need: the whole document in one call
+  (:func:`json_document_values`, document staging) or column by column
+  (:func:`json_column_values`, the direct load and column staging). Where its output could
+  differ (a tiny float, a str subclass, a value orjson refuses) it answers None and the record
+  takes :func:`record_to_row`.
 """
 
 from __future__ import annotations
@@ -22,10 +33,7 @@ from typing import Any
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
 
-try:  # optional accelerator; the stdlib path gives the same bytes
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+import orjson
 
 __all__ = [
     "CONTENT_COLUMNS",
@@ -36,10 +44,9 @@ __all__ = [
     "hash_arguments",
     "json_column_values",
     "json_document_values",
-    "json_row_values",
     "parse_timestamp",
-    "record_parts",
     "record_to_row",
+    "row_fields",
 ]
 
 MAX_RECORD_REF_LENGTH = 512
@@ -134,6 +141,25 @@ class RecordRow:
     observed_at: datetime  # aware, UTC
     record_hash: str
 
+    @classmethod
+    def from_columns(cls, data: Mapping[str, Any], values: tuple[Any, ...]) -> RecordRow:
+        """The row of a wire record from its :func:`json_column_values`."""
+        return cls(*row_fields(data, values))
+
+    def column_values(self) -> tuple[Any, ...]:
+        """:func:`json_column_values`'s tuple for this row (what the direct load's COPY lines take)."""
+        parts = (
+            _encode_str(self.record_ref).encode("utf-8"),
+            _json_str(self.display_name).encode("utf-8"),
+            _json_str(self.email).encode("utf-8"),
+            _json_str(self.phone).encode("utf-8"),
+            (self.lifecycle or "null").encode("utf-8"),
+            (self.identity_match or "null").encode("utf-8"),
+            self.attributes.encode("utf-8"),
+            self.sources.encode("utf-8"),
+        )
+        return self.record_ref, parts, self.observed_at, self.record_hash, self.document.encode("utf-8")
+
     @property
     def document(self) -> str:
         """The hashed document: the canonical JSON object of the content fields (sorted keys)."""
@@ -172,13 +198,6 @@ def _json_str(value: str | None) -> str:
     return "null" if value is None else _encode_str(value)
 
 
-def _text_field(data: Mapping[str, Any], name: str, ref: str) -> str | None:
-    value = data.get(name)
-    if value is None or isinstance(value, str):
-        return value
-    raise BosWarehouseError(f"Record {ref!r}: field {name!r} must be a string or null.")
-
-
 _TS_CACHE: dict[str, datetime] = {}
 # orjson's float text differs from repr() only for 0 < |x| < 1e-4 ("1e-05" vs "0.00001" or "1e-5"):
 # such output holds "0.0000" or a digit followed by "e-"; those records take the general path.
@@ -192,25 +211,33 @@ _DOC_KEYS = tuple(b'%s"%s":' % (b"{" if i == 0 else b",", name.encode()) for i, 
 _CONTENT_KEYS = frozenset(CONTENT_FIELDS)
 
 
-def _json_checks(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[str, datetime] | None:
-    """``(record_ref, observed_at)`` of a JSON-decoded record if the fast paths may take it, else ``None``."""
+def _checked(data: Mapping[str, Any], default_observed_at: str | datetime | None) -> tuple[str, datetime, bool]:
+    """``(record_ref, observed_at, plain)`` of a record about to be stored: THE check of its shape.
+
+    ``observed_at`` is the latest ``sources[].observed_at`` (UTC), or ``default_observed_at`` when
+    no source carries one. ``plain``: the key and text fields are exactly ``str`` and ``sources``
+    exactly a list (a subclass could serialise differently: the orjson encoder then declines).
+    Exact-type tests first: this runs once per record on the fast paths.
+
+    :raises BosWarehouseError: missing/oversized ``record_ref``, ``sources`` not a list, an
+        unparseable timestamp, no observation time at all, a text field that is not a string.
+    """
     get = data.get
     ref = get("record_ref")
+    if (type(ref) is not str and not isinstance(ref, str)) or not ref:
+        raise BosWarehouseError("A record has no record_ref (a non-empty string is required).")
+    if len(ref) > MAX_RECORD_REF_LENGTH:
+        raise BosWarehouseError(
+            f"A record_ref is {len(ref)} characters long; the warehouse key holds at most "
+            f"{MAX_RECORD_REF_LENGTH}. First characters: {ref[:60]!r}"
+        )
     sources = get("sources")
-    if type(ref) is not str or not ref or len(ref) > MAX_RECORD_REF_LENGTH or type(sources) is not list:
-        return None
-    display_name, email, phone = get("display_name"), get("email"), get("phone")
-    # type() checks: a str subclass could serialise differently; the general path decides.
-    if (
-        (display_name is not None and type(display_name) is not str)
-        or (email is not None and type(email) is not str)
-        or (phone is not None and type(phone) is not str)
-    ):
-        return None
+    if type(sources) is not list and not isinstance(sources, list):
+        raise BosWarehouseError(f"Record {ref!r}: 'sources' must be a list.")
     observed: datetime | None = None
     cache = _TS_CACHE
     for entry in sources:
-        stamp = entry.get("observed_at") if type(entry) is dict else None
+        stamp = entry.get("observed_at") if type(entry) is dict or isinstance(entry, Mapping) else None
         if stamp is None:
             continue
         parsed = cache.get(stamp) if type(stamp) is str else None
@@ -218,16 +245,29 @@ def _json_checks(data: Mapping[str, Any], default_observed_at: datetime | None) 
             try:
                 parsed = parse_timestamp(stamp)
             except ValueError:
-                return None
-            if len(cache) < 4096:
+                raise BosWarehouseError(
+                    f"Record {ref!r}: sources[].observed_at {str(stamp)[:40]!r} is not an ISO 8601 timestamp."
+                ) from None
+            if type(stamp) is str and len(cache) < 4096:
                 cache[stamp] = parsed
         if observed is None or parsed > observed:
             observed = parsed
     if observed is None:
         if default_observed_at is None:
-            return None
+            raise BosWarehouseError(
+                f"Record {ref!r} has no sources[].observed_at and the read gave no observed_at to fall back on."
+            )
         observed = parse_timestamp(default_observed_at)
-    return ref, observed
+    display_name, email, phone = get("display_name"), get("email"), get("phone")
+    plain = (
+        type(ref) is str and type(sources) is list and (display_name is None or type(display_name) is str)
+        and (email is None or type(email) is str) and (phone is None or type(phone) is str)
+    )
+    if not plain:
+        for name, value in (("display_name", display_name), ("email", email), ("phone", phone)):
+            if value is not None and not isinstance(value, str):
+                raise BosWarehouseError(f"Record {ref!r}: field {name!r} must be a string or null.")
+    return ref, observed, plain
 
 
 def _tiny_float(document: bytes) -> bool:
@@ -247,10 +287,12 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
 
     ``document`` is :attr:`RecordRow.document` as UTF-8 bytes, serialised in ONE call (the
     column-per-value form costs eight); the database derives the columns from it (PostgreSQL's
-    document staging). ``None`` means "take the general path", exactly as for :func:`json_row_values`.
+    document staging). ``None`` means "take the general path" (:func:`record_to_row`).
+
+    :raises BosWarehouseError: the record fails :func:`_checked`.
     """
-    checked = _json_checks(data, default_observed_at)
-    if checked is None:
+    ref, observed, plain = _checked(data, default_observed_at)
+    if not plain:
         return None
     if data.keys() == _CONTENT_KEYS and data.get("attributes") is not None:
         content = data  # the usual wire record: exactly the stored fields
@@ -259,12 +301,12 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
         if content["attributes"] is None:
             content["attributes"] = {}
     try:
-        document = _orjson.dumps(content, option=_orjson.OPT_SORT_KEYS)
+        document = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # out-of-range int, lone surrogate, non-string key, non-JSON value
         return None
     if _tiny_float(document):
         return None
-    return checked[0], document, checked[1], sha256(document).hexdigest()
+    return ref, document, observed, sha256(document).hexdigest()
 
 
 def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
@@ -272,18 +314,19 @@ def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | 
 
     ``(record_ref, parts, observed_at, record_hash, document)``; ``parts`` holds the
     :data:`CONTENT_COLUMNS` values as canonical JSON (``b"null"`` for null), ``document`` the hashed
-    text assembled from them. ``None`` means "take the general path" (:func:`record_parts` maps any
-    record to the same; it also raises the precise error for a bad record).
+    text assembled from them. ``None`` means "take the general path" (:meth:`RecordRow.column_values`
+    of :func:`record_to_row` gives the same for any record).
+
+    :raises BosWarehouseError: the record fails :func:`_checked`.
     """
-    checked = _json_checks(data, default_observed_at)
-    if checked is None:
+    ref, observed, plain = _checked(data, default_observed_at)
+    if not plain:
         return None
-    ref, observed = checked
     get = data.get
     attributes = get("attributes")
     if attributes is None:
         attributes = {}
-    dumps, opt = _orjson.dumps, _orjson.OPT_SORT_KEYS
+    dumps, opt = orjson.dumps, orjson.OPT_SORT_KEYS
     try:
         parts = (
             dumps(ref), dumps(get("display_name")), dumps(get("email")), dumps(get("phone")),
@@ -303,31 +346,9 @@ def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | 
     return ref, parts, observed, sha256(document).hexdigest(), document
 
 
-def record_parts(row: RecordRow) -> tuple[Any, ...]:
-    """:func:`json_column_values`'s tuple for a row mapped by :func:`record_to_row`."""
-    parts = (
-        _encode_str(row.record_ref).encode("utf-8"),
-        _json_str(row.display_name).encode("utf-8"),
-        _json_str(row.email).encode("utf-8"),
-        _json_str(row.phone).encode("utf-8"),
-        (row.lifecycle or "null").encode("utf-8"),
-        (row.identity_match or "null").encode("utf-8"),
-        row.attributes.encode("utf-8"),
-        row.sources.encode("utf-8"),
-    )
-    return row.record_ref, parts, row.observed_at, row.record_hash, row.document.encode("utf-8")
-
-
-def json_row_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
-    """The :class:`RecordRow` fields of a JSON-decoded record, as a tuple, via orjson.
-
-    ``None`` means "take the general path" (which also raises the precise error for a bad record).
-    Byte-identical to :func:`record_to_row`: the document hashed is assembled from the canonical
-    parts in sorted key order, exactly as there.
-    """
-    values = json_column_values(data, default_observed_at)
-    if values is None:
-        return None
+def row_fields(data: Mapping[str, Any], values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """:class:`RecordRow`'s fields, as a tuple, from a record's :func:`json_column_values` (the
+    JSON columns as text; no dataclass built: column staging takes the tuple)."""
     ref, parts, observed, record_hash, _ = values
     get = data.get
     lifecycle, identity_match = parts[4], parts[5]
@@ -354,54 +375,21 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -
     :raises BosWarehouseError: missing/oversized ``record_ref``, unparseable timestamps, values that
         are not JSON, or no observation time at all.
     """
-    if _orjson is not None and getattr(record, "from_json", False) and isinstance(record, dict):
-        values = json_row_values(record, default_observed_at)
+    if getattr(record, "from_json", False) and isinstance(record, dict):
+        values = json_column_values(record, default_observed_at)
         if values is not None:
-            return RecordRow(*values)
+            return RecordRow.from_columns(record, values)
     data = _as_dict(record)
-    ref = data.get("record_ref")
-    if not isinstance(ref, str) or not ref:
-        raise BosWarehouseError("A record has no record_ref (a non-empty string is required).")
-    if len(ref) > MAX_RECORD_REF_LENGTH:
-        raise BosWarehouseError(
-            f"A record_ref is {len(ref)} characters long; the warehouse key holds at most "
-            f"{MAX_RECORD_REF_LENGTH}. First characters: {ref[:60]!r}"
-        )
-    sources = data.get("sources")
-    if not isinstance(sources, list):
-        raise BosWarehouseError(f"Record {ref!r}: 'sources' must be a list.")
+    ref, observed, _ = _checked(data, default_observed_at)
     attributes = data.get("attributes")
     if attributes is None:
         attributes = {}
-
-    observed: datetime | None = None
-    for entry in sources:
-        stamp = entry.get("observed_at") if isinstance(entry, Mapping) else None
-        if stamp is None:
-            continue
-        try:
-            parsed = parse_timestamp(stamp)
-        except ValueError:
-            raise BosWarehouseError(
-                f"Record {ref!r}: sources[].observed_at {str(stamp)[:40]!r} is not an ISO 8601 timestamp."
-            ) from None
-        if observed is None or parsed > observed:
-            observed = parsed
-    if observed is None:
-        if default_observed_at is None:
-            raise BosWarehouseError(
-                f"Record {ref!r} has no sources[].observed_at and the read gave no observed_at to fall back on."
-            )
-        observed = parse_timestamp(default_observed_at)
-
-    display_name = _text_field(data, "display_name", ref)
-    email = _text_field(data, "email", ref)
-    phone = _text_field(data, "phone", ref)
+    display_name, email, phone = data.get("display_name"), data.get("email"), data.get("phone")
     try:
         lifecycle = canonical_json(data.get("lifecycle"))
         identity_match = canonical_json(data.get("identity_match"))
         attributes_text = canonical_json(attributes)
-        sources_text = canonical_json(sources)
+        sources_text = canonical_json(data.get("sources"))
     except (TypeError, ValueError) as exc:
         raise BosWarehouseError(f"Record {ref!r} holds a value that is not JSON: {exc}") from None
     document = _document_text(

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.testing.federation import plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+from airflow_provider_bos.wire import WriteOptions
 
 from afhelpers import table_dump
 
@@ -61,7 +62,7 @@ def seed_table(env: dict[str, Any], records: list[dict[str, Any]] | None = None)
     run = SyncRunInfo(run_id=str(uuid.uuid4()), dag_id="seed", task_id="seed", airflow_run_id="seed",
                       conn_id="bos_default", context_handle=None, tool_name="people.search",
                       arguments_hash="seed", started_at=datetime.now(timezone.utc))
-    writer.write_run(run, records, completeness="complete", status="complete", result_count=len(records),
-                     source_errors=[], source_summary=[], provisional_records=0, provisional_pages=0,
-                     default_observed_at=BASE.observed_at)
+    audit = {"completeness": "complete", "status": "complete", "result_count": len(records), "source_errors": [],
+             "source_summary": [], "provisional_records": 0, "provisional_pages": 0}
+    writer.write_run(run, records, WriteOptions(audit=audit, default_observed_at=BASE.observed_at))
     return table_dump(env["engine"], env["table"])

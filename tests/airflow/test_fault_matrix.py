@@ -27,6 +27,7 @@ from airflow_provider_bos.exceptions import BosError, BosResultError
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import Scenario
 from airflow_provider_bos.warehouse import AuditReader, SyncRunInfo, WarehouseWriter
+from airflow_provider_bos.wire import WriteOptions
 
 from afhelpers import table_dump, task_states
 from bos_fault_helpers import BASE, audits, final_records, final_refs, scenario, seed_table, table_refs
@@ -368,12 +369,12 @@ def _read_and_write(final: list[dict[str, Any]], engine: sa.Engine, table: str, 
     with session:
         try:
             result = session.federated_read("search_people", {"query": "x"}, via="direct")
-            counts = writer.write_run(run, result.records, completeness=result.completeness, status="complete",
-                                      result_count=result.result_count, source_errors=[],
-                                      source_summary=result.observations.summary(),
-                                      provisional_records=result.observations.provisional_records,
-                                      provisional_pages=result.observations.pages,
-                                      default_observed_at=result.metadata.observed_at)
+            audit = {"completeness": result.completeness, "status": "complete", "result_count": result.result_count,
+                     "source_errors": [], "source_summary": result.observations.summary(),
+                     "provisional_records": result.observations.provisional_records,
+                     "provisional_pages": result.observations.pages}
+            counts = writer.write_run(run, result.records,
+                                      WriteOptions(audit=audit, default_observed_at=result.metadata.observed_at))
         except BosError as exc:
             writer.record_failure(run, error=f"{type(exc).__name__}: {exc}")
             raise

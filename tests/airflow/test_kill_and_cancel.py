@@ -96,9 +96,19 @@ def test_on_kill_closes_the_stream_and_the_server_sees_the_call_cancelled(bos_ai
     assert rows[0]["error_message"].startswith(type(error).__name__)
 
 
-def test_on_kill_before_any_read_is_a_no_op() -> None:
+def test_on_kill_before_any_read_is_a_no_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    from airflow_provider_bos.operators import federated_read
+
+    hooks_made: list[Any] = []
+    monkeypatch.setattr(federated_read, "BosHook", lambda *args, **kwargs: hooks_made.append(args))
     operator = BosFederatedReadOperator(task_id="sync", tool_name="people.search", destination_conn_id="w")
-    operator.on_kill()  # Airflow may call it at any time, e.g. while the task is still starting
+
+    assert operator.on_kill() is None  # Airflow may call it at any time, e.g. while the task is still starting
+    operator.on_kill()  # ... and more than once
+
+    # Nothing was cancelled and nothing was opened to cancel it: no hook (no sign-in, no HTTP client).
+    assert hooks_made == []
+    assert operator._hook is None
 
 
 # --- (b) SIGKILL during the upsert on PostgreSQL -----------------------------------------------------

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord, check_record
-from airflow_provider_bos.wire import WireHashSet
+from airflow_provider_bos.warehouse.claims import WireHashSet
 
 RID = "rid-1"
 META = {"contract_version": "bos-identity-mcp/v2", "result_count": 0}

@@ -28,7 +28,7 @@ from whhelpers import T0, T1, T2, dump, make_record, rows_by_ref, run_info, stat
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosWarehouseError
 from airflow_provider_bos.models import FederatedRecord
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter
-from airflow_provider_bos.warehouse import upsert
+from airflow_provider_bos.warehouse import loads
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs
@@ -318,7 +318,7 @@ def test_random_results_with_duplicates_load_like_the_staged_path(direct, refere
 def test_duplicates_beyond_the_in_memory_batch_load_like_the_staged_path(direct, reference, engine, copies,
                                                                          monkeypatch):
     """Many later copies (several staging rounds, the table's COPY paused and resumed) change nothing."""
-    monkeypatch.setattr(upsert, "_PENDING_LIMIT", 2)
+    monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
     records = [make_record(k % 5, [T0, T1, T2][k * 7 % 3], name=f"copy {k}") for k in range(40)]
     counts = assert_same_as_reference(engine, direct, reference, records, copies)
     assert counts == UpsertCounts(inserted=5, duplicates=35)
@@ -337,7 +337,7 @@ def test_bloom_false_positives_only_take_the_staged_path(
 ):
     """A record_ref wrongly reported "seen" is staged and merged, and still counts as inserted."""
     # An 8-bit filter: of more than 8 distinct record_refs, some first occurrences must hit a set bit.
-    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
+    monkeypatch.setattr(loads.SeenKeys, "BITS", 8)
     assert len({r["record_ref"] for r in records}) > 8
     counts = assert_same_as_reference(engine, direct, reference, records, copies)
     assert counts == expected_counts(records)
@@ -368,7 +368,7 @@ def assert_nothing_written(engine, writer, copies, run_id) -> None:
 
 def test_a_stream_failing_midway_rolls_back_the_direct_load(writer, engine, copies, monkeypatch):
     """The records iterator raising leaves an empty table and no audit row; the next run loads normally."""
-    monkeypatch.setattr(upsert, "_PENDING_LIMIT", 2)
+    monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
 
     def cut() -> Any:
         raise BosIncompleteStreamError("the stream ended inside the final frame")
@@ -402,7 +402,7 @@ def test_a_bad_record_midway_rolls_back_the_direct_load(
     writer, engine, copies, monkeypatch, bad, message, kind,
 ):
     """A record that cannot be mapped fails the run with its reason; nothing is written."""
-    monkeypatch.setattr(upsert, "_PENDING_LIMIT", 2)
+    monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
     run = run_info()
     with pytest.raises(BosWarehouseError, match=message):
         write(writer, failing_stream(lambda: as_kind(bad(), kind)), run)

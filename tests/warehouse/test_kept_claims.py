@@ -1,7 +1,7 @@
 """Claims kept out of staging (PostgreSQL, COPY): an unchanged re-run confirms its claims at once.
 
 When the writer is given the wire hashes the read matched its KnownRecord claims against
-(``write_run(known=...)``), the claims are not staged: the table's state token, read with the
+(``write_run(..., WriteOptions(known=...))``), the claims are not staged: the table's state token, read with the
 hashes and again under the lock, shows that no stored row changed since. A user relies on the same
 outcome as when every claim is staged and joined (``known`` not given): the same counts, the same
 stored rows, and the same refusal of a claim whose row changed under the run.
@@ -22,8 +22,9 @@ from hypothesis import strategies as st
 from whhelpers import T0, T1, T2, dump, make_record, rows_by_ref, statements, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter, upsert
-from airflow_provider_bos.wire import KnownRecord, WireHashSet, WireRecord
+from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter, loads
+from airflow_provider_bos.warehouse.claims import WireHashSet
+from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 pytestmark = pytest.mark.postgres
 
@@ -203,7 +204,7 @@ def test_kept_claims_land_exactly_as_staged_claims(
 
     with monkeypatch.context() as patch:
         if few_bits:
-            patch.setattr(upsert.SeenKeys, "BITS", 8)
+            patch.setattr(loads.SeenKeys, "BITS", 8)
         kept_counts = write(kept_writer, batch(known), known=known)
         staged_counts = write(staged_writer, batch(None))
 

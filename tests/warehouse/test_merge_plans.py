@@ -9,7 +9,7 @@ import re
 
 from whhelpers import T1, T2, dump, make_record, statements, write
 
-from airflow_provider_bos.warehouse import UpsertCounts, upsert
+from airflow_provider_bos.warehouse import UpsertCounts, loads
 from airflow_provider_bos.warehouse.records import record_to_row
 
 
@@ -83,7 +83,7 @@ def looks_up_suspects(seen: list[str]) -> list[str]:
 def test_false_positives_of_the_filter_are_looked_up_not_counted(writer, engine, unique_table, monkeypatch):
     """8 bits for 12 keys: most keys find their bit set; looking those up proves them distinct."""
     write(writer, [make_record(i) for i in range(5)])
-    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
+    monkeypatch.setattr(loads.SeenKeys, "BITS", 8)
     with statements(engine) as seen:
         counts = write(writer, [make_record(i, T2, name=f"n{i}") for i in range(12)])
     assert counts == UpsertCounts(inserted=7, updated=5)
@@ -94,7 +94,7 @@ def test_false_positives_of_the_filter_are_looked_up_not_counted(writer, engine,
 
 def test_a_true_repeat_among_false_positives_is_deduped_in_sql(writer, engine, unique_table, monkeypatch):
     write(writer, [make_record(i) for i in range(5)])
-    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
+    monkeypatch.setattr(loads.SeenKeys, "BITS", 8)
     run = [make_record(i, T2, name=f"n{i}") for i in range(12)]
     run.insert(7, make_record(3, T2, name="later copy"))  # a repeat hidden among the false positives
     with statements(engine) as seen:
@@ -105,8 +105,8 @@ def test_a_true_repeat_among_false_positives_is_deduped_in_sql(writer, engine, u
 
 
 def test_too_many_suspects_to_look_up_fall_back_to_counting(writer, engine, unique_table, monkeypatch):
-    monkeypatch.setattr(upsert.SeenKeys, "BITS", 8)
-    monkeypatch.setattr(upsert.SeenKeys, "SUSPECTS_LIMIT", 2)
+    monkeypatch.setattr(loads.SeenKeys, "BITS", 8)
+    monkeypatch.setattr(loads.SeenKeys, "SUSPECTS_LIMIT", 2)
     with statements(engine) as seen:
         counts = write(writer, [make_record(i) for i in range(12)])
     assert counts == UpsertCounts(inserted=12)

@@ -14,6 +14,7 @@ from whhelpers import dump, make_record, run_info
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosResultError
 from airflow_provider_bos.mcp.final_frame import WireRecord
 from airflow_provider_bos.warehouse import AuditReader, record_to_row
+from airflow_provider_bos.wire import WriteOptions
 
 
 def _audit_rows(engine: Any, writer: Any) -> int:
@@ -40,7 +41,7 @@ def test_audit_callable_runs_after_the_records_and_fills_the_audit_row(writer, e
                                    "error": {"code": "source_timeout"}}],
                 "source_summary": [{"source": "crm/crm-eu"}], "provisional_records": 7, "provisional_pages": 2}
 
-    counts = writer.write_run(run, records(), audit=audit)
+    counts = writer.write_run(run, records(), WriteOptions(audit=audit))
     assert calls == [5] and counts.inserted == 5
     row = AuditReader(engine, table=writer.audit_table).get_run(run.run_id)
     assert row["status"] == "partial" and row["completeness"] == "partial" and row["result_count"] == 5
@@ -49,7 +50,8 @@ def test_audit_callable_runs_after_the_records_and_fills_the_audit_row(writer, e
 
 
 def test_iterator_failing_midway_leaves_table_and_audit_untouched(writer, engine):
-    writer.write_run(run_info(), [make_record(1)], completeness="complete", status="complete", result_count=1)
+    writer.write_run(run_info(), [make_record(1)],
+                     WriteOptions(audit={"completeness": "complete", "status": "complete", "result_count": 1}))
     before = dump(engine, writer.table)
     audits = _audit_rows(engine, writer)
 
@@ -59,7 +61,7 @@ def test_iterator_failing_midway_leaves_table_and_audit_untouched(writer, engine
 
     called = []
     with pytest.raises(BosIncompleteStreamError):
-        writer.write_run(run_info(), records(), audit=lambda: called.append(1) or {"status": "complete"})
+        writer.write_run(run_info(), records(), WriteOptions(audit=lambda: called.append(1) or {"status": "complete"}))
     assert called == []
     assert dump(engine, writer.table) == before and _audit_rows(engine, writer) == audits
 
@@ -72,7 +74,7 @@ def test_audit_raising_rolls_back(writer, engine):
         raise BosResultError("Unknown completeness 'mostly' in the final result.")
 
     with pytest.raises(BosResultError, match="mostly"):
-        writer.write_run(run_info(), [WireRecord(make_record(i)) for i in range(3)], audit=audit)
+        writer.write_run(run_info(), [WireRecord(make_record(i)) for i in range(3)], WriteOptions(audit=audit))
     assert dump(engine, writer.table) == before and _audit_rows(engine, writer) == 0
 
 
@@ -82,9 +84,9 @@ def test_wire_records_land_exactly_like_dicts(make_writer, engine, unique_table)
     assert [record_to_row(WireRecord(r)) for r in records] == [record_to_row(r) for r in records]
     plain = make_writer()
     wire = make_writer(table=unique_table + "w", audit_table=unique_table + "w_runs")
-    plain.write_run(run_info(), records, completeness="complete", status="complete", result_count=4)
-    wire.write_run(run_info(), [WireRecord(r) for r in records], completeness="complete", status="complete",
-                   result_count=4)
+    audit = WriteOptions(audit={"completeness": "complete", "status": "complete", "result_count": 4})
+    plain.write_run(run_info(), records, audit)
+    wire.write_run(run_info(), [WireRecord(r) for r in records], audit)
 
     def content(table: str) -> list[tuple[str, ...]]:
         return [row[:9] + row[11:] for row in dump(engine, table)]  # all but _bos_synced_at / _bos_run_id

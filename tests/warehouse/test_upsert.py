@@ -278,13 +278,15 @@ def test_invalid_record_is_a_typed_error_and_nothing_is_written(writer, engine):
     assert dump(engine, writer.table) == before
 
 
-def test_audit_failure_option_records_the_failure(writer, engine):
+def test_a_failed_write_then_record_failure_leaves_one_failed_row(writer, engine):
+    # What run_sync does when write_run raises: the run's failure is audited in its own transaction.
     write(writer, [make_record(1)])
     run = run_info()
     bad = make_record(2)
     bad["sources"] = "not a list"
-    with pytest.raises(BosWarehouseError):
-        write(writer, [bad], run, audit_failure=True)
+    with pytest.raises(BosWarehouseError) as raised:
+        write(writer, [bad], run)
+    writer.record_failure(run, error=str(raised.value))
     row = AuditReader(engine, table=writer.audit_table).get_run(run.run_id)
     assert row["status"] == "failed" and "sources" in row["error_message"]
     assert row["inserted"] is None

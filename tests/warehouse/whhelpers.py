@@ -10,6 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+from airflow_provider_bos.wire import WriteOptions
 
 T0 = "2026-10-07T12:00:00Z"
 T1 = "2026-10-08T12:00:00Z"
@@ -57,7 +58,7 @@ def run_info(**overrides: Any) -> SyncRunInfo:
 
 
 def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunInfo | None = None, **kwargs: Any):
-    options: dict[str, Any] = {
+    audit: dict[str, Any] = {
         "completeness": "complete",
         "status": "complete",
         "result_count": len(records) if hasattr(records, "__len__") else None,
@@ -65,10 +66,10 @@ def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunIn
         "source_summary": [{"source": "crm/crm-eu", "pages": 1}],
         "provisional_records": 0,
         "provisional_pages": 0,
-        "default_observed_at": None,
     }
-    options.update(kwargs)
-    return writer.write_run(run or run_info(), records, **options)
+    options = {name: kwargs.pop(name) for name in ("known", "default_observed_at") if name in kwargs}
+    audit.update(kwargs)
+    return writer.write_run(run or run_info(), records, WriteOptions(audit=audit, **options))
 
 
 def dump(engine: sa.Engine, table: str, schema: str | None = None) -> list[tuple[str, ...]]:

@@ -1,0 +1,458 @@
+"""The base dialect: the warehouse SQL every database shares; subclasses override what differs.
+
+Dialect objects BUILD the warehouse SQL; :mod:`..transaction` and :mod:`..loads` execute it.
+
+Kept apart from execution (like dlt's ``sql_jobs`` and Airflow's ``common.sql`` dialects) so each
+statement can be read and tested on its own. Every identifier reaching SQL text has passed
+:func:`.identifiers.validate_identifier` and is quoted by the database's own preparer; every value
+is a bound parameter.
+
+The write of one run, in SQL terms:
+
+1. ``create_staging`` - a TEMPORARY table named per run; rows go in by COPY (PostgreSQL + psycopg)
+   or chunked ``executemany`` (everything else), each row tagged with its arrival ``_bos_seq``.
+2. ``count_distinct`` - duplicates = staged rows - distinct ``record_ref``; only when there are
+   duplicates, ``dedupe`` copies one winner per ``record_ref`` into a second staging table with a
+   primary key: the latest ``_bos_observed_at`` wins, ties go to the last occurrence.
+3. ``lock`` - writers of the same table are serialised so the counts stay exact.
+4. ``classify`` - one join of staging against the target gives inserted / updated / unchanged /
+   skipped_stale using the very predicates the merge uses.
+5. ``merge`` - PostgreSQL and SQLite: one ``INSERT ... SELECT ... ON CONFLICT DO UPDATE ... WHERE``;
+   MySQL/MariaDB: ``UPDATE ... JOIN`` then ``INSERT ... SELECT ... LEFT JOIN ... IS NULL``. The
+   guard (stored row not newer AND hash differs) lives in SQL, so unchanged rows are never rewritten.
+"""
+
+
+from __future__ import annotations
+
+import abc
+import hashlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, WIRE_HASH_COLUMN, column_types
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.warehouse.copy_format import TargetCopyLines
+
+__all__ = [
+    "DOCUMENT_STAGE_COLUMNS",
+    "STAGE_COLUMNS",
+    "CopyDialect",
+    "Statement",
+    "WarehouseDialect",
+    "staging_table_name",
+]
+
+#
+# A *known* row (a KnownRecord: the record was not decoded because its wire hash is stored) has only
+# record_ref, _bos_wire_hash and _bos_seq; every other staged column is NULL, and _bos_record_hash IS
+# NULL is what marks it. Classification verifies it against the stored row and counts it unchanged;
+# no merge ever writes it.
+STAGE_COLUMNS = (
+    *(c for c in RECORD_COLUMNS if c not in ("_bos_synced_at", "_bos_run_id")),
+    WIRE_HASH_COLUMN,
+    "_bos_seq",
+)
+_KNOWN_NULLS = (None,) * (len(STAGE_COLUMNS) - 3)  # all but record_ref, the wire hash and _bos_seq
+# Document staging (PostgreSQL with COPY): the key, the guards and the hashed document; the content
+# columns are derived from the document in SQL, and only for the rows actually written.
+DOCUMENT_STAGE_COLUMNS = (
+    "record_ref", "_bos_doc", "_bos_observed_at", "_bos_record_hash", WIRE_HASH_COLUMN, "_bos_seq",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """SQL text in the driver's paramstyle plus its positional parameters."""
+
+    sql: str
+    params: tuple[Any, ...] = ()
+
+
+def staging_table_name(run_id: str, suffix: str = "") -> str:
+    """The per-run staging table name (a valid identifier whatever the run id looks like)."""
+    digest = hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:16]
+    return validate_identifier(f"bos_stage_{digest}{suffix}")
+
+
+class WarehouseDialect(abc.ABC):
+    """SQL builder for one database family. Subclasses override what differs."""
+
+    name = "generic"
+    uses_copy = False
+    # Take the writer lock before staging instead of just before counting (see MySqlDialect).
+    lock_before_staging = False
+    # Isolation the run's connection is put in (None: leave the engine's).
+    isolation_level: str | None = None
+    # Stage (record_ref, document, observed_at, hash) instead of one column per field.
+    document_staging = False
+    # An empty target may be loaded directly (see PostgresDialect.copy_target).
+    direct_load = False
+
+    @property
+    def written_columns(self) -> tuple[str, ...]:
+        """The target's columns this run writes, in insert order."""
+        return (*RECORD_COLUMNS, WIRE_HASH_COLUMN) if self.wire_hash_column else RECORD_COLUMNS
+
+    @property
+    def updated_columns(self) -> tuple[str, ...]:
+        return tuple(c for c in self.written_columns if c != "record_ref")
+
+    def _written_column_list(self) -> str:
+        """The INSERT column list of the target (quoted, comma-separated)."""
+        return ", ".join(self.quote(c) for c in self.written_columns)
+
+    @property
+    def stage_columns(self) -> tuple[str, ...]:
+        """The staged columns, in the order rows are written to staging."""
+        return DOCUMENT_STAGE_COLUMNS if self.document_staging else STAGE_COLUMNS
+
+    def __init__(self, sa_dialect: sa.Dialect, *, wire_hash_column: bool = True) -> None:
+        self.sa_dialect = sa_dialect
+        #: The target table has the _bos_wire_hash column (tables made before it existed sync
+        #: without it, and without skipping known records): the writer says so once it has looked.
+        self.wire_hash_column = wire_hash_column
+        self._preparer = sa_dialect.identifier_preparer
+        style = sa_dialect.paramstyle
+        if style == "qmark":
+            self.placeholder = "?"
+        elif style in ("format", "pyformat"):
+            self.placeholder = "%s"
+        else:  # pragma: no cover - no supported driver uses another style
+            raise BosWarehouseError(f"Unsupported DB-API paramstyle {style!r} for driver {sa_dialect.driver!r}.")
+        self.types = column_types(self.name)
+
+    # --- identifiers ------------------------------------------------------------------------
+
+    def quote(self, identifier: str) -> str:
+        return self._preparer.quote(validate_identifier(identifier))
+
+    def table_ref(self, table: str, schema: str | None) -> str:
+        schema = validate_schema(schema, self.name)
+        quoted = self.quote(table)
+        return f"{self.quote(schema)}.{quoted}" if schema else quoted
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        return self.quote(stage)
+
+    def type_sql(self, role: str) -> str:
+        return self.types[role].compile(dialect=self.sa_dialect)
+
+    # --- values -----------------------------------------------------------------------------
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        """The parameter value for an aware UTC datetime."""
+        return value
+
+    def bind_json(self) -> str:
+        """Placeholder for a JSON text value."""
+        return self.placeholder
+
+    def bind_ts(self) -> str:
+        """Placeholder for a timestamp value inside a SELECT list (needs a type on some dialects)."""
+        return self.placeholder
+
+    def bind_id(self) -> str:
+        return self.placeholder
+
+    # --- transaction framing ------------------------------------------------------------------
+
+    def begin(self) -> list[Statement]:
+        """Statements that open the run's transaction (after the driver's implicit BEGIN)."""
+        return []
+
+    def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
+        """Serialise writers of ``target`` until the transaction ends (or :meth:`unlock`)."""
+        return []
+
+    def lock_is_flag(self) -> bool:
+        """True when the last :meth:`lock` statement is a SELECT whose single value must be 1."""
+        return False
+
+    def unlock(self, target: str) -> Statement | None:
+        return None
+
+    # --- staging ------------------------------------------------------------------------------
+
+    def _stage_column_defs(self, *, with_seq: bool, parse_json: bool = False) -> list[str]:
+        roles = {
+            "record_ref": "key",
+            "display_name": "text",
+            "email": "text",
+            "phone": "text",
+            "lifecycle": "json",
+            "identity_match": "json",
+            "attributes": "json",
+            "sources": "json",
+            "_bos_observed_at": "ts",
+            "_bos_record_hash": "hash",
+            WIRE_HASH_COLUMN: "hash",
+        }
+        # Only the key is required: a known row (see STAGE_COLUMNS) has nothing else.
+        defs = [
+            f"{self.quote(col)} {self.type_sql(role)}{' NOT NULL' if col == 'record_ref' else ''}"
+            for col, role in roles.items()
+        ]
+        if with_seq:
+            defs.append(f"{self.quote('_bos_seq')} BIGINT NOT NULL")
+        return defs
+
+    def _temp_prefix(self) -> str:
+        return "CREATE TEMPORARY TABLE"
+
+    def _temp_suffix(self) -> str:
+        return ""
+
+    def create_staging(self, stage: str, schema: str | None, *, parse_json: bool = False) -> Statement:
+        """The raw staging table (duplicates allowed, rows tagged with ``_bos_seq``).
+
+        ``parse_json``: a hint that most rows will be written (e.g. the target is empty), so a
+        dialect that stages JSON as text may parse it while staging instead (PostgreSQL).
+        """
+        cols = ", ".join(self._stage_column_defs(with_seq=True, parse_json=parse_json))
+        return Statement(f"{self._temp_prefix()} {self.stage_ref(stage, schema)} ({cols}){self._temp_suffix()}")
+
+    def create_deduped(self, stage: str, schema: str | None, *, parse_json: bool = False) -> Statement:
+        """The second staging table: one row per ``record_ref``."""
+        cols = self._stage_column_defs(with_seq=False, parse_json=parse_json)
+        cols.append(f"PRIMARY KEY ({self.quote('record_ref')})")
+        return Statement(
+            f"{self._temp_prefix()} {self.stage_ref(stage, schema)} ({', '.join(cols)}){self._temp_suffix()}"
+        )
+
+    def drop_staging(self, stage: str, schema: str | None) -> Statement:
+        return Statement(f"DROP TABLE IF EXISTS {self.stage_ref(stage, schema)}")
+
+    def probe_empty(self, target: str) -> Statement:
+        """One row if ``target`` has any row (a staging hint only; decisions are made under the lock)."""
+        return Statement(f"SELECT 1 FROM {target} LIMIT 1")
+
+    def insert_staging(self, stage: str, schema: str | None) -> Statement:
+        """Single-row INSERT for ``executemany`` (one bind per column)."""
+        cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
+        marks = ", ".join([self.placeholder] * len(STAGE_COLUMNS))
+        return Statement(f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) VALUES ({marks})")
+
+    def stage_value(self, row: Any, seq: int, wire_hash: str | None = None) -> tuple[Any, ...]:
+        """The column-staged tuple of a :class:`~.records.RecordRow`, in :data:`STAGE_COLUMNS` order."""
+        return (
+            row.record_ref,
+            row.display_name,
+            row.email,
+            row.phone,
+            row.lifecycle,
+            row.identity_match,
+            row.attributes,
+            row.sources,
+            self.bind_timestamp(row.observed_at),
+            row.record_hash,
+            wire_hash,
+            seq,
+        )
+
+    @staticmethod
+    def known_value(record_ref: str, wire_hash: str, seq: int) -> tuple[Any, ...]:
+        """The column-staged tuple of a known row (:data:`STAGE_COLUMNS` order)."""
+        return (record_ref, *_KNOWN_NULLS, wire_hash, seq)
+
+    # --- known records -----------------------------------------------------------------------
+
+    #: :meth:`wire_hash_prefixes` returns ONE value (all prefixes, sorted, concatenated), not rows.
+    wire_hash_prefixes_aggregated = False
+
+    def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
+        """The first 16 hex digits of every stored wire hash (one per row)."""
+        w = self.quote(WIRE_HASH_COLUMN)
+        return Statement(f"SELECT SUBSTR({w}, 1, 16) FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
+
+    def count_distinct(self, stage: str, schema: str | None) -> Statement:
+        return Statement(f"SELECT COUNT(DISTINCT {self.quote('record_ref')}) FROM {self.stage_ref(stage, schema)}")
+
+    def staged_key_counts(self, stage: str, schema: str | None, keys: Sequence[str]) -> Statement:
+        """Rows ``(record_ref, staged rows)`` for those of ``keys`` that are staged."""
+        ref = self.quote("record_ref")
+        marks = ", ".join([self.placeholder] * len(keys))
+        return Statement(
+            f"SELECT {ref}, COUNT(*) FROM {self.stage_ref(stage, schema)} WHERE {ref} IN ({marks}) GROUP BY {ref}",
+            tuple(keys),
+        )
+
+    def staged_stored_prefixes(self, stage: str, target: str, schema: str | None) -> Statement:
+        """The first 16 hex digits of the stored wire hash of every staged record_ref that is stored."""
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        return Statement(
+            f"SELECT SUBSTR(t.{w}, 1, 16) FROM {self.stage_ref(stage, schema)} s "
+            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} WHERE t.{w} IS NOT NULL"
+        )
+
+    def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
+        """One row: a token of every stored (record_ref, wire hash) pair, as :meth:`wire_hash_prefixes`
+        also returns it in its second and third columns; None if the database has no such digest
+        (claims are then always staged and verified row by row)."""
+        return None
+
+    def stage_claims(
+        self, stage: str, target: str, schema: str | None, prefixes: Sequence[str], seqs: Sequence[int],
+    ) -> Statement | None:
+        """Stage, as known rows, the stored rows whose wire hash starts with one of ``prefixes``
+        (``seqs``: the position in the read of each one's claim); None where
+        :meth:`stored_wire_state` is None (claims are never kept out of staging there)."""
+        return None
+
+    def dedupe(self, src: str, dst: str, schema: str | None, target: str) -> Statement:
+        """Copy the winner of each ``record_ref`` from ``src`` into ``dst``.
+
+        Winner: latest ``_bos_observed_at``; on a tie, the last occurrence (highest ``_bos_seq``).
+        A known row's observed_at is the stored row's (same bytes, same content).
+        ``src`` is read once (MySQL cannot reopen a temporary table within one statement).
+        """
+        q = self.quote
+        cols = [c for c in self.stage_columns if c != "_bos_seq"]
+        col_list = ", ".join(q(c) for c in cols)
+        ref, obs = q("record_ref"), q("_bos_observed_at")
+        observed = (
+            f"COALESCE(s.{obs}, (SELECT t.{obs} FROM {self.table_ref(target, schema)} t WHERE t.{ref} = s.{ref}))"
+        )
+        return Statement(
+            f"INSERT INTO {self.stage_ref(dst, schema)} ({col_list}) "
+            f"SELECT {col_list} FROM (SELECT {', '.join(f's.{q(c)}' for c in cols)}, ROW_NUMBER() OVER ("
+            f"PARTITION BY s.{ref} ORDER BY {observed} DESC, s.{q('_bos_seq')} DESC"
+            f") AS bos_rn FROM {self.stage_ref(src, schema)} s) ranked WHERE bos_rn = 1"
+        )
+
+    # --- guards shared by classification and merge ----------------------------------------------
+
+    def _hash_differs(self, old: str, new: str) -> str:
+        return f"{old} IS DISTINCT FROM {new}"
+
+    def _stale(self, t: str, s: str) -> str:
+        obs = self.quote("_bos_observed_at")
+        return f"({t}.{obs} IS NOT NULL AND {s}.{obs} < {t}.{obs})"
+
+    def _write_allowed(self, t: str, s: str) -> str:
+        obs = self.quote("_bos_observed_at")
+        return f"({t}.{obs} IS NULL OR {t}.{obs} <= {s}.{obs})"
+
+    def _changed(self, t: str, s: str) -> str:
+        h = self.quote("_bos_record_hash")
+        return f"({self._hash_differs(f'{t}.{h}', f'{s}.{h}')})"
+
+    def _decoded(self, s: str) -> str:
+        """True for a staged row that carries its content (false for a known row)."""
+        return f"{s}.{self.quote('_bos_record_hash')} IS NOT NULL"
+
+    def _index_hint(self, index: str | None) -> str:
+        """Text after the target's alias forcing ``index`` for the change test ("" where unsupported)."""
+        return ""
+
+    def classify(self, stage: str, target: str, schema: str | None, *, index: str | None = None) -> Statement:
+        """One row: inserted, updated, unchanged, skipped_stale (over a duplicate-free stage), unverified.
+
+        A known row counts as unchanged; ``unverified`` counts the known rows whose stored row is
+        gone or has another wire hash (the writer refuses to commit those: their content is not
+        staged). ``index``: a covering index of the target for the join (see :meth:`_index_hint`).
+        """
+        ref = self.quote("record_ref")
+        known = f"NOT ({self._decoded('s')})"
+        new = f"t.{ref} IS NULL"
+        stale, changed = self._stale("t", "s"), self._changed("t", "s")
+        if self.wire_hash_column:
+            w = self.quote(WIRE_HASH_COLUMN)
+            unverified = f"{known} AND ({new} OR {self._hash_differs(f't.{w}', f's.{w}')})"
+        else:
+            unverified = known
+        return Statement(
+            "SELECT "
+            f"COALESCE(SUM(CASE WHEN {known} THEN 0 WHEN {new} THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {known} THEN 0 WHEN {new} THEN 0 WHEN {stale} THEN 0 WHEN {changed} THEN 1 "
+            "ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {known} THEN 1 WHEN {new} THEN 0 WHEN {stale} THEN 0 WHEN {changed} THEN 0 "
+            "ELSE 1 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {known} THEN 0 WHEN {new} THEN 0 WHEN {stale} THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {unverified} THEN 1 ELSE 0 END), 0) "
+            f"FROM {self.stage_ref(stage, schema)} s "
+            f"LEFT JOIN {self.table_ref(target, schema)} t{self._index_hint(index)} ON t.{ref} = s.{ref}"
+        )
+
+    def _select_stage_row(self, s: str) -> str:
+        """The SELECT list producing one target row in RECORD_COLUMNS order from staging alias ``s``."""
+        parts = []
+        for col in self.written_columns:
+            if col == "_bos_synced_at":
+                parts.append(self.bind_ts())
+            elif col == "_bos_run_id":
+                parts.append(self.bind_id())
+            else:
+                parts.append(self._staged_value(s, col))
+        return ", ".join(parts)
+
+    def _staged_value(self, s: str, col: str) -> str:
+        """The value of record column ``col`` in the staged row ``s``."""
+        return f"{s}.{self.quote(col)}"
+
+    @abc.abstractmethod
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
+        """The merge statements, each with the count its rowcount must equal (``"inserted"``,
+        ``"updated"`` or ``"inserted+updated"``).
+
+        ``new_only``: the classification (under the writer's lock) found no staged ``record_ref`` in
+        the target, so every staged row is an insert: a plain ``INSERT ... SELECT`` (no join, no
+        conflict handling; the primary key still refuses a duplicate, which rolls back).
+        """
+
+    def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
+        """``INSERT ... SELECT`` of every staged row (the ``new_only`` merge: there is no known row)."""
+        cols = self._written_column_list()
+        return Statement(
+            f"INSERT INTO {self.table_ref(target, schema)} ({cols}) "
+            f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s",
+            (self.bind_timestamp(synced_at), run_id),
+        )
+
+    # --- audit --------------------------------------------------------------------------------
+
+    def insert_audit(self, audit: str, schema: str | None, columns: list[str], json_columns: set[str]) -> Statement:
+        cols = ", ".join(self.quote(c) for c in columns)
+        marks = ", ".join(self.bind_json() if c in json_columns else self.placeholder for c in columns)
+        return Statement(f"INSERT INTO {self.table_ref(audit, schema)} ({cols}) VALUES ({marks})")
+
+
+
+class CopyDialect(Protocol):
+    """What a dialect offers when rows travel by COPY (PostgreSQL with psycopg 3): staging by
+    document, the direct load of an empty target, and the claims' state token.
+
+    :class:`~.postgres.PostgresDialect` implements it; the writer uses it only when ``uses_copy``.
+    """
+
+    name: str
+    wire_hash_column: bool
+
+    def copy_staging(self, stage: str, schema: str | None) -> str:
+        """``COPY`` of the staging table's columns from STDIN."""
+        ...
+
+    def copy_lines(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+        """COPY text lines of document-staged rows (:data:`DOCUMENT_STAGE_COLUMNS` order)."""
+        ...
+
+    def copy_target(self, target: str, schema: str | None) -> str:
+        """``COPY`` straight into the target's written columns (the direct load)."""
+        ...
+
+    def target_lines(self, *, synced_at: datetime, run_id: str) -> TargetCopyLines:
+        """The encoder of :meth:`copy_target`'s lines for one run."""
+        ...
+
+    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give target rows the wire hash of a staged copy with the same content."""
+        ...

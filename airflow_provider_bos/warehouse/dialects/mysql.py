@@ -1,0 +1,88 @@
+"""MySQL/MariaDB: executemany staging, UPDATE ... JOIN + INSERT ... LEFT JOIN, GET_LOCK."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+
+__all__ = ["MySqlDialect"]
+
+
+class MySqlDialect(WarehouseDialect):
+    """MySQL/MariaDB: executemany staging, UPDATE ... JOIN + INSERT ... LEFT JOIN, GET_LOCK."""
+
+    name = "mysql"
+    # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): take the
+    # lock before it, so the snapshot includes the previous writer's commit and the counts match what
+    # the merge's locking reads see.
+    lock_before_staging = True
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        # Qualified like the target: without a default database an unqualified name has no home.
+        return self.table_ref(stage, schema)
+
+    def _temp_suffix(self) -> str:
+        # CREATE/DROP TEMPORARY TABLE do not commit implicitly (plain CREATE TABLE would).
+        return " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+    def drop_staging(self, stage: str, schema: str | None) -> Statement:
+        return Statement(f"DROP TEMPORARY TABLE IF EXISTS {self.stage_ref(stage, schema)}")
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        return value.astimezone(UTC).replace(tzinfo=None)  # DATETIME(6) holds UTC
+
+    def _hash_differs(self, old: str, new: str) -> str:
+        return f"NOT ({old} <=> {new})"
+
+    def _lock_name(self, target: str) -> str:
+        # GET_LOCK names are server-wide and at most 64 characters.
+        return "bos:" + hashlib.sha256(target.encode("utf-8")).hexdigest()[:48]
+
+    def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
+        # LOCK TABLES would commit the transaction; a named lock serialises our writers instead.
+        p = self.placeholder
+        return [Statement(f"SELECT GET_LOCK({p}, {p})", (self._lock_name(target), int(max(timeout_s, 0))))]
+
+    def lock_is_flag(self) -> bool:
+        return True
+
+    def _index_hint(self, index: str | None) -> str:
+        return f" FORCE INDEX ({self.quote(index)})" if index else ""
+
+    def unlock(self, target: str) -> Statement | None:
+        return Statement(f"SELECT RELEASE_LOCK({self.placeholder})", (self._lock_name(target),))
+
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
+        q = self.quote
+        ref = q("record_ref")
+        target_ref, stage_ref = self.table_ref(target, schema), self.stage_ref(stage, schema)
+        # Multi-table UPDATE evaluates WHERE before any assignment, so the guard sees the old row.
+        sets = []
+        params: list[Any] = []
+        for col in self.updated_columns:
+            if col == "_bos_synced_at":
+                sets.append(f"t.{q(col)} = {self.placeholder}")
+                params.append(self.bind_timestamp(synced_at))
+            elif col == "_bos_run_id":
+                sets.append(f"t.{q(col)} = {self.placeholder}")
+                params.append(run_id)
+            else:
+                sets.append(f"t.{q(col)} = s.{q(col)}")
+        update = Statement(
+            f"UPDATE {target_ref} t JOIN {stage_ref} s ON t.{ref} = s.{ref} SET {', '.join(sets)} "
+            f"WHERE {self._decoded('s')} AND {self._write_allowed('t', 's')} AND {self._changed('t', 's')}",
+            tuple(params),
+        )
+        cols = self._written_column_list()
+        insert = Statement(
+            f"INSERT INTO {target_ref} ({cols}) SELECT {self._select_stage_row('s')} FROM {stage_ref} s "
+            f"LEFT JOIN {target_ref} t ON t.{ref} = s.{ref} WHERE t.{ref} IS NULL AND {self._decoded('s')}",
+            (self.bind_timestamp(synced_at), run_id),
+        )
+        return [(update, "updated"), (insert, "inserted")]
+

@@ -1,0 +1,215 @@
+"""PostgreSQL: COPY (psycopg 3) into document staging or straight into an empty target, one merge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.warehouse.copy_format import TargetCopyLines, copy_document_lines
+from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.schema import WIRE_HASH_COLUMN
+
+__all__ = ["PostgresDialect"]
+
+
+class PostgresDialect(WarehouseDialect):
+    """PostgreSQL: COPY into a temp table (psycopg 3), one ON CONFLICT merge, table lock."""
+
+    name = "postgresql"
+    # Each statement sees every commit made before it; with the table lock, counts stay exact.
+    isolation_level = "READ COMMITTED"
+
+    def __init__(self, sa_dialect: sa.Dialect, *, use_copy: bool | None = None, wire_hash_column: bool = True) -> None:
+        super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
+        # COPY needs psycopg 3; ``use_copy=False`` turns it off (executemany staging).
+        self.uses_copy = sa_dialect.driver == "psycopg" and use_copy is not False
+        # With COPY, each record travels as its hashed document (one serialisation per record on the
+        # client instead of eight, five COPY fields instead of eleven); the merge derives the columns.
+        self.document_staging = self.uses_copy
+        # An empty target is loaded by COPY into the table itself while the records stream in
+        # (WarehouseWriter's direct load), not staged and merged after the last one.
+        self.direct_load = self.uses_copy
+
+    def _temp_suffix(self) -> str:
+        # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.
+        return " ON COMMIT DROP"
+
+    def _stage_column_defs(self, *, with_seq: bool, parse_json: bool = False) -> list[str]:
+        # By default JSON arrives as canonical text and stays TEXT in staging: COPY does not parse
+        # it, and the merge casts to JSONB only the rows it actually writes (none on an unchanged
+        # re-run; JSONB staging made that ~1.5 s slower at 200k). With parse_json (an empty
+        # target: every row will be written) staging is JSONB, so PostgreSQL parses the JSON while
+        # COPY streams in, beside the client's work, instead of in the merge after the last record.
+        # The merge's CASTs are then no-ops.
+        if self.document_staging:
+            q = self.quote
+            defs = [  # only the key is required: a known row has no document (see STAGE_COLUMNS)
+                f"{q('record_ref')} {self.type_sql('key')} NOT NULL",
+                f"{q('_bos_doc')} {self.type_sql('json') if parse_json else 'TEXT'}",
+                f"{q('_bos_observed_at')} {self.type_sql('ts')}",
+                f"{q('_bos_record_hash')} {self.type_sql('hash')}",
+                f"{q(WIRE_HASH_COLUMN)} {self.type_sql('hash')}",
+            ]
+            if with_seq:
+                defs.append(f"{q('_bos_seq')} BIGINT NOT NULL")
+            return defs
+        defs = super()._stage_column_defs(with_seq=with_seq)
+        if parse_json:
+            return defs
+        jsonb = self.type_sql("json")
+        return [d.replace(f" {jsonb}", " TEXT", 1) for d in defs]
+
+    def _documents(self, stage: str, schema: str | None, where: str = "") -> str:
+        """A derived table ``x`` of staged rows with the document as JSONB, each parsed ONCE.
+
+        OFFSET 0 keeps the planner from inlining the subquery, which would repeat the cast for
+        every column derived from it.
+        """
+        q = self.quote
+        return (
+            f"(SELECT s.{q('record_ref')}, CAST(s.{q('_bos_doc')} AS JSONB) AS bos_doc, "
+            f"s.{q('_bos_observed_at')}, s.{q('_bos_record_hash')}, s.{q(WIRE_HASH_COLUMN)} "
+            f"FROM {self.stage_ref(stage, schema)} s{where} OFFSET 0) x"
+        )
+
+    def insert_all(self, stage, target, schema, *, synced_at, run_id):
+        if not self.document_staging:
+            return super().insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id)
+        cols = self._written_column_list()
+        return Statement(
+            f"INSERT INTO {self.table_ref(target, schema)} ({cols}) "
+            f"SELECT {self._select_stage_row('x')} FROM {self._documents(stage, schema)}",
+            (self.bind_timestamp(synced_at), run_id),
+        )
+
+    def _staged_value(self, s: str, col: str) -> str:
+        if self.document_staging:  # ``s`` is :meth:`_documents`'s row: the document as JSONB in s.bos_doc
+            if col in ("display_name", "email", "phone"):
+                return f"{s}.bos_doc->>'{col}'"  # JSON null -> NULL
+            if col in ("lifecycle", "identity_match"):
+                return f"NULLIF({s}.bos_doc->'{col}', 'null'::jsonb)"  # JSON null is stored as NULL
+            if col in ("attributes", "sources"):
+                return f"{s}.bos_doc->'{col}'"
+        elif col in ("lifecycle", "identity_match", "attributes", "sources"):
+            return f"CAST({s}.{self.quote(col)} AS JSONB)"  # staged as text unless parse_json
+        return f"{s}.{self.quote(col)}"
+
+    wire_hash_prefixes_aggregated = True
+
+    def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
+        # One text value, sorted bytewise (COLLATE "C"), instead of a row per stored record:
+        # 200k rows through the driver cost ~0.3 s, this ~0.1 s (measured). With the table's
+        # state token (see stored_wire_state), taken in the same scan and snapshot.
+        w = self.quote(WIRE_HASH_COLUMN)
+        prefix = f'SUBSTR({w}, 1, 16) COLLATE "C"'
+        # OCTET_LENGTH: LENGTH counts characters, which costs a third of the scan.
+        return Statement(
+            f"SELECT STRING_AGG({prefix}, '' ORDER BY {prefix}) FILTER (WHERE OCTET_LENGTH({w}) = 64), "
+            f"{self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL"
+        )
+
+    def _wire_state_columns(self) -> str:
+        # How many rows have a wire hash, and the sum of a 64-bit hash of each (record_ref, wire
+        # hash) pair: any row with a wire hash added, removed or changed changes it. A full scan of
+        # the table but no join: ~40 ms per 200k rows, where joining 200k staged claims took ~200 ms.
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        return f"COUNT(*), COALESCE(SUM(HASHTEXTEXTENDED({w}, HASHTEXT({ref}))), 0)"
+
+    def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
+        w = self.quote(WIRE_HASH_COLUMN)
+        return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
+
+    def stage_claims(self, stage, target, schema, prefixes, seqs):
+        q = self.quote
+        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
+        return Statement(
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
+            f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
+            f"JOIN UNNEST(CAST({self.placeholder} AS TEXT[]), CAST({self.placeholder} AS BIGINT[])) AS c(prefix, seq) "
+            f'ON SUBSTR(t.{w}, 1, 16) COLLATE "C" = c.prefix WHERE t.{w} IS NOT NULL',  # bytewise: cheap to sort
+            (list(prefixes), list(seqs)),
+        )
+
+    def count_distinct(self, stage: str, schema: str | None) -> Statement:
+        # A hashed DISTINCT beats COUNT(DISTINCT ...)'s sort (~30% at 200k rows).
+        ref = self.quote("record_ref")
+        return Statement(f"SELECT COUNT(*) FROM (SELECT DISTINCT {ref} FROM {self.stage_ref(stage, schema)}) d")
+
+    def copy_lines(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
+        """COPY lines of document-staged rows (for :meth:`copy_staging`)."""
+        return copy_document_lines(rows)
+
+    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give target rows the wire hash of a staged copy with the same content (a direct load's
+        later duplicate: the merge leaves identical content alone, but the later copy is the one a
+        staged load would have kept, so its bytes are what the next run most likely sends)."""
+        q = self.quote
+        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
+            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND t.{w} IS DISTINCT FROM s.{w}"
+        )
+
+    def copy_target(self, target: str, schema: str | None) -> str:
+        """COPY straight into the target's written columns (the direct load of an empty table)."""
+        return f"COPY {self.table_ref(target, schema)} ({self._written_column_list()}) FROM STDIN"
+
+    def target_lines(self, *, synced_at: datetime, run_id: str) -> TargetCopyLines:
+        """Builds :meth:`copy_target`'s lines for this run."""
+        return TargetCopyLines(synced_at=synced_at, run_id=run_id, wire_hash=self.wire_hash_column)
+
+    def copy_staging(self, stage: str, schema: str | None) -> str:
+        cols = ", ".join(self.quote(c) for c in self.stage_columns)
+        return f"COPY {self.stage_ref(stage, schema)} ({cols}) FROM STDIN"
+
+    def bind_json(self) -> str:
+        return f"CAST({self.placeholder} AS JSONB)"
+
+    def bind_ts(self) -> str:
+        return f"CAST({self.placeholder} AS TIMESTAMPTZ)"
+
+    def bind_id(self) -> str:
+        return f"CAST({self.placeholder} AS VARCHAR(64))"
+
+    def begin(self) -> list[Statement]:
+        # The classification's hash join holds the stored table's keys and hashes: at the default
+        # 4 MB it spills to 16 temp-file batches at 200k rows (measured 0.38 s -> 0.25 s in memory).
+        # For this transaction only.
+        return [Statement("SET LOCAL work_mem = '64MB'")]
+
+    def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
+        # SHARE ROW EXCLUSIVE conflicts with itself and with writers, not with readers.
+        return [
+            Statement(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'"),
+            Statement(f"LOCK TABLE {target} IN SHARE ROW EXCLUSIVE MODE"),
+        ]
+
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
+        q = self.quote
+        ref = q("record_ref")
+        cols = self._written_column_list()
+        sets = ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in self.updated_columns)
+        target_ref = self.table_ref(target, schema)
+        # Only new rows and rows the guard lets through reach the INSERT (the table lock keeps this
+        # equal to the classification); unchanged rows cost one join probe, no write, no JSONB cast.
+        # The ON CONFLICT guard stays as the authoritative check.
+        join = (
+            f" LEFT JOIN {target_ref} o ON o.{ref} = s.{ref} WHERE {self._decoded('s')} AND "
+            f"(o.{ref} IS NULL OR ({self._write_allowed('o', 's')} AND {self._changed('o', 's')}))"
+        )
+        if self.document_staging:
+            select = f"SELECT {self._select_stage_row('x')} FROM {self._documents(stage, schema, join)}"
+        else:
+            select = f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s{join}"
+        sql = (
+            f"INSERT INTO {target_ref} AS t ({cols}) {select} "
+            f"ON CONFLICT ({ref}) DO UPDATE SET {sets} "
+            f"WHERE {self._write_allowed('t', 'EXCLUDED')} AND {self._changed('t', 'EXCLUDED')}"
+        )
+        return [(Statement(sql, (synced_at, run_id)), "inserted+updated")]
+

@@ -1,0 +1,70 @@
+"""SQLite: executemany staging, one ON CONFLICT merge, BEGIN IMMEDIATE as the writer lock."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+
+__all__ = ["SqliteDialect"]
+
+
+class SqliteDialect(WarehouseDialect):
+    """SQLite: executemany staging, one ON CONFLICT merge, BEGIN IMMEDIATE as the writer lock."""
+
+    name = "sqlite"
+
+    def __init__(self, sa_dialect: sa.Dialect, *, busy_timeout_s: float = 30.0, wire_hash_column: bool = True) -> None:
+        super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
+        self.busy_timeout_s = busy_timeout_s
+        version = sqlite3.sqlite_version_info
+        if version < (3, 25, 0):
+            raise BosWarehouseError(
+                f"SQLite {sqlite3.sqlite_version} is too old: upserts and window functions need 3.25 or newer."
+            )
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        return f"temp.{self.quote(stage)}"
+
+    def _temp_prefix(self) -> str:
+        return "CREATE TEMP TABLE"
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        # The text form SQLAlchemy's SQLite DateTime reads back; fixed width, so text order == time order.
+        value = value.astimezone(UTC)
+        return (
+            f"{value.year:04d}-{value.month:02d}-{value.day:02d} "
+            f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}"
+        )
+
+    def begin(self) -> list[Statement]:
+        # Take the write lock up front: counts and merge then see the same table.
+        return [
+            Statement(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}"),
+            Statement("BEGIN IMMEDIATE"),
+        ]
+
+    def _hash_differs(self, old: str, new: str) -> str:
+        return f"{old} IS NOT {new}"
+
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
+        q = self.quote
+        cols = self._written_column_list()
+        sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns)
+        # The WHERE (known rows are never written) also keeps the parser from reading ON CONFLICT
+        # as a join constraint.
+        sql = (
+            f"INSERT INTO {self.table_ref(target, schema)} AS t ({cols}) "
+            f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s WHERE {self._decoded('s')} "
+            f"ON CONFLICT ({q('record_ref')}) DO UPDATE SET {sets} "
+            f"WHERE {self._write_allowed('t', 'excluded')} AND {self._changed('t', 'excluded')}"
+        )
+        return [(Statement(sql, (self.bind_timestamp(synced_at), run_id)), "inserted+updated")]
+

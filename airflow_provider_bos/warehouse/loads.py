@@ -1,0 +1,275 @@
+"""Getting a run's records into the database: staging (COPY or executemany) and the direct load.
+
+- :func:`stage_records`: every record into the run's staging table, by COPY of document-staged
+  rows (PostgreSQL with psycopg 3) or by chunked ``executemany`` of column-staged rows.
+- :func:`load_direct` and :func:`settle_direct`: an empty target (locked) is loaded by COPY into
+  the table itself as the records arrive; a possible repeat of a record_ref goes to staging and
+  is merged after the last record.
+- :class:`SeenKeys`: the key filter both use (which record_refs a load has seen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.dialects import CopyDialect
+from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row, row_fields
+from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
+from airflow_provider_bos.wire import KnownRecord
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.warehouse.claims import KeptClaims
+
+__all__ = ["SeenKeys", "load_direct", "settle_direct", "stage_records"]
+
+# COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
+_COPY_BLOCK = 2048
+# Staged rows a direct load holds in memory before it pauses the target's COPY to stage them (~2 MB;
+# at a million records the filter's ~1.5% false positives alone would otherwise hold ~10 MB).
+_PENDING_LIMIT = 2_000
+
+
+class SeenKeys:
+    """The record_refs a load has seen so far: a Bloom filter of one probe, 8 MiB.
+
+    Key ``k`` is "seen" if bit ``hash(k) % BITS`` is set (Python's salted str hash: stable within
+    a process, which is all one load needs). Never wrong for a key added before (no false
+    negatives); sometimes right for a new key too (~0.3% at 200k keys, ~1.5% at a million).
+    Staging passes its rows through :meth:`watch` and the suspects are then looked up in staging
+    to tell real repeats from false positives; the direct load diverts them to staging instead.
+    """
+
+    BITS = 1 << 26
+    #: How many suspects :meth:`watch` remembers (~1 MB of keys); past it, ``suspects`` is None.
+    SUSPECTS_LIMIT = 10_000
+
+    def __init__(self) -> None:
+        self.bits = bytearray(self.BITS >> 3)
+        #: Keys that found their bit set: 0 proves every key was distinct.
+        self.repeats = 0
+        #: Those keys: every later occurrence of a repeated key is among them, with the filter's
+        #: false positives (~300 at 200k keys).
+        self.suspects: list[str] | None = []
+
+    def watch(
+        self, rows: Iterable[tuple[Any, ...]], divert: list[tuple[Any, ...]] | None = None, divert_limit: int = 0,
+    ) -> Iterator[tuple[Any, ...] | None]:
+        """Pass rows (record_ref first) through, noting possible repeats of their key.
+
+        ``divert``: a possible repeat is appended there instead of passed through (and not
+        counted in :attr:`repeats`); whenever it then holds ``divert_limit`` rows, ``None`` is
+        yielded so the consumer can empty it. The filter is tested and set inline (a method call
+        per row cost more than the test).
+        """
+        bits, mask = self.bits, self.BITS - 1
+        for row in rows:
+            h = hash(row[0]) & mask
+            byte, bit = h >> 3, 1 << (h & 7)
+            if bits[byte] & bit:
+                if divert is not None:
+                    divert.append(row)
+                    if len(divert) >= divert_limit:
+                        yield None
+                    continue
+                self._suspect(row[0])
+            else:
+                bits[byte] |= bit
+            yield row
+
+    def _suspect(self, key: str) -> None:
+        self.repeats += 1
+        suspects = self.suspects
+        if suspects is not None:
+            if len(suspects) < self.SUSPECTS_LIMIT:
+                suspects.append(key)
+            else:
+                self.suspects = None
+
+
+def keys_distinct(tx: RunTransaction, seen: SeenKeys) -> bool:
+    """True if no record_ref was staged twice, proven without counting every distinct key in SQL.
+
+    Every later occurrence of a repeated key found its bit set, so it is a suspect: the keys are
+    distinct exactly when each suspect is staged once (a false positive's only occurrence).
+    False also when there were too many suspects to look up (the dedupe then counts in SQL).
+    """
+    if not seen.repeats:
+        return True
+    if seen.suspects is None:
+        return False
+    suspects = sorted(set(seen.suspects))
+    staged = tx.staged_key_counts(suspects)
+    return len(staged) == len(suspects) and all(n == 1 for n in staged.values())
+
+
+def _send(copy: Any, lines: list[bytes]) -> int:
+    """Write ``lines`` to a COPY in one block and empty the list; return how many were sent."""
+    count = len(lines)
+    if count:
+        copy.write(b"".join(lines))
+        lines.clear()
+    return count
+
+
+def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+    while chunk := list(islice(items, size)):
+        yield chunk
+
+
+# --- staging --------------------------------------------------------------------------------------
+
+
+def stage_records(
+    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, copy: CopyDialect | None,
+    batch_size: int, seen: SeenKeys, kept: KeptClaims | None = None,
+) -> int:
+    """Stream the records into ``tx``'s staging table; return how many were staged.
+
+    ``copy``: the dialect's COPY capabilities (document staging), or None for ``executemany`` in
+    chunks of ``batch_size``. ``seen`` watches the staged keys (its ``repeats`` stays 0 when they
+    were all distinct). ``kept``: takes the claims it can instead (COPY only).
+    """
+    received = 0
+    if copy is not None:
+        raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+            lines: list[bytes] = []
+            for line in copy.copy_lines(seen.watch(_documents(records, default_obs, kept))):  # type: ignore[arg-type]
+                lines.append(line)
+                if len(lines) == _COPY_BLOCK:
+                    received += _send(out, lines)
+            received += _send(out, lines)
+        return received
+    insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
+    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs)), batch_size):
+        tx.conn.exec_driver_sql(insert, chunk)
+        received += len(chunk)
+    return received
+
+
+def _documents(
+    records: Iterable[Any], default_obs: datetime | None, kept: KeptClaims | None = None,
+) -> Iterator[tuple[Any, ...]]:
+    """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, wire hash, seq).
+
+    A known record: (record_ref, None, None, None, wire hash, seq), unless ``kept`` keeps it.
+    """
+    keep = kept.keep if kept is not None else None
+    for seq, record in enumerate(records):
+        if type(record) is KnownRecord:
+            if keep is None or not keep(record, seq):
+                yield (record.record_ref, None, None, None, record.wire_hash, seq)
+            continue
+        wire_hash = getattr(record, "wire_hash", None)
+        if getattr(record, "from_json", False):
+            values = json_document_values(record, default_obs)
+            if values is not None:
+                yield (*values, wire_hash, seq)
+                continue
+        row = record_to_row(record, default_observed_at=default_obs)
+        yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, wire_hash, seq)
+
+
+def _rows(tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+    """Column-staged tuples (:data:`~.dialects.STAGE_COLUMNS` order)."""
+    d = tx.dialect
+    stage_value, known_value, bind_ts = d.stage_value, d.known_value, d.bind_timestamp
+    for seq, record in enumerate(records):
+        if type(record) is KnownRecord:
+            yield known_value(record.record_ref, record.wire_hash, seq)
+            continue
+        wire_hash = getattr(record, "wire_hash", None)
+        if getattr(record, "from_json", False):
+            # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
+            values = json_column_values(record, default_obs)
+            if values is not None:
+                fields = row_fields(record, values)
+                yield (*fields[:8], bind_ts(fields[8]), fields[9], wire_hash, seq)
+                continue
+        yield stage_value(record_to_row(record, default_observed_at=default_obs), seq, wire_hash)
+
+
+# --- the direct load of an empty table --------------------------------------------------------------
+
+
+def _target_rows(tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+    """(record_ref, document, observed_at, hash, wire hash, seq, content parts) of each record: the
+    document-staged tuple of :func:`_documents` (what staging takes) and the target's columns."""
+    for seq, record in enumerate(records):
+        values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
+        if values is None:
+            if type(record) is KnownRecord:
+                # A claim on a stored row, yet the table was empty under the lock: that row is gone.
+                raise tx.unverified(1)
+            values = record_to_row(record, default_observed_at=default_obs).column_values()
+        ref, parts, observed, record_hash, document = values
+        yield (ref, document, observed, record_hash, getattr(record, "wire_hash", None), seq, parts)
+
+
+def load_direct(
+    tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
+) -> tuple[int, int]:
+    """COPY the records into the (empty, locked) target as they arrive; return (loaded, staged).
+
+    A record whose record_ref may already have been loaded by this run (a duplicate, or a rare
+    false positive of :class:`SeenKeys`) goes to staging instead, to be merged after the last
+    record (:func:`settle_direct`); so the target holds each record_ref's FIRST copy and staging
+    every later one. Staged rows wait in memory while the target's COPY runs (one COPY at a time
+    per connection); past ``_PENDING_LIMIT`` that COPY is ended, they are staged, and a new one
+    starts.
+    """
+    raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+    line = copy.target_lines(synced_at=synced_at, run_id=tx.run_id).line
+    pending: list[tuple[Any, ...]] = []
+    # One iterator across COPY rounds; it yields None when ``pending`` is full.
+    firsts = SeenKeys().watch(_target_rows(tx, records, default_obs), divert=pending, divert_limit=_PENDING_LIMIT)
+    loaded = staged = 0
+    with raw.cursor() as cursor:
+        while True:
+            finished = True
+            copied = 0
+            with cursor.copy(copy.copy_target(tx.table, tx.schema)) as out:
+                lines: list[bytes] = []
+                for row in firsts:
+                    if row is None:
+                        finished = False
+                        break
+                    _ref, document, observed, record_hash, wire_hash, _seq, parts = row
+                    lines.append(line(parts, document, observed, record_hash, wire_hash))
+                    if len(lines) == _COPY_BLOCK:
+                        copied += _send(out, lines)
+                copied += _send(out, lines)
+            if 0 <= cursor.rowcount != copied:  # pragma: no cover - the server's own count
+                raise BosWarehouseError(f"COPY into {tx.destination_table} loaded {cursor.rowcount} "
+                                        f"rows where {copied} were sent; rolled back.")
+            loaded += copied
+            if pending:
+                with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+                    out.write(b"".join(copy.copy_lines(row[:6] for row in pending)))
+                staged += len(pending)
+                pending.clear()
+            if finished:
+                return loaded, staged
+
+
+def settle_direct(tx: RunTransaction, copy: CopyDialect, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:
+    """Counts of a direct load; merges what it staged (later copies of record_refs, see load_direct).
+
+    The table was empty under the lock, so every row in it is this run's: a staged record_ref
+    found there is a duplicate. The merge's guard (stored observed_at not newer, content
+    differs) lets the staged copy replace the loaded one exactly when dedupe would have picked
+    it: it is later in the result, so it wins ties.
+    """
+    if staged == 0:
+        return UpsertCounts(inserted=loaded)
+    source, _ = tx.dedupe(staged, parse_json=False)
+    new, updated, _, _ = tx.classify(source)
+    inserted = loaded + new
+    tx.merge(source, synced_at=synced_at, new_only=False, inserted=new, updated=updated)
+    if copy.wire_hash_column:
+        tx.exec(copy.adopt_wire_hashes(source, tx.table, tx.schema))
+    return UpsertCounts(inserted=inserted, duplicates=loaded + staged - inserted)

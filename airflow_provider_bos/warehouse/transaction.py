@@ -1,0 +1,237 @@
+"""One run's connection and the steps every write path shares: lock, dedupe, classify, merge.
+
+A :class:`RunTransaction` is opened by :meth:`~.upsert.WarehouseWriter.write_run` and handed to
+the loading (:mod:`.loads`) and claim (:mod:`.claims`) steps; it executes the SQL the dialect
+builds, in order, on one connection, and knows the run's two staging tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
+from airflow_provider_bos.warehouse.audit import utcnow
+from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, staging_table_name
+
+__all__ = ["RunTransaction", "UpsertCounts", "db_detail", "execute"]
+
+# Bound parameters per suspect lookup (SQLite before 3.32 allows 999).
+_KEYS_PER_QUERY = 500
+
+
+@dataclass
+class UpsertCounts:
+    """What one run did to the records table.
+
+    ``duplicates`` counts rows dropped because an earlier-or-equal copy of the same ``record_ref``
+    came in the same result (the latest ``observed_at`` wins; a tie goes to the last occurrence).
+    The other four partition the distinct ``record_ref``s.
+    """
+
+    inserted: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    skipped_stale: int = 0
+    duplicates: int = 0
+
+    @property
+    def received(self) -> int:
+        """Records received, duplicates included."""
+        return self.inserted + self.updated + self.unchanged + self.skipped_stale + self.duplicates
+
+    @property
+    def written(self) -> int:
+        return self.inserted + self.updated
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def execute(conn: sa.Connection, statement: Statement) -> sa.CursorResult:
+    """Run a built statement on ``conn`` (its parameters bound by the driver)."""
+    if statement.params:
+        return conn.exec_driver_sql(statement.sql, statement.params)
+    return conn.exec_driver_sql(statement.sql)
+
+
+def db_detail(exc: BaseException) -> str:
+    """The driver's message only: str(exc) would append the SQL and its parameters (record data),
+    and a COPY error's context quotes the row."""
+    orig = getattr(exc, "orig", None) or exc
+    primary = getattr(getattr(orig, "diag", None), "message_primary", None)
+    if primary:
+        return excerpt(f"{type(orig).__name__}: {primary}", 300)
+    return excerpt(str(orig) if orig is not exc else exc.__class__.__name__, 300)
+
+
+class RunTransaction:
+    """The connection of one run against ``table``, with its staging tables ``stage`` and ``deduped``.
+
+    :param guard_index: the target's covering index for the change test, when it has one (MySQL).
+    """
+
+    def __init__(
+        self, engine: sa.Engine, dialect: WarehouseDialect, *, table: str, schema: str | None, run_id: str,
+        lock_timeout_s: float, guard_index: str | None,
+    ) -> None:
+        self.dialect = dialect
+        self.table = table
+        self.schema = schema
+        self.run_id = run_id
+        self.lock_timeout_s = lock_timeout_s
+        self.guard_index = guard_index
+        self.target = dialect.table_ref(table, schema)
+        self.destination_table = f"{schema}.{table}" if schema else table
+        self.stage = staging_table_name(run_id)
+        self.deduped = staging_table_name(run_id, "_d")
+        conn = engine.connect()
+        if dialect.isolation_level:
+            conn = conn.execution_options(isolation_level=dialect.isolation_level)
+        self.conn = conn
+        self._locked = False  # the writers' lock is held
+        self._unlock_needed = False  # ... and must be released explicitly (a named lock)
+
+    def exec(self, statement: Statement) -> sa.CursorResult:
+        return execute(self.conn, statement)
+
+    def begin(self) -> None:
+        """Open the run's transaction (and take the lock first where the dialect needs it)."""
+        for statement in self.dialect.begin():
+            self.exec(statement)
+        if self.dialect.lock_before_staging:
+            self.lock()
+
+    def lock(self) -> None:
+        """Serialise writers of the target until the transaction ends (a no-op once held)."""
+        if self._locked:
+            return
+        d = self.dialect
+        result = None
+        locks = d.lock(self.target, timeout_s=self.lock_timeout_s)
+        for statement in locks:
+            result = self.exec(statement)
+        if locks and d.lock_is_flag():
+            if result is None or result.scalar() != 1:
+                raise BosWarehouseError(
+                    f"Another writer held {self.destination_table} for {self.lock_timeout_s:.0f}s; "
+                    "retry the task later."
+                )
+            self._unlock_needed = True
+        self._locked = True
+
+    def target_is_empty(self) -> bool:
+        return self.exec(self.dialect.probe_empty(self.target)).first() is None
+
+    def create_staging(self, *, parse_json: bool) -> None:
+        self.exec(self.dialect.create_staging(self.stage, self.schema, parse_json=parse_json))
+
+    # --- after staging --------------------------------------------------------------------------
+
+    def staged_key_counts(self, keys: list[str]) -> dict[str, int]:
+        """How many times each of ``keys`` is staged (absent: 0)."""
+        found: dict[str, int] = {}
+        for i in range(0, len(keys), _KEYS_PER_QUERY):
+            statement = self.dialect.staged_key_counts(self.stage, self.schema, keys[i : i + _KEYS_PER_QUERY])
+            found.update((ref, int(n)) for ref, n in self.exec(statement))
+        return found
+
+    def dedupe(self, staged: int, *, parse_json: bool) -> tuple[str, int]:
+        """The staging table to merge from (one row per record_ref) and its number of rows."""
+        d = self.dialect
+        distinct = int(self.exec(d.count_distinct(self.stage, self.schema)).scalar_one())
+        if staged == distinct:
+            return self.stage, distinct
+        self.exec(d.create_deduped(self.deduped, self.schema, parse_json=parse_json))
+        self.exec(d.dedupe(self.stage, self.deduped, self.schema, self.table))
+        return self.deduped, distinct
+
+    def classify(self, source: str) -> tuple[int, int, int, int]:
+        """inserted, updated, unchanged, skipped_stale of ``source`` against the target (under the lock)."""
+        statement = self.dialect.classify(source, self.table, self.schema, index=self.guard_index)
+        inserted, updated, unchanged, stale, unverified = (int(v) for v in self.exec(statement).one())
+        if unverified:
+            raise self.unverified(unverified)
+        return inserted, updated, unchanged, stale
+
+    def merge(self, source: str, *, synced_at: datetime, new_only: bool, inserted: int, updated: int) -> None:
+        """Run the dialect's merge of ``source``; each statement must write exactly the rows classified.
+
+        A statement whose expected rowcount is 0 is not run (an unchanged re-run runs no merge at all).
+        """
+        merge = self.dialect.merge(source, self.table, self.schema, synced_at=synced_at, run_id=self.run_id,
+                                   new_only=new_only)
+        for statement, expected in merge:
+            want = {"inserted": inserted, "updated": updated, "inserted+updated": inserted + updated}[expected]
+            if want == 0:
+                continue
+            rowcount = self.exec(statement).rowcount
+            if rowcount is not None and rowcount >= 0 and rowcount != want:
+                # The counts we report must be the rows written; anything else is a bug or a
+                # concurrent writer outside our lock: do not commit it.
+                raise BosWarehouseError(
+                    f"The merge into {self.destination_table} changed {rowcount} rows where "
+                    f"{want} ({expected}) were expected; rolled back."
+                )
+
+    def classify_and_merge(self, received: int, *, parse_json: bool, maybe_duplicates: bool = True) -> UpsertCounts:
+        """Staged -> deduped -> locked -> classified -> merged (the path of a table that had rows).
+
+        ``maybe_duplicates=False`` (every staged key was seen once: SeenKeys has no false negatives)
+        skips counting the distinct keys in SQL.
+        """
+        if maybe_duplicates:
+            source, distinct = self.dedupe(received, parse_json=parse_json)
+        else:
+            source, distinct = self.stage, received
+        self.lock()
+        inserted, updated, unchanged, stale = self.classify(source)
+        counts = UpsertCounts(inserted, updated, unchanged, stale, received - distinct)
+        if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
+            raise BosWarehouseError(f"Classification of {distinct} records does not add up: {counts}.")
+        # Under the lock the target cannot change between classification and merge, so the
+        # classification may pick the merge: all new -> a plain INSERT ... SELECT.
+        self.merge(source, synced_at=utcnow(), new_only=inserted == distinct and distinct > 0,
+                   inserted=inserted, updated=updated)
+        return counts
+
+    def unverified(self, count: int) -> BosWarehouseError:
+        """The error of records skipped as known whose stored row is gone or changed since the run
+        read the wire hashes: their content was never decoded, so nothing can be written."""
+        return BosWarehouseError(
+            f"{count} records arrived byte-identical to rows of {self.destination_table} "
+            "that another writer changed or deleted during this run; nothing was written. "
+            "Re-run the task (it will read them in full)."
+        )
+
+    # --- the end ------------------------------------------------------------------------------
+
+    def drop_staging(self) -> None:
+        for name in (self.deduped, self.stage):
+            self.exec(self.dialect.drop_staging(name, self.schema))
+
+    def rollback(self) -> None:
+        try:
+            self.conn.rollback()
+            if self.dialect.name == "mysql":
+                # MySQL temporary tables survive a rollback; the pooled connection must not keep them.
+                self.drop_staging()
+                self.conn.commit()
+        except sa.exc.SQLAlchemyError:
+            self.conn.invalidate()  # a broken connection goes back to no pool
+
+    def close(self) -> None:
+        """Release a named lock (if one is held) and the connection."""
+        try:
+            if self._unlock_needed:
+                unlock = self.dialect.unlock(self.target)
+                if unlock is not None:
+                    try:
+                        self.exec(unlock)
+                        self.conn.commit()
+                    except sa.exc.SQLAlchemyError:  # closing the connection releases it too
+                        self.conn.invalidate()
+        finally:
+            self.conn.close()
