@@ -3,7 +3,7 @@ or a typed ``BosError`` — never another exception, a hang, or unbounded memory
 
 Covered: the notification validator (``SourceResultsTracker.observe``: arbitrary JSON-ish params,
 arbitrary sequences, and each contract rule with its own ``rule``), the final-result parser
-(``parse_final_response`` / ``FinalFrameParser.parse_data``), the incremental final-frame scanner
+(``parse_final_response`` / ``FinalResultParser.parse_data``), the incremental final-frame scanner
 (``mcp/final_frame.py``, arbitrary bytes in arbitrary chunks), the SSE parser's event-size bound,
 and the whole read path (``McpSession.federated_read`` over ``httpx.MockTransport`` fed arbitrary
 event streams). Profiles: ``bos-ci`` (default) and ``bos-long`` (``BOS_HYPOTHESIS_PROFILE``), from
@@ -29,11 +29,8 @@ from airflow_provider_bos.exceptions import (
     BosStreamValidationError,
 )
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
-from airflow_provider_bos.mcp.source_results import (
-    FinalFrameParser,
-    SourceResultsTracker,
-    parse_final_response,
-)
+from airflow_provider_bos.mcp.final_result import FinalResultParser, parse_final_response
+from airflow_provider_bos.mcp.source_results import SourceResultsTracker
 from airflow_provider_bos.mcp.sse import SseParser
 from airflow_provider_bos.models import SOURCE_ERROR_CODES
 
@@ -294,7 +291,7 @@ def test_any_final_message_parses_or_fails_typed(case: tuple[str, Any]) -> None:
 @given(styles, st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 def test_any_final_bytes_parse_or_fail_typed(style: str, data: bytes) -> None:
     try:
-        _consume(FinalFrameParser(RID, tool_style=style).parse_data(data))  # type: ignore[arg-type]
+        _consume(FinalResultParser(RID, tool_style=style).parse_data(data))  # type: ignore[arg-type]
     except BosError:
         pass
 
