@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -347,6 +348,39 @@ def _as_dict(rec: Any) -> Any:
     return rec if isinstance(rec, dict) else getattr(rec, "__dict__", rec)
 
 
+def _records_at(message: Any, style: str) -> list[Any]:
+    """The record array of a decoded final message ([] where there is none)."""
+    path = ("result", "structuredContent", "result") + (("result",) if style == "execute" else ())
+    node = message
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return []
+        node = node[key]
+    return node if isinstance(node, list) else []
+
+
+def _assert_yields_what_the_json_holds(style: str, data: bytes, got: list[Any], skeleton: dict[str, Any]) -> None:
+    """A frame the scanner accepted, whose bytes are JSON: its records are exactly the JSON's record
+    array, in order, and its skeleton gives the same result as the whole message parsed at once.
+
+    (Bytes the scanner accepted need not be JSON: it skips content text without validating it.)
+    """
+    try:
+        message = orjson.loads(data)
+    except ValueError:
+        return
+    assert [_as_dict(r) for r in got] == _records_at(message, style)
+    try:
+        whole = parse_final_response(message, request_id=RID, tool_style=style)  # type: ignore[arg-type]
+        count = _consume(whole)
+    except BosError:
+        return
+    assert count == len(got)
+    part = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=len(got))  # type: ignore[arg-type]
+    assert (part.is_error, part.completeness, part.metadata, part.context, part.warnings) == (
+        whole.is_error, whole.completeness, whole.metadata, whole.context, whole.warnings)
+
+
 @needs_scanner
 @PROFILE
 @given(styles, record_lists, st.lists(st.integers(0, 10**6), max_size=12), st.booleans())
@@ -355,8 +389,12 @@ def test_scanner_yields_exactly_the_records_whatever_the_chunking(style: str, re
     message = final_message(records, style=style)
     data = json.dumps(message, indent=1 if pretty else None, ensure_ascii=pretty).encode()
     got, skeleton = _scan(style, data, cuts)
-    assert [_as_dict(r)["record_ref"] for r in got] == [r["record_ref"] for r in records]
+    assert [_as_dict(r) for r in got] == records
     assert skeleton.get("id") == RID
+    final = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=len(got))  # type: ignore[arg-type]
+    assert (final.completeness, final.result_count, final.is_error, final.warnings) == ("complete", len(records),
+                                                                                         False, [])
+    _assert_yields_what_the_json_holds(style, data, got, skeleton)
 
 
 @needs_scanner
@@ -364,9 +402,10 @@ def test_scanner_yields_exactly_the_records_whatever_the_chunking(style: str, re
 @given(styles, st.binary(max_size=400), st.lists(st.integers(0, 10**6), max_size=8))
 def test_scanner_on_arbitrary_bytes_yields_records_or_a_typed_error(style: str, data: bytes, cuts: list[int]) -> None:
     try:
-        _scan(style, data, cuts)
+        got, skeleton = _scan(style, data, cuts)
     except BosError:
-        pass
+        return
+    _assert_yields_what_the_json_holds(style, data, got, skeleton)
 
 
 @needs_scanner
@@ -386,9 +425,10 @@ def test_scanner_on_a_damaged_frame_yields_records_or_a_typed_error(style: str, 
     elif pos < len(frame):
         frame = frame[:pos] + bytes([frame[pos] ^ data.draw(st.integers(1, 255))]) + frame[pos + 1:]
     try:
-        _scan(style, frame, data.draw(st.lists(st.integers(0, 10**6), max_size=6)))
+        got, skeleton = _scan(style, frame, data.draw(st.lists(st.integers(0, 10**6), max_size=6)))
     except BosError:
-        pass
+        return
+    _assert_yields_what_the_json_holds(style, frame, got, skeleton)
 
 
 @needs_scanner

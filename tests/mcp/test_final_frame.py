@@ -51,6 +51,14 @@ def frame(style: str = "execute", *, records: list[Any] = RECORDS, meta: dict | 
     return json.dumps(message, indent=indent, ensure_ascii=ensure_ascii).encode()
 
 
+def assert_complete_result(skeleton: dict[str, Any], style: str, count: int) -> None:
+    """The skeleton of a valid frame parses to its complete result (metadata and context intact)."""
+    final = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=count)  # type: ignore[arg-type]
+    assert (final.completeness, final.result_count, final.is_error, final.warnings) == ("complete", count, False, [])
+    if style == "execute":
+        assert final.context is not None and final.context.context_handle == "ctx"
+
+
 def scan(data: bytes, style: str = "execute", sizes: list[int] | None = None) -> tuple[list[Any], dict, FinalFrameScanner]:
     scanner = FinalFrameScanner(tool_style=style)  # type: ignore[arg-type]
     out: list[Any] = []
@@ -101,8 +109,9 @@ def test_chunk_splits_at_every_position(data: st.DataObject) -> None:
         pos += sizes[k % len(sizes)]
         k += 1
     out += scanner.flush()
-    scanner.finish()
+    skeleton = scanner.finish()
     assert out == RECORDS
+    assert_complete_result(skeleton, style, len(RECORDS))
 
 
 @pytest.mark.parametrize("style", ["execute", "direct"])
@@ -269,3 +278,4 @@ def test_long_texts_are_skipped_whole_whatever_the_chunks(parts: list[str], repe
 
     # The first 2 KiB of the wire text are kept (up to 12 bytes less: an escape or a character cut).
     assert text.startswith(excerpt) and wire_len(excerpt) >= min(wire_len(text), 2048 - 12)
+    assert_complete_result(skeleton, "direct", len(RECORDS))
