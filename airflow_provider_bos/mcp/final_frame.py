@@ -211,11 +211,6 @@ class FinalFrameScanner:
 
     # -- public API -------------------------------------------------------------------------
 
-    @property
-    def done(self) -> bool:
-        """The top-level JSON value is complete."""
-        return self._done
-
     def feed(self, data: bytes | bytearray | memoryview) -> list[Any]:
         """Consume bytes of the frame; return the records they complete (decoded, in order)."""
         if not data:

@@ -216,7 +216,6 @@ class FinalResultParser:
         tool_style: ToolStyle,
         observations: SourceResultsTracker | None = None,
         streamed: bool = False,
-        method: str = "tools/call",
     ) -> None:
         if tool_style not in ("execute", "direct"):
             raise ValueError("tool_style must be 'execute' or 'direct'")
@@ -224,7 +223,6 @@ class FinalResultParser:
         self.tool_style: ToolStyle = tool_style
         self.observations = observations if observations is not None else SourceResultsTracker(request_id)
         self.streamed = streamed
-        self.method = method
 
     def parse_data(self, data: str | bytes) -> FinalResult:
         """Parse the final frame from its JSON text (an SSE ``data`` payload or a JSON body)."""
@@ -245,7 +243,7 @@ class FinalResultParser:
                 f"{self.request_id!r}; the server answered some other request."
             )
         if "error" in message:
-            raise _rpc_error(message["error"], self.method)
+            raise _rpc_error(message["error"], "tools/call")  # a federated read is a tools/call
         if "result" not in message:
             raise BosResultError("The final response has neither 'result' nor 'error'.")
         return self.parse_result(message["result"], record_count=record_count)
