@@ -208,21 +208,11 @@ class BosHook(BaseHook):
         return self.get_conn().get_contexts()
 
     def resolve_context_handle(self, explicit: str | None = None) -> str:
-        """The explicit handle, else the connection default, else the context BOS marks default."""
-        if explicit:
-            return explicit
-        if self.config.context_handle:
-            return self.config.context_handle
-        contexts = self.list_contexts()
-        for ctx in contexts:
-            if ctx.is_default:
-                return ctx.context_handle
-        if len(contexts) == 1:
-            return contexts[0].context_handle
-        raise BosConfigurationError(
-            f"No context_handle given and BOS marks none of {len(contexts)} contexts as default; "
-            "set context_handle on the operator or the connection."
-        )
+        """The explicit handle, else the connection default, else the context BOS marks default
+        (or the only one): :func:`~airflow_provider_bos.mcp.reads.resolve_context_handle`."""
+        from airflow_provider_bos.mcp.reads import resolve_context_handle
+
+        return resolve_context_handle(explicit, self.config.context_handle, contexts=self.list_contexts)
 
     def list_context_tools(self, context_handle: str | None = None) -> dict[str, Any]:
         return self.get_conn().list_context_tools(self.resolve_context_handle(context_handle))

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord
-from airflow_provider_bos.mcp.retry import RetryPolicy, parse_retry_after
-from airflow_provider_bos.mcp.session import HANDSHAKE_VERSIONS, BosReadCancelled, McpSession
-from airflow_provider_bos.mcp.source_results import (
-    FinalFrameParser,
+from airflow_provider_bos.mcp.final_result import (
     FinalResult,
+    FinalResultParser,
     StreamingFinalResult,
-    SourceProgress,
-    SourceResultsTracker,
-    SourceStats,
     parse_final_response,
 )
+from airflow_provider_bos.mcp.retry import RetryPolicy, parse_retry_after
+from airflow_provider_bos.mcp.session import HANDSHAKE_VERSIONS, BosReadCancelled, McpSession
+from airflow_provider_bos.mcp.source_results import SourceProgress, SourceResultsTracker, SourceStats
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES, SseEvent, SseParser, iter_sse
 
 __all__ = [
@@ -29,7 +27,7 @@ __all__ = [
     "SourceProgress",
     "SourceResultsTracker",
     "FinalResult",
-    "FinalFrameParser",
+    "FinalResultParser",
     "FinalFrameScanner",
     "StreamingFinalResult",
     "KnownRecord",

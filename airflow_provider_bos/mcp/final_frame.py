@@ -6,7 +6,7 @@ over 1 GB in ONE frame, so :class:`FinalFrameScanner` is fed the frame's bytes a
 
 - yields each element of the records array (``structuredContent.result`` for direct tools,
   ``structuredContent.result.result`` for ``bos_execute``) as soon as its bytes are complete,
-  decoded with orjson (stdlib json without it);
+  decoded with orjson;
 - skips every ``content[*].text`` string without materialising it (only a short excerpt is kept,
   for the error message of a failed call);
 - captures everything else (``id``, ``isError``, ``resultType``, ``_meta``, ``context``,
@@ -34,15 +34,36 @@ Speed, without a per-byte Python loop:
   ``"`` is the closing quote (``bytes.find``);
 - exact delimiting (small values, the odd record): a compiled regex finds structural
   characters, strings are skipped with the same closing-quote search.
+
+The byte-level searches are :mod:`.json_bytes`'s; handing the open response over and pulling
+the rest of the frame is :mod:`.final_stream`'s. Why this module is above ~500 lines: the scanner
+is one resumable state machine over one buffer and position (the walk, the text skip, the record
+cut all move the same ``_pos``); split, each part would reach into the others' state.
 """
 
 from __future__ import annotations
 
-import re
 from hashlib import sha256
 from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
+from airflow_provider_bos.mcp.json_bytes import (
+    BSLASH,
+    COLON,
+    COMMA,
+    LBRACE,
+    LBRACKET,
+    NOT_WS,
+    QUOTE,
+    RBRACE,
+    RBRACKET,
+    ValueScan,
+    decode_excerpt,
+    odd_trailing_backslash,
+    plain_string_end,
+    string_end,
+    text_end,
+)
 from airflow_provider_bos.mcp.jsonrpc import loads
 from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord, check_record
 
@@ -55,14 +76,6 @@ _TEXT_EXCERPT = 2048
 _TAIL_WAIT = 1024 * 1024
 # How a KnownRecord's record_ref is read without decoding the record: it must come first.
 _REF_PREFIX = b'{"record_ref":"'
-
-_STRUCT = re.compile(rb'["{}\[\]]')
-_SCALAR_END = re.compile(rb"[\s,}\]]")
-_NOT_WS = re.compile(rb"[^ \t\r\n]")
-
-_QUOTE, _BSLASH = 0x22, 0x5C
-_LBRACE, _RBRACE, _LBRACKET, _RBRACKET = 0x7B, 0x7D, 0x5B, 0x5D
-_COMMA, _COLON = 0x2C, 0x3A
 
 # What to do with a value, by its path (tuples of keys; "*" is any array element).
 _DESCEND, _CAPTURE, _TEXT, _RECORDS = "descend", "capture", "text", "records"
@@ -88,83 +101,6 @@ def _malformed(detail: str) -> BosResultError:
     return BosResultError(f"The final response is not valid JSON ({detail}).")
 
 
-def _string_end(buf: bytes | bytearray, start: int) -> int:
-    """Index of the closing ``"`` of a string whose body starts at ``start`` (not inside an escape), or -1.
-
-    For ordinary strings: ``find`` plus a look at the backslashes before each candidate.
-    """
-    i = buf.find(b'"', start)
-    while i >= 0:
-        j = i
-        while j > start and buf[j - 1] == _BSLASH:
-            j -= 1
-        if (i - j) % 2 == 0:
-            return i
-        i = buf.find(b'"', i + 1)
-    return -1
-
-
-def _text_end(buf: bytes | bytearray, start: int) -> int:
-    """Like :func:`_string_end`, for strings full of escaped quotes (JSON inside a JSON string).
-
-    Escaped backslashes, then escaped quotes, are overwritten with same-length filler, so the
-    first remaining ``"`` is the closing one: two ``replace`` and one ``find``, all in C.
-    (Counting quotes against escaped quotes instead measured no faster: such texts hold an
-    escaped backslash before a quote every few kilobytes.)
-    """
-    i = buf.find(b'"', start)
-    if i < 0:
-        return -1
-    if buf[i - 1] != _BSLASH or i == start:
-        return i  # the first quote is unescaped (also skips the copies below for short tails)
-    block = buf[start:] if start else buf
-    if b"\\\\" in block:  # an escaped backslash: neutralise it first
-        block = block.replace(b"\\\\", b"..")
-    block = block.replace(b'\\"', b"..")
-    i = block.find(b'"')
-    return i + start if i >= 0 else -1
-
-
-def _plain_string_end(buf: bytes | bytearray, start: int) -> int:
-    """An end ``e`` such that ``buf[start:e]`` is a complete JSON string body (so no closing quote), or ``start``.
-
-    orjson validates the piece as ``"`` + piece + ``"`` in one C call (about 4x faster than the
-    filler approach of :func:`_text_end` on such texts); that parse succeeding is the proof, so
-    where the piece is cut only decides how often it succeeds: before a trailing escape or
-    UTF-8 sequence, which the next bytes complete.
-    """
-    end = len(buf)
-    j = buf.rfind(b"\\", max(start, end - 6), end)  # a "\\uXXXX" escape may be incomplete
-    if j >= 0:
-        while j > start and buf[j - 1] == _BSLASH:
-            j -= 1
-        end = j
-    k = end
-    while k > start and buf[k - 1] & 0xC0 == 0x80:  # UTF-8 continuation bytes
-        k -= 1
-    if k > start and buf[k - 1] >= 0xC0:
-        end = k - 1
-    if end - start < 4096:  # not worth a try (the string's end is near, or the buffer is small)
-        return start
-    piece = bytearray(b'"')
-    piece += buf[start:end]
-    piece += b'"'
-    try:
-        loads(piece)
-    except ValueError:
-        return start
-    return end
-
-
-def _odd_trailing_backslash(buf: bytes | bytearray, start: int) -> bool:
-    """True if ``buf[start:]`` (scanned from an escape boundary) ends inside an escape sequence."""
-    n = len(buf)
-    run = 0
-    while n - run - 1 >= start and buf[n - run - 1] == _BSLASH:
-        run += 1
-    return run % 2 == 1
-
-
 class _Node:
     __slots__ = ("path", "container", "is_obj", "state", "key")
 
@@ -178,67 +114,6 @@ class _Node:
         self.key: str | None = None
 
 
-class _ValueScan:
-    """Exact, resumable delimiting of one JSON value starting at ``start`` in the buffer."""
-
-    __slots__ = ("start", "pos", "depth", "in_string", "escaped", "scalar")
-
-    def __init__(self, start: int, first: int) -> None:
-        self.start = start
-        self.pos = start
-        self.depth = 0
-        self.in_string = False
-        self.escaped = False
-        self.scalar = first not in (_LBRACE, _LBRACKET, _QUOTE)
-
-    def shift(self, n: int) -> None:
-        self.start -= n
-        self.pos -= n
-
-    def run(self, buf: bytearray, eof: bool) -> int:
-        """The end (exclusive) of the value, or -1 if it needs more bytes."""
-        if self.scalar:
-            m = _SCALAR_END.search(buf, self.pos)
-            if m is not None:
-                return m.start()
-            self.pos = len(buf)
-            return len(buf) if eof else -1
-        pos = self.pos
-        n = len(buf)
-        while True:
-            if self.in_string:
-                if self.escaped:
-                    if pos >= n:
-                        self.pos = pos
-                        return -1
-                    pos += 1
-                    self.escaped = False
-                q = _string_end(buf, pos)
-                if q < 0:
-                    self.escaped = _odd_trailing_backslash(buf, pos)
-                    self.pos = n
-                    return -1
-                pos = q + 1
-                self.in_string = False
-                if self.depth == 0:  # a string value
-                    return pos
-                continue
-            m = _STRUCT.search(buf, pos)
-            if m is None:
-                self.pos = n
-                return -1
-            pos = m.end()
-            c = buf[pos - 1]
-            if c == _QUOTE:
-                self.in_string = True
-            elif c == _LBRACE or c == _LBRACKET:
-                self.depth += 1
-            else:
-                self.depth -= 1
-                if self.depth <= 0:
-                    return pos
-
-
 def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object) -> KnownRecord | None:
     """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
     if not piece.startswith(_REF_PREFIX):
@@ -248,8 +123,8 @@ def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHash
     if end <= start:
         return None
     raw_ref = piece[start:end]
-    if _BSLASH in raw_ref:  # an escape: decode it properly
-        end = _string_end(piece, start)
+    if BSLASH in raw_ref:  # an escape: decode it properly
+        end = string_end(piece, start)
         try:
             ref = loads(piece[start - 1 : end + 1]) if end > start else None
         except ValueError:
@@ -294,18 +169,17 @@ class FinalFrameScanner:
         self.known = known
         self.known_records = 0  # how many records were handed out as KnownRecord claims
         self.records_arrays = 0
-        self.bytes_fed = 0
         self._buf = bytearray()
         self._pos = 0
         self._stack: list[_Node] = []
         self._started = False
         self._done = False
         # The value being captured, the text being skipped, or the records array being read.
-        self._scan: _ValueScan | None = None
+        self._scan: ValueScan | None = None
         self._text: dict[str, Any] | None = None
         self._records: _Node | None = None
         self._record_state = "first"  # "first" (after "["), "value" (after ","), "next"
-        self._record_scan: _ValueScan | None = None
+        self._record_scan: ValueScan | None = None
         self._sep: bytes | None = None  # learned: "}" + separator + first key of the 2nd record
         self._gap = 0  # bytes between a record's "}" and the next one's "{"
         self._unparsed_at = -1  # buffer position of a cut piece that did not parse
@@ -317,20 +191,10 @@ class FinalFrameScanner:
 
     # -- public API -------------------------------------------------------------------------
 
-    @property
-    def done(self) -> bool:
-        """The top-level JSON value is complete."""
-        return self._done
-
-    @property
-    def captured_id(self) -> Any:
-        return self.message.get("id")
-
     def feed(self, data: bytes | bytearray | memoryview) -> list[Any]:
         """Consume bytes of the frame; return the records they complete (decoded, in order)."""
         if not data:
             return []
-        self.bytes_fed += len(data)
         self._buf += data
         self._run(eof=False)
         self._trim()
@@ -358,7 +222,7 @@ class FinalFrameScanner:
             if not self._started:
                 raise _malformed("the frame is empty")
             raise BosResultError("The final response ended before its JSON was complete.")
-        if _NOT_WS.search(self._buf, self._pos) is not None:
+        if NOT_WS.search(self._buf, self._pos) is not None:
             raise _malformed("data after the top-level value")
         if self._out:  # pragma: no cover - records are always handed out by feed()
             raise BosResultError("Internal error: records were left in the scanner.")
@@ -387,7 +251,7 @@ class FinalFrameScanner:
         buf, pos = self._buf, self._pos
         if pos < len(buf) and buf[pos] not in b" \t\r\n":
             return True
-        m = _NOT_WS.search(buf, pos)
+        m = NOT_WS.search(buf, pos)
         if m is None:
             self._pos = len(buf)
             return False
@@ -411,7 +275,7 @@ class FinalFrameScanner:
             if not self._skip_ws():
                 return
             if not self._started:
-                if self._buf[self._pos] != _LBRACE:
+                if self._buf[self._pos] != LBRACE:
                     raise BosResultError("The final response is not a JSON object.")
                 self._pos += 1
                 self._started = True
@@ -428,11 +292,11 @@ class FinalFrameScanner:
         state = node.state
         if node.is_obj:
             if state in ("first", "key"):
-                if c == _RBRACE and state == "first":
+                if c == RBRACE and state == "first":
                     return self._close()
-                if c != _QUOTE:
+                if c != QUOTE:
                     raise _malformed(f"expected a key, found {chr(c)!r}")
-                end = _string_end(buf, self._pos + 1)
+                end = string_end(buf, self._pos + 1)
                 if end < 0:
                     if len(buf) - self._pos > self.max_value_bytes:
                         raise BosResultError("A key of the final response is too long.")
@@ -445,7 +309,7 @@ class FinalFrameScanner:
                 node.state = "colon"
                 return True
             if state == "colon":
-                if c != _COLON:
+                if c != COLON:
                     raise _malformed(f"expected ':', found {chr(c)!r}")
                 self._pos += 1
                 node.state = "value"
@@ -456,23 +320,23 @@ class FinalFrameScanner:
                     self._decide_kind(node.key)
                 return self._value(node, node.path + (node.key,), c)
             # "next"
-            if c == _COMMA:
+            if c == COMMA:
                 self._pos += 1
                 node.state = "key"
                 return True
-            if c == _RBRACE:
+            if c == RBRACE:
                 return self._close()
             raise _malformed(f"expected ',' or '}}', found {chr(c)!r}")
         # array
         if state in ("first", "value"):
-            if c == _RBRACKET and state == "first":
+            if c == RBRACKET and state == "first":
                 return self._close()
             return self._value(node, node.path + ("*",), c)
-        if c == _COMMA:
+        if c == COMMA:
             self._pos += 1
             node.state = "value"
             return True
-        if c == _RBRACKET:
+        if c == RBRACKET:
             return self._close()
         raise _malformed(f"expected ',' or ']', found {chr(c)!r}")
 
@@ -505,14 +369,14 @@ class FinalFrameScanner:
         action = self._plan.get(path, _CAPTURE)
         if self.kind == "notification":
             action = _CAPTURE
-        if action == _DESCEND and c in (_LBRACE, _LBRACKET):
-            is_obj = c == _LBRACE
+        if action == _DESCEND and c in (LBRACE, LBRACKET):
+            is_obj = c == LBRACE
             container: Any = {} if is_obj else []
             self._store(node, container)
             self._pos += 1
             self._stack.append(_Node(path, container, is_obj))
             return True
-        if action == _RECORDS and c == _LBRACKET:
+        if action == _RECORDS and c == LBRACKET:
             self.records_arrays += 1
             if self.records_arrays > 1:
                 raise BosResultError(f"The final response holds more than one record array at {self.records_where}.")
@@ -521,11 +385,11 @@ class FinalFrameScanner:
             self._records = node
             self._record_state = "first"
             return True
-        if action == _TEXT and c == _QUOTE:
+        if action == _TEXT and c == QUOTE:
             self._text = {"node": node, "excerpt": bytearray(), "escaped": False}
             self._pos += 1
             return True
-        self._scan = _ValueScan(self._pos, c)
+        self._scan = ValueScan(self._pos, c)
         self._scan_node = node
         return self._finish_capture(False)
 
@@ -562,23 +426,23 @@ class FinalFrameScanner:
             pos += 1
             text["escaped"] = False
         excerpt: bytearray = text["excerpt"]
-        plain = _plain_string_end(buf, pos)
+        plain = plain_string_end(buf, pos)
         if plain > pos:  # no closing quote up to there, and it ends between escapes
             if len(excerpt) < _TEXT_EXCERPT:
                 excerpt += buf[self._pos : min(plain, self._pos + _TEXT_EXCERPT - len(excerpt))]
             self._pos = plain
             return False
-        q = _text_end(buf, pos)
+        q = text_end(buf, pos)
         end = q if q >= 0 else len(buf)
         if len(excerpt) < _TEXT_EXCERPT:
             excerpt += buf[self._pos : min(end, self._pos + _TEXT_EXCERPT - len(excerpt))]
         if q < 0:
-            text["escaped"] = _odd_trailing_backslash(buf, pos)
+            text["escaped"] = odd_trailing_backslash(buf, pos)
             self._pos = len(buf)
             return False
         self._pos = q + 1
         self._text = None
-        self._store(text["node"], _decode_excerpt(bytes(excerpt)))
+        self._store(text["node"], decode_excerpt(bytes(excerpt)))
         return True
 
     # -- records ----------------------------------------------------------------------------
@@ -610,11 +474,11 @@ class FinalFrameScanner:
             c = buf[self._pos]
             state = self._record_state
             if state == "next":
-                if c == _COMMA:
+                if c == COMMA:
                     self._pos += 1
                     self._record_state = "value"
                     continue
-                if c == _RBRACKET:
+                if c == RBRACKET:
                     self._pos += 1
                     node = self._records
                     assert node is not None
@@ -622,20 +486,20 @@ class FinalFrameScanner:
                     node.state = "next"
                     return True
                 raise _malformed(f"expected ',' or ']' in the record array, found {chr(c)!r}")
-            if c == _RBRACKET and state == "first":
+            if c == RBRACKET and state == "first":
                 self._pos += 1
                 node = self._records
                 assert node is not None
                 self._records = None
                 node.state = "next"
                 return True
-            if c == _RBRACKET:
+            if c == RBRACKET:
                 raise _malformed("a trailing comma in the record array")
-            if self._first_key is None and c == _LBRACE:
+            if self._first_key is None and c == LBRACE:
                 # Remember how the first record starts ("{" and its first key), to spot boundaries.
-                m = _NOT_WS.search(buf, self._pos + 1)
-                if m is not None and buf[m.start()] == _QUOTE:
-                    key_end = _string_end(buf, m.start() + 1)
+                m = NOT_WS.search(buf, self._pos + 1)
+                if m is not None and buf[m.start()] == QUOTE:
+                    key_end = string_end(buf, m.start() + 1)
                     if key_end > 0:
                         self._first_key = bytes(buf[self._pos : key_end + 1])
             elif self._sep is None and self._last_end is not None and self._first_key is not None:
@@ -648,7 +512,7 @@ class FinalFrameScanner:
                     continue
                 if self._unparsed_at != self._pos and not eof and len(buf) - self._pos < self._tail_wait:
                     return False  # no boundary in the buffer yet: the next bytes will likely bring one
-            self._record_scan = _ValueScan(self._pos, c)
+            self._record_scan = ValueScan(self._pos, c)
 
     def _cut(self) -> bool:
         """Cut, hash and decode the records up to the last boundary in the buffer; False if none was cut.
@@ -717,17 +581,3 @@ class FinalFrameScanner:
             value.wire_hash = wire_hash
         self._out.append(value)
         self.records_seen += 1
-
-
-def _decode_excerpt(raw: bytes) -> str:
-    """The start of a skipped text as a string (best effort; used only in error messages).
-
-    The cut may split an escape: back off up to 12 bytes (a surrogate pair, ``\\uXXXX\\uXXXX``).
-    """
-    for cut in range(len(raw), max(len(raw) - 13, -1), -1):
-        try:
-            value = loads(b'"' + raw[:cut] + b'"')
-            return value if isinstance(value, str) else ""
-        except ValueError:
-            continue
-    return raw.decode("utf-8", "replace")

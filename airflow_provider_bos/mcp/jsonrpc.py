@@ -16,7 +16,9 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from airflow_provider_bos.exceptions import BosJsonRpcError, BosProtocolError, excerpt
+import orjson
+
+from airflow_provider_bos.exceptions import BosConfigurationError, BosJsonRpcError, BosProtocolError, excerpt
 
 __all__ = [
     "IdGenerator",
@@ -26,6 +28,8 @@ __all__ = [
     "encode_header_value",
     "decode_header_value",
     "loads",
+    "dumps",
+    "same_id",
     "PROTOCOL_VERSION_META_KEY",
     "CLIENT_INFO_META_KEY",
     "CLIENT_CAPABILITIES_META_KEY",
@@ -54,17 +58,22 @@ _HINTS = {
     UNSUPPORTED_PROTOCOL_VERSION: "the server does not support our MCP protocol version",
 }
 
-try:  # orjson is optional and faster for large frames; stdlib json is the fallback.
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None
+#: Decode JSON: orjson itself (a required dependency; no wrapper in the per-record loops). Bad
+#: input raises ``orjson.JSONDecodeError``, a ``ValueError`` like :func:`json.loads` raises.
+loads = orjson.loads
 
 
-def loads(data: str | bytes) -> Any:
-    """Decode JSON (``ValueError`` on bad input, like :func:`json.loads`)."""
-    if _orjson is not None:
-        return _orjson.loads(data)
-    return json.loads(data)
+def dumps(body: Any) -> bytes:
+    """A request body as compact UTF-8 JSON (stdlib ``json``: NaN and non-JSON values refused)."""
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise BosConfigurationError(f"The request cannot be sent as JSON: {exc}") from None
+
+
+def same_id(a: object, b: object) -> bool:
+    """JSON-RPC id equality: ``1`` and ``"1"`` differ, and a boolean is never an id."""
+    return type(a) is type(b) and a == b and not isinstance(a, bool)
 
 
 class IdGenerator:

@@ -1,39 +1,31 @@
-"""An MCP client session over Streamable HTTP on a sync :class:`httpx.Client`.
+"""An MCP client session over Streamable HTTP on a sync :class:`httpx.Client`: :class:`McpSession`.
 
-Speaks both protocol eras:
+The session holds one connection's state and runs its requests: era negotiation (the rules are
+:mod:`.eras`'s: ``initialize`` or ``server/discover``, ``era="auto"`` probing, headers and
+``_meta`` per era), requests with retries (:mod:`.retry`) under a :class:`~.calls.Deadline`, the
+re-initialisation of a forgotten 2025 session (HTTP 404, once), HTTP status handling
+(:mod:`.http_status`: status, then Content-Type, before anything is parsed), cancellation from
+another thread, and SSE routing: each event of a streamed answer is dispatched in wire order,
+a source-result page to the read's tracker and ``on_progress`` (counted, not decoded:
+:mod:`.page_records`), the final response back to the caller. A federated read with
+``stream_records=True`` hands the still-open response over as soon as its final frame starts:
+that pipeline is :mod:`.final_stream` and :mod:`.final_frame`, and the result :mod:`.final_result`.
 
-- **2025-11-25** (handshake): ``initialize`` + ``notifications/initialized``; the
-  ``Mcp-Session-Id`` and ``MCP-Protocol-Version`` headers on every later request; an HTTP 404 on
-  a known session means the server forgot it, so the session is re-initialised once and the
-  request retried; ``DELETE`` ends the session on :meth:`McpSession.close`.
-- **2026-07-28** (stateless): ``server/discover``; every request carries
-  ``params._meta`` protocolVersion / clientInfo / clientCapabilities and the
-  ``MCP-Protocol-Version``, ``Mcp-Method`` and (for ``tools/call``, ``resources/read``,
-  ``prompts/get``) ``Mcp-Name`` headers, the latter base64-wrapped when not plain ASCII.
-
-``era="auto"`` probes ``server/discover`` and falls back to ``initialize`` when the answer is
-not positive evidence of a stateless server (the official SDK's rule): any JSON-RPC error except
-``-32022`` naming only stateless versions we do not speak; HTTP 400/404/405 without a JSON-RPC
-body; or a discover result whose ``supportedVersions`` lacks 2026-07-28. Auth failures, 5xx
-after retries and transport errors are not era verdicts: they propagate.
-
-Every response is checked (status, then Content-Type) before anything is parsed. Federated
-reads opt in to ``bos/source-results/v1`` per call and consume the event stream incrementally,
-handing each validated notification to ``on_progress`` synchronously, in wire order.
+Why this module is above ~500 lines: McpSession is one object over one mutable state (the
+negotiated era and session id, the in-flight response that :meth:`McpSession.cancel` aborts,
+the cancel flag), and what is left here is what reads or writes that state; the rules it
+applies (eras, status mapping, deadlines, context choice, the final frame) live in the modules
+named above.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import re
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
@@ -48,36 +40,46 @@ from airflow_provider_bos.exceptions import (
     BosProtocolError,
     BosReadCancelled,
     BosResultError,
-    BosRetryableHttpError,
     BosSessionExpired,
     BosTransportError,
     excerpt,
 )
+from airflow_provider_bos.mcp.calls import CallOptions, Consumer, Deadline, StreamedCall
+from airflow_provider_bos.mcp.eras import (
+    ERAS,
+    HANDSHAKE_VERSIONS,
+    NotStateless,
+    ServerDescription,
+    check_discovered,
+    check_handshake_version,
+    envelope_params,
+    probe_verdict,
+    request_headers,
+)
+from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES
+from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
+from airflow_provider_bos.mcp.final_stream import (
+    FinalFrameStream,
+    FrameRouter,
+    OpenResponse,
+    hand_over,
+    memory_result,
+    streaming_result,
+)
+from airflow_provider_bos.mcp.http_status import abort, error_excerpt, media_type, raise_for_status
 from airflow_provider_bos.mcp.jsonrpc import (
     CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
-    NAME_BEARING_METHODS,
-    PROTOCOL_VERSION_META_KEY,
-    UNSUPPORTED_PROTOCOL_VERSION,
     IdGenerator,
-    encode_header_value,
+    dumps,
     loads,
     notification_envelope,
     request_envelope,
     rpc_error,
 )
-from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, parse_retry_after, run_with_retries
-from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner, check_record
 from airflow_provider_bos.mcp.page_records import decode_source_result
-from airflow_provider_bos.mcp.source_results import (
-    FinalFrameParser,
-    FinalResult,
-    SourceProgress,
-    SourceResultsTracker,
-    StreamingFinalResult,
-    ToolStyle,
-    _same_id,
-)
+from airflow_provider_bos.mcp.reads import check_via, resolve_context_handle
+from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, run_with_retries
+from airflow_provider_bos.mcp.source_results import SourceProgress, SourceResultsTracker, ToolStyle
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES, SseParser
 from airflow_provider_bos.models import (
     PROTOCOL_2025,
@@ -91,24 +93,15 @@ __all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS"
 
 logger = logging.getLogger(__name__)
 
-#: Handshake-era versions this client can speak (initialize may negotiate any of them).
-HANDSHAKE_VERSIONS = (PROTOCOL_2025, "2025-06-18", "2025-03-26")
-_ERAS = {"auto": "auto", "2025": PROTOCOL_2025, PROTOCOL_2025: PROTOCOL_2025, "2026": PROTOCOL_2026,
-         PROTOCOL_2026: PROTOCOL_2026, "stateless": PROTOCOL_2026, "legacy": PROTOCOL_2025}
-_ACCEPT = "application/json, text/event-stream"
-_ERROR_BODY_LIMIT = 64 * 1024
 #: Events larger than this are streamed (stream_records=True): their data goes to a
-#: FinalFrameScanner as it arrives instead of being buffered. Notifications are far smaller.
+#: FrameRouter (:mod:`.final_stream`) as it arrives instead of being buffered. Notifications are
+#: far smaller.
 DEFAULT_STREAM_THRESHOLD = 1024 * 1024
 
 # Where a source-result notification names its method (the fast path's cue; anything else is
 # still decoded in full, so the cue only has to be cheap, not exhaustive).
 _SOURCE_RESULT_TOKEN = f'"{SOURCE_RESULT_METHOD}"'.encode("ascii")
 _SOURCE_RESULT_TOKEN_WITHIN = 256
-
-
-class _Consumer(Protocol):
-    def __call__(self, params: Any) -> None: ...
 
 
 class _ReadConsumer:
@@ -130,131 +123,10 @@ class _Reply:
     request_id: str
     streamed: bool  # the server answered with text/event-stream
     raw: bytes | None = None  # the message's JSON text, when the caller streams records
-    stream: _FrameStream | None = None  # the final frame, still arriving (owns the response)
+    stream: FinalFrameStream | None = None  # the final frame, still arriving (owns the response)
 
 
-class _FrameRouter:
-    """The SSE data sink of streamed events: one :class:`FinalFrameScanner` per event."""
-
-    def __init__(self, tool_style: ToolStyle, max_value_bytes: int) -> None:
-        self.tool_style = tool_style
-        self.max_value_bytes = max_value_bytes
-        self.current: FinalFrameScanner | None = None
-        self.finished: list[FinalFrameScanner] = []
-        self.records: list[Any] = []
-
-    def open(self) -> _FrameRouter:
-        self.current = FinalFrameScanner(tool_style=self.tool_style, max_value_bytes=self.max_value_bytes)
-        return self
-
-    def write(self, data: bytes) -> None:
-        assert self.current is not None
-        records = self.current.feed(data)
-        if records:
-            self.records.extend(records)
-
-    def end(self) -> None:
-        assert self.current is not None
-        records = self.current.flush()
-        if records:
-            self.records.extend(records)
-        self.finished.append(self.current)
-        self.current = None
-
-
-class _FrameStream:
-    """Pulls the rest of a streamed final frame from the open response, record by record."""
-
-    def __init__(
-        self,
-        session: McpSession,
-        response: httpx.Response,
-        chunks: Iterator[bytes],
-        parser: SseParser,
-        router: _FrameRouter,
-        scanner: FinalFrameScanner,
-        *,
-        method: str,
-        request_id: str,
-        deadline: float | None,
-        deadline_s: float | None,
-        observations: SourceResultsTracker | None,
-        finished: bool,
-    ) -> None:
-        self._session = session
-        self._response = response
-        self._chunks = chunks
-        self._parser = parser
-        self._router = router
-        self.scanner = scanner
-        self._method = method
-        self.request_id = request_id
-        self._deadline = deadline
-        self._deadline_s = deadline_s
-        self._observations = observations
-        self._finished = finished
-        self._closed = False
-
-    def records(self) -> Iterator[Any]:
-        session, router = self._session, self._router
-        where = self.scanner.records_where
-        index = 0
-        try:
-            while True:
-                if router.records:
-                    batch, router.records = router.records, []
-                    for raw in batch:
-                        # WireRecord: tells the warehouse it may take its orjson fast path (a
-                        # KnownRecord claim passes check_record as it is).
-                        yield check_record(raw, index, where)
-                        index += 1
-                if self._finished:
-                    break
-                chunk = next(self._chunks, None)
-                if chunk is None:
-                    self._parser.close()
-                    raise self._incomplete("the event stream ended")
-                for event in self._parser.feed(chunk):
-                    if event.streamed:
-                        self._finished = True
-                if session._cancel.is_set():
-                    raise BosReadCancelled(f"{self._method} was cancelled; there is no result.",
-                                           observations=self._observations)
-                if self._deadline is not None and time.monotonic() >= self._deadline:
-                    raise _deadline_error(self._method, self._deadline_s, self._observations)
-        except (httpx.TransportError, httpx.StreamError) as exc:
-            if session._cancel.is_set():
-                raise BosReadCancelled(f"{self._method} was cancelled; there is no result.",
-                                       observations=self._observations) from exc
-            if _past(self._deadline):
-                raise _deadline_error(self._method, self._deadline_s, self._observations) from exc
-            raise self._incomplete(f"the connection failed ({type(exc).__name__})") from exc
-        finally:
-            self.close()
-
-    def _incomplete(self, why: str) -> BosIncompleteStreamError:
-        return BosIncompleteStreamError(
-            f"{why.capitalize()} inside the final response to {self._method}; there is no confirmed "
-            "result and the records received are not authoritative. Re-run the read.",
-            observations=self._observations,
-        )
-
-    def skeleton(self) -> dict[str, Any]:
-        return self.scanner.finish()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        session = self._session
-        with session._lock:
-            if session._inflight is self._response:
-                session._inflight = None
-        self._response.close()
-
-
-class _NotStateless(Exception):
-    """Internal: the discover probe says the server is not a 2026-07-28 server."""
+_PLAIN = CallOptions()
 
 
 class McpSession:
@@ -273,12 +145,12 @@ class McpSession:
         client_name: str = "airflow-provider-bos",
         stream_threshold_bytes: int = DEFAULT_STREAM_THRESHOLD,
     ) -> None:
-        if era not in _ERAS:
+        if era not in ERAS:
             raise BosConfigurationError(
                 f"Unknown MCP era {era!r}; use 'auto', '{PROTOCOL_2025}' or '{PROTOCOL_2026}'."
             )
         self.url = url
-        self.era = _ERAS[era]
+        self.era = ERAS[era]
         self.timeout = timeout
         self.retry = retry or RetryPolicy()
         self.max_event_bytes = max_event_bytes
@@ -346,7 +218,7 @@ class McpSession:
         else:
             try:
                 self._discover(probe=True)
-            except _NotStateless as reason:
+            except NotStateless as reason:
                 logger.debug("server/discover probe: %s; using the initialize handshake.", reason)
                 self._initialize()
         self._connected = True
@@ -380,7 +252,7 @@ class McpSession:
         with self._lock:
             response = self._inflight
         if response is not None:
-            _abort(response)
+            abort(response)
 
     # --- requests ------------------------------------------------------------------------------
 
@@ -451,9 +323,8 @@ class McpSession:
         close the result before the next call on this session (:meth:`cancel` still works). A
         JSON or small SSE answer behaves the same (its records are iterated from memory).
         """
-        if via not in ("auto", "direct", "execute"):
-            raise BosConfigurationError(f"via must be 'auto', 'direct' or 'execute', not {via!r}.")
-        deadline = time.monotonic() + deadline_s if deadline_s is not None else None
+        check_via(via)
+        deadline = Deadline.after(deadline_s)
         with self._operation():
             self.connect()
             style: ToolStyle
@@ -462,7 +333,7 @@ class McpSession:
             else:
                 style = "direct" if via == "direct" else "execute"
             if style == "execute":
-                handle = context_handle or self._default_context_handle(deadline)
+                handle = resolve_context_handle(context_handle, contexts=lambda: self._get_contexts(deadline))
                 params: dict[str, Any] = {
                     "name": "bos_execute",
                     "arguments": {"context_handle": handle, "tool_name": tool_name, "arguments": arguments},
@@ -481,57 +352,17 @@ class McpSession:
                 consumers.append(_ReadConsumer(SourceResultsTracker(request_id), on_progress))
                 return consumers[-1]
 
-            reply = self._call(
-                "tools/call",
-                params,
-                deadline=deadline,
-                make_consumer=make_consumer,
-                deadline_s=deadline_s,
-                final_style=style if stream_records else None,
-            )
+            options = CallOptions(deadline, make_consumer, final_style=style if stream_records else None)
+            reply = self._call("tools/call", params, options)
             tracker = consumers[-1].tracker if consumers else SourceResultsTracker(reply.request_id)
-            parser = FinalFrameParser(
+            parser = FinalResultParser(
                 reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in
             )
-            if stream_records:
-                return self._streaming_result(reply, parser)
-            return parser.parse_message(reply.message)
-
-    def _streaming_result(self, reply: _Reply, parser: FinalFrameParser) -> StreamingFinalResult:
-        """The deferred result of ``federated_read(stream_records=True)``."""
-        stream = reply.stream
-        if stream is None:
-            # The whole frame is here (JSON body or a small SSE event): scan it from memory.
-            message = reply.message
-            if isinstance(message, Mapping) and "error" in message:
-                parser.parse_message(message)  # raises the typed JSON-RPC error at once
-            raw = reply.raw if reply.raw is not None else _dumps(message)
-            scanner = FinalFrameScanner(tool_style=parser.tool_style, max_value_bytes=len(raw) + 1)
-            records = scanner.feed(raw)
-            records += scanner.flush()
-            where = scanner.records_where
-
-            def from_memory() -> Iterator[Any]:
-                for index, raw_record in enumerate(records):
-                    yield check_record(raw_record, index, where)
-                records.clear()
-
-            def finish_memory(count: int) -> FinalResult:
-                return parser.parse_message(scanner.finish(), record_count=count)
-
-            return StreamingFinalResult(
-                request_id=parser.request_id, tool_style=parser.tool_style, streamed=parser.streamed,
-                observations=parser.observations, records=from_memory(), finish=finish_memory,
-            )
-
-        def finish_stream(count: int) -> FinalResult:
-            return parser.parse_message(stream.skeleton(), record_count=count)
-
-        return StreamingFinalResult(
-            request_id=parser.request_id, tool_style=parser.tool_style, streamed=parser.streamed,
-            observations=parser.observations, records=stream.records(), finish=finish_stream,
-            on_close=stream.close, scanner=stream.scanner,
-        )
+            if not stream_records:
+                return parser.parse_message(reply.message)
+            if reply.stream is not None:
+                return streaming_result(reply.stream, parser)
+            return memory_result(reply.message, reply.raw, parser)
 
     # --- internals: operations -----------------------------------------------------------------
 
@@ -546,8 +377,10 @@ class McpSession:
         finally:
             self._op_depth -= 1
 
-    def _request(self, method: str, params: dict[str, Any] | None, deadline: float | None = None) -> dict[str, Any]:
-        reply = self._call(method, params, deadline=deadline)
+    def _request(
+        self, method: str, params: dict[str, Any] | None, deadline: Deadline | None = None
+    ) -> dict[str, Any]:
+        reply = self._call(method, params, CallOptions(deadline))
         message = reply.message
         if not isinstance(message, Mapping):
             raise BosProtocolError(f"The response to {method} is not a JSON object.")
@@ -569,7 +402,7 @@ class McpSession:
             )
         return dict(result)
 
-    def _list_tools(self, deadline: float | None) -> list[dict[str, Any]]:
+    def _list_tools(self, deadline: Deadline | None) -> list[dict[str, Any]]:
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         seen: set[str] = set()
@@ -588,13 +421,13 @@ class McpSession:
         self._tool_names = {t["name"] for t in tools if isinstance(t.get("name"), str)}
         return tools
 
-    def _tool_name_set(self, deadline: float | None) -> set[str]:
+    def _tool_name_set(self, deadline: Deadline | None) -> set[str]:
         if self._tool_names is None:
             self._list_tools(deadline)
         assert self._tool_names is not None
         return self._tool_names
 
-    def _get_contexts(self, deadline: float | None) -> list[BosContext]:
+    def _get_contexts(self, deadline: Deadline | None) -> list[BosContext]:
         result = self._request("tools/call", {"name": "bos_get_context", "arguments": {}}, deadline)
         structured = _structured(result, "bos_get_context")
         contexts = structured.get("contexts")
@@ -605,56 +438,23 @@ class McpSession:
         except ValueError as exc:
             raise BosResultError(f"bos_get_context returned a malformed context: {excerpt(str(exc))}") from None
 
-    def _default_context_handle(self, deadline: float | None) -> str:
-        contexts = self._get_contexts(deadline)
-        defaults = [c for c in contexts if c.is_default]
-        if defaults:
-            return defaults[0].context_handle
-        if len(contexts) == 1:
-            return contexts[0].context_handle
-        raise BosConfigurationError(
-            f"No default BOS context among {len(contexts)} authorized contexts; pass context_handle."
-        )
-
     # --- internals: era negotiation ------------------------------------------------------------
 
     def _discover(self, *, probe: bool) -> None:
         self.protocol_version = PROTOCOL_2026  # the envelope and headers of the probe
         try:
             result = self._request("server/discover", None)
-        except BosJsonRpcError as exc:
+            check_discovered(result, probe=probe)
+        except (BosJsonRpcError, BosHttpError) as exc:
             self.protocol_version = None
-            if not probe:
+            verdict = probe_verdict(exc) if probe else None
+            if verdict is None:
                 raise
-            if exc.code == UNSUPPORTED_PROTOCOL_VERSION:
-                supported = exc.data.get("supported") if isinstance(exc.data, Mapping) else None
-                if isinstance(supported, list) and not any(v in HANDSHAKE_VERSIONS for v in supported):
-                    raise  # a stateless-only server that speaks none of our versions
-            raise _NotStateless(f"JSON-RPC error {exc.code}") from None
-        except BosHttpError as exc:
-            self.protocol_version = None
-            if probe and not isinstance(exc, BosRetryableHttpError) and exc.status_code in (400, 404, 405):
-                raise _NotStateless(f"HTTP {exc.status_code}") from None
-            raise
+            raise verdict from None
         except BaseException:
             self.protocol_version = None
             raise
-        supported = result.get("supportedVersions")
-        if not isinstance(supported, list) or PROTOCOL_2026 not in supported:
-            self.protocol_version = None
-            if probe:
-                raise _NotStateless(f"supportedVersions {supported!r}")
-            raise BosProtocolError(
-                f"The server does not support MCP {PROTOCOL_2026} (supportedVersions: {supported!r}); "
-                f"use era '{PROTOCOL_2025}' or 'auto'."
-            )
-        capabilities = result.get("capabilities")
-        self.server_capabilities = dict(capabilities) if isinstance(capabilities, Mapping) else {}
-        info = result.get("serverInfo")
-        if info is None and isinstance(result.get("_meta"), Mapping):
-            info = result["_meta"].get("io.modelcontextprotocol/serverInfo")
-        self.server_info = dict(info) if isinstance(info, Mapping) else None
-        self.instructions = result.get("instructions") if isinstance(result.get("instructions"), str) else None
+        self._describe(ServerDescription.from_result(result, discover=True))
         logger.debug("MCP: stateless %s via server/discover.", PROTOCOL_2026)
 
     def _initialize(self) -> None:
@@ -662,20 +462,16 @@ class McpSession:
         self._session_id = None
         params = {"protocolVersion": PROTOCOL_2025, "capabilities": {}, "clientInfo": self.client_info}
         result = self._request("initialize", params)
-        version = result.get("protocolVersion")
-        if version not in HANDSHAKE_VERSIONS:
-            raise BosProtocolError(
-                f"The server chose MCP protocol version {version!r}, which this client does not speak "
-                f"(it speaks {', '.join(HANDSHAKE_VERSIONS)} and {PROTOCOL_2026})."
-            )
-        self.protocol_version = version
-        capabilities = result.get("capabilities")
-        self.server_capabilities = dict(capabilities) if isinstance(capabilities, Mapping) else {}
-        info = result.get("serverInfo")
-        self.server_info = dict(info) if isinstance(info, Mapping) else None
-        self.instructions = result.get("instructions") if isinstance(result.get("instructions"), str) else None
+        self.protocol_version = check_handshake_version(result.get("protocolVersion"))
+        self._describe(ServerDescription.from_result(result, discover=False))
         self._notify("notifications/initialized")
-        logger.debug("MCP: initialized %s (session id %s).", version, "set" if self._session_id else "none")
+        logger.debug("MCP: initialized %s (session id %s).", self.protocol_version,
+                     "set" if self._session_id else "none")
+
+    def _describe(self, server: ServerDescription) -> None:
+        self.server_capabilities = server.capabilities
+        self.server_info = server.server_info
+        self.instructions = server.instructions
 
     # --- internals: HTTP -----------------------------------------------------------------------
 
@@ -683,19 +479,16 @@ class McpSession:
         self,
         method: str,
         params: dict[str, Any] | None,
-        *,
-        deadline: float | None = None,
-        make_consumer: Callable[[str], _Consumer] | None = None,
-        deadline_s: float | None = None,
-        final_style: ToolStyle | None = None,
+        options: CallOptions = _PLAIN,
     ) -> _Reply:
         """One request with retries; a stale 2025 session is re-initialised once."""
+        deadline = options.deadline
 
         def attempt() -> _Reply:
             return run_with_retries(
-                lambda: self._attempt(method, params, deadline, make_consumer, deadline_s, final_style),
+                lambda: self._attempt(method, params, options),
                 self.retry,
-                deadline=deadline,
+                deadline=deadline.at if deadline is not None else None,
                 sleep=self._sleep,
                 describe=method,
             )
@@ -714,38 +507,18 @@ class McpSession:
             raise BosReadCancelled("The request was cancelled while waiting to retry.")
 
     def _headers(self, method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": _ACCEPT}
-        if self.stateless:
-            headers["MCP-Protocol-Version"] = PROTOCOL_2026
-            headers["Mcp-Method"] = method
-            key = NAME_BEARING_METHODS.get(method)
-            if key and params is not None and isinstance(params.get(key), str):
-                headers["Mcp-Name"] = encode_header_value(params[key])
-        elif self.protocol_version is not None:
-            headers["MCP-Protocol-Version"] = self.protocol_version
-            if self._session_id is not None:
-                headers["Mcp-Session-Id"] = self._session_id
-        return headers
+        return request_headers(method, params, protocol_version=self.protocol_version, session_id=self._session_id)
 
     def _envelope_params(self, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        if not self.stateless:
-            return dict(params) if params is not None else None
-        out = dict(params or {})
-        meta = dict(out.get("_meta") or {})
-        capabilities = dict(meta.get(CLIENT_CAPABILITIES_META_KEY) or {})
-        meta[PROTOCOL_VERSION_META_KEY] = PROTOCOL_2026
-        meta[CLIENT_INFO_META_KEY] = self.client_info
-        meta[CLIENT_CAPABILITIES_META_KEY] = capabilities  # our normal capabilities are {} + any opt-in
-        out["_meta"] = meta
-        return out
+        return envelope_params(params, stateless=self.stateless, client_info=self.client_info)
 
     def _auth_kwargs(self) -> dict[str, Any]:
         return {"auth": self._auth} if self._auth is not None else {}
 
-    def _timeout(self, deadline: float | None) -> httpx.Timeout:
+    def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
         read = self.timeout
         if deadline is not None:
-            read = max(0.001, min(read, deadline - time.monotonic()))
+            read = max(0.001, min(read, deadline.remaining()))
         return httpx.Timeout(self.timeout, read=read)
 
     def _notify(self, method: str, params: dict[str, Any] | None = None) -> None:
@@ -753,7 +526,7 @@ class McpSession:
 
         def send() -> None:
             request = self._client.build_request(
-                "POST", self.url, content=_dumps(body), headers=self._headers(method, params),
+                "POST", self.url, content=dumps(body), headers=self._headers(method, params),
                 timeout=self._timeout(None),
             )
             response = self._send(request, method)
@@ -781,62 +554,58 @@ class McpSession:
         except httpx.TransportError as exc:
             raise BosTransportError(f"The request {method} to {self.url} failed ({type(exc).__name__}).") from exc
 
-    def _attempt(
-        self,
-        method: str,
-        params: dict[str, Any] | None,
-        deadline: float | None,
-        make_consumer: Callable[[str], _Consumer] | None,
-        deadline_s: float | None,
-        final_style: ToolStyle | None = None,
-    ) -> _Reply:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise BosDeadlineExceeded(f"The {method} deadline of {deadline_s}s passed before the request was sent.")
+    def _attempt(self, method: str, params: dict[str, Any] | None, options: CallOptions) -> _Reply:
+        deadline, make_consumer, final_style = options.deadline, options.make_consumer, options.final_style
+        if deadline is not None and deadline.reached():
+            raise BosDeadlineExceeded(
+                f"The {method} deadline of {deadline.seconds}s passed before the request was sent."
+            )
         request_id = self._ids.next()
         body = request_envelope(request_id, method, self._envelope_params(params))
         request = self._client.build_request(
-            "POST", self.url, content=_dumps(body), headers=self._headers(method, params),
+            "POST", self.url, content=dumps(body), headers=self._headers(method, params),
             timeout=self._timeout(deadline),
         )
         consumer = make_consumer(request_id) if make_consumer is not None else None
         try:
             response = self._send(request, method)
         except BosTransportError as exc:
-            if _past(deadline):
-                raise _deadline_error(method, deadline_s, None) from exc
+            if deadline is not None and deadline.passed():
+                raise deadline.error(method) from exc
             raise
         with self._lock:
             self._inflight = response
         handed_over = False
         try:
             if self._cancel.is_set():
-                _abort(response)
+                abort(response)
                 raise BosReadCancelled(f"{method} was cancelled.")
             self._raise_for_status(response, method)
             if method == "initialize":
                 session_id = response.headers.get("mcp-session-id")
                 if session_id:
                     self._session_id = session_id
-            media_type = _media_type(response)
-            if media_type == "application/json":
+            content_type = media_type(response)
+            if content_type == "application/json":
                 try:
                     if final_style is not None:
                         body = self._read_body(response, method)
                         return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
                     return _Reply(self._read_json(response, method), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:
-                    if _past(deadline) and not isinstance(exc, BosReadCancelled):
-                        raise _deadline_error(method, deadline_s, None) from exc
+                    if deadline is not None and deadline.passed() and not isinstance(exc, BosReadCancelled):
+                        raise deadline.error(method) from exc
                     raise
-            if media_type == "text/event-stream":
-                reply = self._read_stream(response, method, request_id, consumer, deadline, deadline_s, final_style)
+            if content_type == "text/event-stream":
+                call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
+                reply = self._read_stream(response, call, consumer, final_style)
                 handed_over = reply.stream is not None
                 return reply
             raise BosHttpError(
                 f"BOS answered {method} with an unexpected content type",
                 status_code=response.status_code,
                 content_type=response.headers.get("content-type"),
-                body_excerpt=_error_excerpt(response),
+                body_excerpt=error_excerpt(response),
                 url=self.url,
             )
         finally:
@@ -846,52 +615,7 @@ class McpSession:
                 response.close()
 
     def _raise_for_status(self, response: httpx.Response, method: str) -> None:
-        status = response.status_code
-        if 200 <= status < 300:
-            if status in (202, 204) and not method.startswith("notifications/"):
-                raise BosProtocolError(f"BOS answered the request {method} with HTTP {status} and no response.")
-            return
-        if status == 401:
-            challenge = response.headers.get("www-authenticate", "")
-            error = _challenge_param(challenge, "error")
-            raise BosAuthError(
-                f"BOS rejected the credentials for {method} (HTTP 401"
-                + (f", {error}" if error else "")
-                + "). Check the connection's token or API key; an OAuth grant may need reconnecting."
-            )
-        if status == 403:
-            error = _challenge_param(response.headers.get("www-authenticate", ""), "error")
-            raise BosAuthError(
-                f"BOS refused {method} (HTTP 403" + (f", {error}" if error else "") + "): the grant lacks access."
-            )
-        if status == 404 and self._session_id is not None and not self.stateless:
-            raise BosSessionExpired(f"BOS no longer knows this MCP session (HTTP 404 on {method}).")
-        if status in (429, 502, 503, 504):
-            raise BosRetryableHttpError(
-                f"BOS is busy or unavailable for {method}",
-                retry_after=parse_retry_after(response.headers.get("retry-after")),
-                status_code=status,
-                content_type=response.headers.get("content-type"),
-                body_excerpt=_error_excerpt(response),
-                url=self.url,
-            )
-        body = _read_limited(response, _ERROR_BODY_LIMIT)
-        if _media_type(response) == "application/json":
-            try:
-                message = loads(body)
-            except ValueError:
-                message = None
-            if isinstance(message, Mapping) and isinstance(message.get("error"), Mapping):
-                err = rpc_error(message["error"], method)
-                err.http_status = status  # type: ignore[attr-defined]
-                raise err
-        raise BosHttpError(
-            f"BOS answered {method} with an unexpected status",
-            status_code=status,
-            content_type=response.headers.get("content-type"),
-            body_excerpt=excerpt(body) if body else None,
-            url=self.url,
-        )
+        raise_for_status(response, method, self.url, in_session=self._session_id is not None and not self.stateless)
 
     def _read_json(self, response: httpx.Response, method: str) -> Any:
         return self._decode_json(self._read_body(response, method), method)
@@ -915,23 +639,17 @@ class McpSession:
             ) from None
 
     def _read_stream(
-        self,
-        response: httpx.Response,
-        method: str,
-        request_id: str,
-        consumer: _Consumer | None,
-        deadline: float | None,
-        deadline_s: float | None,
-        final_style: ToolStyle | None = None,
+        self, response: httpx.Response, call: StreamedCall, consumer: Consumer | None, final_style: ToolStyle | None
     ) -> _Reply:
-        router: _FrameRouter | None = None
+        """Route the events of an SSE answer until the final response (or its start, when streaming records)."""
+        method, request_id = call.method, call.request_id
+        router: FrameRouter | None = None
         if final_style is not None:
-            router = _FrameRouter(final_style, min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
+            router = FrameRouter(final_style, min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
             parser = SseParser(max_event_bytes=self.max_event_bytes, stream_threshold=self.stream_threshold_bytes,
                                open_stream=router.open, raw_data=True)
         else:
             parser = SseParser(max_event_bytes=self.max_event_bytes, raw_data=True)
-        observations = _observations_of(consumer)
         chunks = response.iter_bytes()
         try:
             for chunk in chunks:
@@ -940,8 +658,9 @@ class McpSession:
                         assert router is not None
                         scanner = router.finished.pop(0)
                         if scanner.kind == "response":
-                            return self._frame_reply(response, chunks, parser, router, scanner, method, request_id,
-                                                     deadline, deadline_s, observations, finished=True)
+                            source = OpenResponse(response, chunks, parser, router, self._release)
+                            return _Reply(None, request_id, streamed=True,
+                                          stream=hand_over(source, scanner, call, finished=True))
                         message = self._dispatch_message(scanner.finish(), request_id, consumer)
                         if message is not None:
                             return _Reply(message, request_id, streamed=True)
@@ -951,62 +670,36 @@ class McpSession:
                         raw = event.data if router is not None else None
                         return _Reply(message, request_id, streamed=True, raw=raw)
                 if router is not None and router.current is not None and router.current.kind == "response":
-                    return self._frame_reply(response, chunks, parser, router, router.current, method, request_id,
-                                             deadline, deadline_s, observations, finished=False)
+                    source = OpenResponse(response, chunks, parser, router, self._release)
+                    return _Reply(None, request_id, streamed=True,
+                                  stream=hand_over(source, router.current, call, finished=False))
                 # Checked per chunk, so keepalive comments alone cannot outlive the deadline, and a
                 # cancel() is honoured even where the socket could not be shut down under us.
-                if self._cancel.is_set():
-                    raise BosReadCancelled(f"{method} was cancelled; there is no result.", observations=observations)
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise _deadline_error(method, deadline_s, observations)
+                call.check()
             parser.close()
         except (httpx.TransportError, httpx.StreamError) as exc:
-            if self._cancel.is_set():
-                raise BosReadCancelled(f"{method} was cancelled; there is no result.", observations=observations) from exc
-            if _past(deadline):
-                raise _deadline_error(method, deadline_s, observations) from exc
-            raise BosIncompleteStreamError(
+            raise call.interrupted() or BosIncompleteStreamError(
                 f"The connection failed before the final response to {method} ({type(exc).__name__}); "
                 "there is no confirmed result. Re-run the read.",
-                observations=observations,
+                observations=call.observations,
             ) from exc
         if self._cancel.is_set():
-            raise BosReadCancelled(f"{method} was cancelled; there is no result.", observations=observations)
+            raise call.cancelled()
         raise BosIncompleteStreamError(
             f"The event stream ended before the final response to {method}; there is no confirmed result. "
             "Re-run the read.",
-            observations=observations,
+            observations=call.observations,
         )
 
-    def _frame_reply(
-        self,
-        response: httpx.Response,
-        chunks: Iterator[bytes],
-        parser: SseParser,
-        router: _FrameRouter,
-        scanner: FinalFrameScanner,
-        method: str,
-        request_id: str,
-        deadline: float | None,
-        deadline_s: float | None,
-        observations: SourceResultsTracker | None,
-        *,
-        finished: bool,
-    ) -> _Reply:
-        """The final frame has started (its first key says it is a result): hand the response over."""
-        if "id" in scanner.message and not _same_id(scanner.message["id"], request_id):
-            raise BosResultError(
-                f"The response id {scanner.message['id']!r} does not match the request id {request_id!r}; "
-                "the server answered some other request."
-            )
-        stream = _FrameStream(
-            self, response, chunks, parser, router, scanner, method=method, request_id=request_id,
-            deadline=deadline, deadline_s=deadline_s, observations=observations, finished=finished,
-        )
-        return _Reply(None, request_id, streamed=True, stream=stream)
+    def _release(self, response: httpx.Response) -> None:
+        """A handed-over response is done with: it is no longer the in-flight one, and is closed."""
+        with self._lock:
+            if self._inflight is response:
+                self._inflight = None
+        response.close()
 
     def _dispatch_event(
-        self, event: str, data: bytes, request_id: str, consumer: _Consumer | None,
+        self, event: str, data: bytes, request_id: str, consumer: Consumer | None,
         text: Callable[[bytes], str],
     ) -> Any:
         """Route one SSE event; return the final response message, or None to keep reading.
@@ -1032,7 +725,7 @@ class McpSession:
             raise BosProtocolError(f"An SSE message event is not valid JSON ({len(data)} characters).") from None
         return self._dispatch_message(message, request_id, consumer)
 
-    def _dispatch_message(self, message: Any, request_id: str, consumer: _Consumer | None) -> Any:
+    def _dispatch_message(self, message: Any, request_id: str, consumer: Consumer | None) -> Any:
         """Route one decoded SSE message; return the final response message, or None to keep reading."""
         if not isinstance(message, Mapping):
             raise BosProtocolError("An SSE message event is not a JSON-RPC object.")
@@ -1059,81 +752,8 @@ class McpSession:
 # --- helpers ---------------------------------------------------------------------------------------
 
 
-def _dumps(body: Any) -> bytes:
-    try:
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
-    except (TypeError, ValueError) as exc:
-        raise BosConfigurationError(f"The request cannot be sent as JSON: {exc}") from None
-
-
-def _media_type(response: httpx.Response) -> str:
-    return response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-
-
-def _read_limited(response: httpx.Response, limit: int) -> bytes:
-    """At most ``limit`` bytes of a (streaming) error body; never raises."""
-    if response.is_stream_consumed:
-        try:
-            return response.content[:limit]
-        except httpx.ResponseNotRead:
-            return b""
-    data = bytearray()
-    try:
-        for chunk in response.iter_bytes():
-            data += chunk
-            if len(data) >= limit:
-                break
-    except httpx.HTTPError:
-        pass
-    return bytes(data[:limit])
-
-
-def _error_excerpt(response: httpx.Response) -> str | None:
-    body = _read_limited(response, _ERROR_BODY_LIMIT)
-    return excerpt(body) if body else None
-
-
-def _challenge_param(challenge: str, name: str) -> str | None:
-    """A parameter of a WWW-Authenticate challenge (e.g. ``error``); the header holds no secret."""
-    match = re.search(rf'{name}="([^"]*)"', challenge) or re.search(rf"{name}=([^,\s]+)", challenge)
-    return excerpt(match.group(1), 80) if match else None
-
-
-def _abort(response: httpx.Response) -> None:
-    """Close the socket under a response from any thread; a blocked read then returns at once."""
-    stream = response.extensions.get("network_stream")
-    sock = None
-    if stream is not None:
-        try:
-            sock = stream.get_extra_info("socket")
-        except Exception:  # noqa: BLE001 - transports differ; fall back below
-            sock = None
-    if isinstance(sock, socket.socket):
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-            return
-        except OSError:
-            pass
-    try:
-        response.close()
-    except Exception:  # noqa: BLE001 - best effort from a foreign thread
-        logger.debug("Closing the in-flight response failed.", exc_info=True)
-
-
-def _observations_of(consumer: _Consumer | None) -> SourceResultsTracker | None:
+def _observations_of(consumer: Consumer | None) -> SourceResultsTracker | None:
     return getattr(consumer, "tracker", None)
-
-
-def _past(deadline: float | None) -> bool:
-    # A read timeout sized to the deadline may wake a hair early: allow for timer slack.
-    return deadline is not None and time.monotonic() >= deadline - 0.05
-
-
-def _deadline_error(method: str, deadline_s: float | None, observations: Any) -> BosDeadlineExceeded:
-    return BosDeadlineExceeded(
-        f"{method} did not finish within its {deadline_s}s deadline; the call was cancelled.",
-        observations=observations,
-    )
 
 
 def _structured(result: Mapping[str, Any], tool: str) -> dict[str, Any]:

@@ -1,60 +1,32 @@
-"""The ``bos/source-results/v1`` stream: notification validation and the final result.
+"""The ``bos/source-results/v1`` notifications of a read: validation and per-source progress.
 
 :class:`SourceResultsTracker` checks every ``notifications/bos/source_result`` against the
-contract (§4-§5) and keeps per-source progress. Pages are provisional observations, never data.
-
-:class:`FinalFrameParser` turns the final JSON-RPC response of a federated read (direct tool or
-``bos_execute`` envelope) into a :class:`FinalResult`: the authoritative records plus metadata,
-cross-checked against what the stream showed. Mismatches are warnings, not failures: the final
-result is authoritative (contract §5).
-
-:class:`StreamingFinalResult` is the constant-memory form (``McpSession.federated_read(...,
-stream_records=True)``): its records are pulled from the still-open response as they arrive (see
-:mod:`.final_frame`), and what depends on the end of the frame is available once they are consumed.
+contract (§4-§5) and keeps per-source progress. Pages are provisional observations, never data;
+the authoritative final result is :mod:`.final_result`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from airflow_provider_bos.exceptions import (
-    BosJsonRpcError,
-    BosProtocolError,
-    BosResultError,
-    BosStreamValidationError,
-    excerpt,
-)
-from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error
+from airflow_provider_bos.exceptions import BosStreamValidationError
+from airflow_provider_bos.mcp.jsonrpc import same_id
 from airflow_provider_bos.mcp.page_records import PageRecords
-from airflow_provider_bos.models import (
-    SOURCE_ERROR_CODES,
-    BosContext,
-    FederatedRecord,
-    ReadMetadata,
-    SourceErrorEntry,
-    SourceErrorInfo,
-    SourceRef,
-)
+from airflow_provider_bos.models import SOURCE_ERROR_CODES, BosContext, SourceErrorInfo, SourceRef
 
 __all__ = [
     "SourceStats",
     "SourceNotification",
     "SourceProgress",
     "SourceResultsTracker",
-    "FinalResult",
-    "StreamingFinalResult",
-    "FinalFrameParser",
-    "parse_final_response",
     "ToolStyle",
+    "describe_validation_error",
 ]
-
-logger = logging.getLogger(__name__)
 
 ToolStyle = Literal["execute", "direct"]
 _STATUSES = ("page", "complete", "error")
@@ -65,11 +37,6 @@ def _violation(rule: str, message: str) -> BosStreamValidationError:
         f"bos/source-results/v1 notification broke the contract [{rule}]: {message}", rule=rule
     )
     return err
-
-
-def _same_id(a: object, b: object) -> bool:
-    """JSON-RPC id equality: ``1`` and ``"1"`` differ, and a boolean is never an id."""
-    return type(a) is type(b) and a == b and not isinstance(a, bool)
 
 
 # --- notifications -----------------------------------------------------------------------------
@@ -202,7 +169,7 @@ class SourceResultsTracker:
         if not isinstance(params, Mapping):
             raise _violation("shape", "params is not an object.")
         request_id = params.get("requestId")
-        if not _same_id(request_id, self.request_id):
+        if not same_id(request_id, self.request_id):
             raise _violation(
                 "request-id", f"requestId {request_id!r} is not this call's id {self.request_id!r}."
             )
@@ -272,7 +239,7 @@ class SourceResultsTracker:
             context = params.get("context")
             context_model = BosContext.model_validate(context) if context is not None else None
         except ValidationError as exc:
-            raise _violation("shape", _describe(exc)) from None
+            raise _violation("shape", describe_validation_error(exc)) from None
         # A newer server's extra fields are kept, as model_validate would.
         extra = {k: v for k, v in params.items() if k not in _NOTIFICATION_FIELDS}
 
@@ -330,404 +297,10 @@ class SourceResultsTracker:
         )
 
 
-def _describe(exc: ValidationError, limit: int = 3) -> str:
+def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
     parts = []
     for err in exc.errors()[:limit]:
         loc = ".".join(str(p) for p in err["loc"]) or "(root)"
         parts.append(f"{loc}: {err['msg']}")
     more = len(exc.errors()) - limit
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
-
-
-# --- the final result ------------------------------------------------------------------------
-
-
-@dataclass
-class FinalResult:
-    """The authoritative outcome of a federated read (the final JSON-RPC response)."""
-
-    request_id: str | int
-    is_error: bool
-    completeness: str  # "complete" | "partial"; anything else: callers fail closed
-    metadata: ReadMetadata
-    records: Iterable[FederatedRecord]  # authoritative; consume once (a later version streams it)
-    context: BosContext | None
-    result_type: str | None  # stateless era: "complete"
-    tool_style: str  # "execute" | "direct"
-    streamed: bool  # the server answered with the negotiated event stream
-    observations: SourceResultsTracker  # provisional per-source stats (empty if not streamed)
-    warnings: list[str] = field(default_factory=list)  # cross-check mismatches (logged, not failures)
-
-    @property
-    def source_errors(self) -> list[SourceErrorEntry]:
-        return list(self.metadata.source_errors)
-
-    @property
-    def result_count(self) -> int | None:
-        return self.metadata.result_count
-
-    def __repr__(self) -> str:
-        return (
-            f"FinalResult(request_id={self.request_id!r}, tool_style={self.tool_style!r}, "
-            f"completeness={self.completeness!r}, is_error={self.is_error}, "
-            f"result_count={self.result_count}, streamed={self.streamed}, warnings={len(self.warnings)})"
-        )
-
-    def close(self) -> None:
-        """Release the response behind the records (a no-op for a materialised result)."""
-
-    def __enter__(self) -> FinalResult:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-_DEFERRED = ("is_error", "completeness", "metadata", "context", "result_type", "warnings")
-
-
-class StreamingFinalResult(FinalResult):
-    """A :class:`FinalResult` whose records stream from the still-open response.
-
-    ``records`` is a ONE-SHOT iterator of plain dicts (the wire records, lightly checked: a
-    non-empty ``record_ref``, non-empty ``sources`` with ``observed_at``). ``request_id``,
-    ``tool_style``, ``streamed`` and ``observations`` are available at once; ``is_error``,
-    ``completeness``, ``metadata``, ``context``, ``result_type``, ``warnings``, ``source_errors``
-    and ``result_count`` raise :class:`BosResultError` until the iterator is exhausted and the
-    frame validated. An EOF or connection failure mid-frame raises
-    :class:`~airflow_provider_bos.exceptions.BosIncompleteStreamError` from the iterator, so a
-    consumer's transaction rolls back. Use as a context manager (or call :meth:`close`) to release
-    the response if the records are not consumed to the end.
-    """
-
-    def __init__(
-        self,
-        *,
-        request_id: str | int,
-        tool_style: str,
-        streamed: bool,
-        observations: SourceResultsTracker,
-        records: Iterable[Any],
-        finish: Callable[[int], FinalResult],
-        on_close: Callable[[], None] | None = None,
-        scanner: Any = None,
-    ) -> None:
-        self.request_id = request_id
-        self._scanner = scanner  # the FinalFrameScanner still being fed, when the frame streams
-        self.tool_style = tool_style
-        self.streamed = streamed
-        self.observations = observations
-        self._source = records
-        self._finish = finish
-        self._on_close = on_close
-        self._final: FinalResult | None = None
-        self._iterated = False
-        self._failure: BaseException | None = None
-        #: Records handed out so far.
-        self.records_consumed = 0
-
-    @classmethod
-    def of(cls, result: FinalResult) -> StreamingFinalResult:
-        """The deferred form of an already complete result (same rules, for uniform consumers)."""
-        return cls(
-            request_id=result.request_id,
-            tool_style=result.tool_style,
-            streamed=result.streamed,
-            observations=result.observations,
-            records=result.records,
-            finish=lambda _count: result,
-        )
-
-    def use_known_wire_hashes(self, known: Any) -> bool:
-        """Let records whose wire hash is in ``known`` through undecoded, as ``KnownRecord`` claims.
-
-        ``known``: a :class:`~airflow_provider_bos.wire.WireHashSet` from the warehouse that will
-        verify the claims. Applies to the bytes still to arrive; returns False (and does nothing)
-        when the frame is not streaming. Call before consuming :attr:`records`.
-        """
-        if self._scanner is None or self._iterated:
-            return False
-        self._scanner.known = known
-        return True
-
-    @property
-    def known_records(self) -> int:
-        """How many records came through as ``KnownRecord`` claims (not decoded)."""
-        return self._scanner.known_records if self._scanner is not None else 0
-
-    @property  # type: ignore[override]
-    def records(self) -> Iterator[Any]:
-        if self._iterated:
-            raise BosResultError("The records of a streamed result can be consumed only once.")
-        self._iterated = True
-        return self._iterate()
-
-    def _iterate(self) -> Iterator[Any]:
-        n = 0
-        try:
-            for record in self._source:
-                n += 1
-                self.records_consumed = n
-                yield record
-            self._final = self._finish(self.records_consumed)
-        except BaseException as exc:
-            self._failure = exc
-            raise
-        finally:
-            self.close()
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in _DEFERRED:
-            final = object.__getattribute__(self, "_final")
-            if final is None:
-                failure = object.__getattribute__(self, "_failure")
-                why = (
-                    f"; the record stream failed ({type(failure).__name__})"
-                    if failure is not None and not isinstance(failure, GeneratorExit)
-                    else ""
-                )
-                raise BosResultError(
-                    f"FinalResult.{name} is available once records are consumed (stream_records=True){why}."
-                )
-            return getattr(final, name)
-        return object.__getattribute__(self, name)
-
-    @property
-    def complete(self) -> bool:
-        """True once every record was consumed and the frame validated."""
-        return self._final is not None
-
-    def close(self) -> None:
-        on_close, self._on_close = self._on_close, None
-        if on_close is not None:
-            on_close()
-
-    __eq__ = object.__eq__  # type: ignore[assignment]
-    __hash__ = object.__hash__  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        if self._final is None:
-            return (
-                f"StreamingFinalResult(request_id={self.request_id!r}, tool_style={self.tool_style!r}, "
-                f"streamed={self.streamed}, records_consumed={self.records_consumed}, pending)"
-            )
-        return "Streaming" + repr(self._final).replace("FinalResult", "FinalResult", 1)
-
-
-def _loads(data: str | bytes) -> Any:
-    try:
-        return loads(data)
-    except ValueError as exc:
-        raise BosResultError(f"The final response is not valid JSON ({exc}).") from None
-
-
-class FinalFrameParser:
-    """Parses a federated read's final JSON-RPC response into a :class:`FinalResult`.
-
-    ``tool_style`` says where the records are: ``"direct"`` (``structuredContent.result`` /
-    ``.metadata``) or ``"execute"`` (``structuredContent.result.result`` / ``.result.metadata``,
-    context in ``structuredContent.context`` and ``_meta["bos/context"]``).
-    """
-
-    def __init__(
-        self,
-        request_id: str | int,
-        *,
-        tool_style: ToolStyle,
-        observations: SourceResultsTracker | None = None,
-        streamed: bool = False,
-        method: str = "tools/call",
-    ) -> None:
-        if tool_style not in ("execute", "direct"):
-            raise ValueError("tool_style must be 'execute' or 'direct'")
-        self.request_id = request_id
-        self.tool_style: ToolStyle = tool_style
-        self.observations = observations if observations is not None else SourceResultsTracker(request_id)
-        self.streamed = streamed
-        self.method = method
-
-    def parse_data(self, data: str | bytes) -> FinalResult:
-        """Parse the final frame from its JSON text (an SSE ``data`` payload or a JSON body)."""
-        return self.parse_message(_loads(data))
-
-    def parse_message(self, message: Any, *, record_count: int | None = None) -> FinalResult:
-        """Parse an already-decoded JSON-RPC response object.
-
-        With ``record_count`` the message is a skeleton whose record array was streamed elsewhere
-        (:class:`~.final_frame.FinalFrameScanner`): records are not validated here, the
-        cross-checks use ``record_count``, and the result's ``records`` is empty.
-        """
-        if not isinstance(message, Mapping):
-            raise BosResultError("The final response is not a JSON object.")
-        if "id" not in message or not _same_id(message.get("id"), self.request_id):
-            raise BosResultError(
-                f"The final response id {message.get('id')!r} does not match the request id "
-                f"{self.request_id!r}; the server answered some other request."
-            )
-        if "error" in message:
-            raise _rpc_error(message["error"], self.method)
-        if "result" not in message:
-            raise BosResultError("The final response has neither 'result' nor 'error'.")
-        return self.parse_result(message["result"], record_count=record_count)
-
-    def parse_result(self, result: Any, *, record_count: int | None = None) -> FinalResult:
-        """Parse a ``CallToolResult`` object (the JSON-RPC ``result``)."""
-        if not isinstance(result, Mapping):
-            raise BosResultError("The final result is not an object.")
-        result_type = result.get("resultType")
-        if result_type is not None and result_type != "complete":
-            raise BosResultError(
-                f"The server returned resultType {result_type!r}; this client only handles complete results."
-            )
-        is_error = result.get("isError", False)
-        if not isinstance(is_error, bool):
-            raise BosResultError(f"isError {is_error!r} is not a boolean.")
-        structured = result.get("structuredContent")
-        if not isinstance(structured, Mapping):
-            text = _first_text(result)
-            if is_error:
-                raise BosResultError(
-                    "The tool call failed before producing a result"
-                    + (f": {excerpt(text)}" if text else " (no details given).")
-                )
-            raise BosResultError("The final result has no structuredContent object.")
-
-        context: BosContext | None = None
-        warnings: list[str] = []
-        if self.tool_style == "execute":
-            operation = structured.get("result")
-            if not isinstance(operation, Mapping):
-                raise BosResultError(
-                    "The bos_execute result has no structuredContent.result object "
-                    "(expected the operation result with 'result' and 'metadata')."
-                )
-            raw_records, raw_metadata = operation.get("result"), operation.get("metadata")
-            where = "structuredContent.result"
-            context = _context(structured.get("context"), "structuredContent.context")
-            meta = result.get("_meta")
-            meta_context = meta.get("bos/context") if isinstance(meta, Mapping) else None
-            if meta_context is None:
-                warnings.append('The bos_execute result has no _meta["bos/context"].')
-            elif context is not None and meta_context != structured.get("context"):
-                warnings.append('_meta["bos/context"] differs from structuredContent.context.')
-            if context is None and meta_context is not None:
-                context = _context(meta_context, '_meta["bos/context"]')
-        else:
-            raw_records, raw_metadata = structured.get("result"), structured.get("metadata")
-            where = "structuredContent"
-        if not isinstance(raw_records, list):
-            raise BosResultError(f"The final result has no record array at {where}.result.")
-        if not isinstance(raw_metadata, Mapping):
-            raise BosResultError(f"The final result has no metadata object at {where}.metadata.")
-        try:
-            metadata = ReadMetadata.model_validate(raw_metadata)
-        except ValidationError as exc:
-            raise BosResultError(f"The final metadata is malformed: {_describe(exc)}") from None
-        if record_count is None:
-            records = list(_validate_records(raw_records, where))
-            record_count = len(records)
-        else:
-            records = []
-        warnings.extend(self._cross_check(metadata, is_error, record_count))
-        for warning in warnings:
-            logger.warning("BOS read %s: %s", self.request_id, warning)
-        return FinalResult(
-            request_id=self.request_id,
-            is_error=is_error,
-            completeness=metadata.completeness,
-            metadata=metadata,
-            records=records,
-            context=context,
-            result_type=result_type,
-            tool_style=self.tool_style,
-            streamed=self.streamed,
-            observations=self.observations,
-            warnings=warnings,
-        )
-
-    def _cross_check(self, metadata: ReadMetadata, is_error: bool, record_count: int) -> list[str]:
-        warnings: list[str] = []
-        if metadata.completeness not in ("complete", "partial"):
-            warnings.append(f"Unknown completeness {metadata.completeness!r}.")
-        elif is_error != (metadata.completeness == "partial"):
-            warnings.append(f"isError={is_error} is inconsistent with completeness {metadata.completeness!r}.")
-        if metadata.completeness == "partial" and not metadata.source_errors:
-            warnings.append("The result is partial but metadata.source_errors is empty.")
-        if metadata.result_count is not None and metadata.result_count != record_count:
-            warnings.append(
-                f"metadata.result_count is {metadata.result_count} but the result holds {record_count} records."
-            )
-        reported = {e.source.key: e.error.code for e in metadata.source_errors}
-        for key, code in self.observations.errored_sources.items():
-            if key not in reported:
-                warnings.append(
-                    f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
-                    "but is missing from metadata.source_errors."
-                )
-            elif reported[key] != code:
-                warnings.append(
-                    f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
-                    f"but metadata.source_errors says {reported[key]!r}."
-                )
-        if self.streamed:
-            for key in reported:
-                stats = self.observations.sources.get(key)
-                if stats is not None and stats.status != "error":
-                    warnings.append(
-                        f"metadata.source_errors names {key[0]}/{key[1]}, which the stream reported {stats.status!r}."
-                    )
-            running = self.observations.running_sources
-            if running:
-                names = ", ".join(str(s) for s in running)
-                warnings.append(f"The final response arrived before these sources finished: {names}.")
-        return warnings
-
-
-def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedRecord]:
-    for index, raw in enumerate(raw_records):
-        if not isinstance(raw, Mapping):
-            raise BosResultError(f"Record {index} at {where}.result is not an object.")
-        if not isinstance(raw.get("record_ref"), str) or not raw.get("record_ref"):
-            raise BosResultError(f"Record {index} at {where}.result has no record_ref.")
-        try:
-            yield FederatedRecord.model_validate(raw)
-        except ValidationError as exc:
-            raise BosResultError(f"Record {index} at {where}.result is malformed: {_describe(exc)}") from None
-
-
-def _context(raw: Any, where: str) -> BosContext | None:
-    if raw is None:
-        return None
-    try:
-        return BosContext.model_validate(raw)
-    except ValidationError as exc:
-        raise BosResultError(f"The context at {where} is malformed: {_describe(exc)}") from None
-
-
-def _first_text(result: Mapping[str, Any]) -> str | None:
-    content = result.get("content")
-    if isinstance(content, list):
-        for item in content:
-            if isinstance(item, Mapping) and item.get("type") == "text" and isinstance(item.get("text"), str):
-                return item["text"]
-    return None
-
-
-def _rpc_error(error: Any, method: str | None) -> BosJsonRpcError:
-    try:
-        return rpc_error(error, method)
-    except BosProtocolError:
-        raise BosResultError(f"The final response carries a malformed error object: {excerpt(str(error))}") from None
-
-
-def parse_final_response(
-    message: Any,
-    *,
-    request_id: str | int,
-    tool_style: ToolStyle,
-    observations: SourceResultsTracker | None = None,
-    streamed: bool = False,
-) -> FinalResult:
-    """Convenience: parse a decoded final JSON-RPC response (see :class:`FinalFrameParser`)."""
-    parser = FinalFrameParser(request_id, tool_style=tool_style, observations=observations, streamed=streamed)
-    return parser.parse_message(message)

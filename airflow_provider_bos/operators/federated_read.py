@@ -17,6 +17,7 @@ from airflow.sdk import AssetAlias, BaseOperator
 
 from airflow_provider_bos.exceptions import BosPartialReadError
 from airflow_provider_bos.hooks.bos import BosHook
+from airflow_provider_bos.mcp.reads import check_via
 from airflow_provider_bos.operators.progress import ProgressLogger
 from airflow_provider_bos.sync import run_sync
 
@@ -78,8 +79,7 @@ class BosFederatedReadOperator(BaseOperator):
         read_deadline: timedelta = timedelta(minutes=30),
         **kwargs: Any,
     ) -> None:
-        if via not in {"auto", "direct", "execute"}:
-            raise ValueError("via must be 'auto', 'direct' or 'execute'")
+        check_via(via)  # the session's rule and error, at DAG parse time: before any table is created
         if "outlets" not in kwargs:
             kwargs["outlets"] = [AssetAlias(alias_name(destination_conn_id, destination_schema, destination_table))]
         super().__init__(**kwargs)

@@ -3,7 +3,7 @@ or a typed ``BosError`` — never another exception, a hang, or unbounded memory
 
 Covered: the notification validator (``SourceResultsTracker.observe``: arbitrary JSON-ish params,
 arbitrary sequences, and each contract rule with its own ``rule``), the final-result parser
-(``parse_final_response`` / ``FinalFrameParser.parse_data``), the incremental final-frame scanner
+(``parse_final_response`` / ``FinalResultParser.parse_data``), the incremental final-frame scanner
 (``mcp/final_frame.py``, arbitrary bytes in arbitrary chunks), the SSE parser's event-size bound,
 and the whole read path (``McpSession.federated_read`` over ``httpx.MockTransport`` fed arbitrary
 event streams). Profiles: ``bos-ci`` (default) and ``bos-long`` (``BOS_HYPOTHESIS_PROFILE``), from
@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -29,11 +30,8 @@ from airflow_provider_bos.exceptions import (
     BosStreamValidationError,
 )
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
-from airflow_provider_bos.mcp.source_results import (
-    FinalFrameParser,
-    SourceResultsTracker,
-    parse_final_response,
-)
+from airflow_provider_bos.mcp.final_result import FinalResultParser, parse_final_response
+from airflow_provider_bos.mcp.source_results import SourceResultsTracker
 from airflow_provider_bos.mcp.sse import SseParser
 from airflow_provider_bos.models import SOURCE_ERROR_CODES
 
@@ -294,7 +292,7 @@ def test_any_final_message_parses_or_fails_typed(case: tuple[str, Any]) -> None:
 @given(styles, st.binary(max_size=300) | st.text(max_size=300).map(str.encode))
 def test_any_final_bytes_parse_or_fail_typed(style: str, data: bytes) -> None:
     try:
-        _consume(FinalFrameParser(RID, tool_style=style).parse_data(data))  # type: ignore[arg-type]
+        _consume(FinalResultParser(RID, tool_style=style).parse_data(data))  # type: ignore[arg-type]
     except BosError:
         pass
 
@@ -350,6 +348,39 @@ def _as_dict(rec: Any) -> Any:
     return rec if isinstance(rec, dict) else getattr(rec, "__dict__", rec)
 
 
+def _records_at(message: Any, style: str) -> list[Any]:
+    """The record array of a decoded final message ([] where there is none)."""
+    path = ("result", "structuredContent", "result") + (("result",) if style == "execute" else ())
+    node = message
+    for key in path:
+        if not isinstance(node, dict) or key not in node:
+            return []
+        node = node[key]
+    return node if isinstance(node, list) else []
+
+
+def _assert_yields_what_the_json_holds(style: str, data: bytes, got: list[Any], skeleton: dict[str, Any]) -> None:
+    """A frame the scanner accepted, whose bytes are JSON: its records are exactly the JSON's record
+    array, in order, and its skeleton gives the same result as the whole message parsed at once.
+
+    (Bytes the scanner accepted need not be JSON: it skips content text without validating it.)
+    """
+    try:
+        message = orjson.loads(data)
+    except ValueError:
+        return
+    assert [_as_dict(r) for r in got] == _records_at(message, style)
+    try:
+        whole = parse_final_response(message, request_id=RID, tool_style=style)  # type: ignore[arg-type]
+        count = _consume(whole)
+    except BosError:
+        return
+    assert count == len(got)
+    part = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=len(got))  # type: ignore[arg-type]
+    assert (part.is_error, part.completeness, part.metadata, part.context, part.warnings) == (
+        whole.is_error, whole.completeness, whole.metadata, whole.context, whole.warnings)
+
+
 @needs_scanner
 @PROFILE
 @given(styles, record_lists, st.lists(st.integers(0, 10**6), max_size=12), st.booleans())
@@ -358,8 +389,12 @@ def test_scanner_yields_exactly_the_records_whatever_the_chunking(style: str, re
     message = final_message(records, style=style)
     data = json.dumps(message, indent=1 if pretty else None, ensure_ascii=pretty).encode()
     got, skeleton = _scan(style, data, cuts)
-    assert [_as_dict(r)["record_ref"] for r in got] == [r["record_ref"] for r in records]
+    assert [_as_dict(r) for r in got] == records
     assert skeleton.get("id") == RID
+    final = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=len(got))  # type: ignore[arg-type]
+    assert (final.completeness, final.result_count, final.is_error, final.warnings) == ("complete", len(records),
+                                                                                         False, [])
+    _assert_yields_what_the_json_holds(style, data, got, skeleton)
 
 
 @needs_scanner
@@ -367,9 +402,10 @@ def test_scanner_yields_exactly_the_records_whatever_the_chunking(style: str, re
 @given(styles, st.binary(max_size=400), st.lists(st.integers(0, 10**6), max_size=8))
 def test_scanner_on_arbitrary_bytes_yields_records_or_a_typed_error(style: str, data: bytes, cuts: list[int]) -> None:
     try:
-        _scan(style, data, cuts)
+        got, skeleton = _scan(style, data, cuts)
     except BosError:
-        pass
+        return
+    _assert_yields_what_the_json_holds(style, data, got, skeleton)
 
 
 @needs_scanner
@@ -389,9 +425,10 @@ def test_scanner_on_a_damaged_frame_yields_records_or_a_typed_error(style: str, 
     elif pos < len(frame):
         frame = frame[:pos] + bytes([frame[pos] ^ data.draw(st.integers(1, 255))]) + frame[pos + 1:]
     try:
-        _scan(style, frame, data.draw(st.lists(st.integers(0, 10**6), max_size=6)))
+        got, skeleton = _scan(style, frame, data.draw(st.lists(st.integers(0, 10**6), max_size=6)))
     except BosError:
-        pass
+        return
+    _assert_yields_what_the_json_holds(style, frame, got, skeleton)
 
 
 @needs_scanner

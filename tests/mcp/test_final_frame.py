@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_bos.exceptions import BosJsonRpcError, BosResultError
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, WireRecord, check_record
-from airflow_provider_bos.mcp.source_results import FinalFrameParser
+from airflow_provider_bos.mcp.final_result import FinalResultParser
 
 RID = "rid-1"
 CONTEXT = {"context_handle": "ctx", "organization_name": "O", "application_name": "A",
@@ -51,6 +51,14 @@ def frame(style: str = "execute", *, records: list[Any] = RECORDS, meta: dict | 
     return json.dumps(message, indent=indent, ensure_ascii=ensure_ascii).encode()
 
 
+def assert_complete_result(skeleton: dict[str, Any], style: str, count: int) -> None:
+    """The skeleton of a valid frame parses to its complete result (metadata and context intact)."""
+    final = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=count)  # type: ignore[arg-type]
+    assert (final.completeness, final.result_count, final.is_error, final.warnings) == ("complete", count, False, [])
+    if style == "execute":
+        assert final.context is not None and final.context.context_handle == "ctx"
+
+
 def scan(data: bytes, style: str = "execute", sizes: list[int] | None = None) -> tuple[list[Any], dict, FinalFrameScanner]:
     scanner = FinalFrameScanner(tool_style=style)  # type: ignore[arg-type]
     out: list[Any] = []
@@ -80,7 +88,7 @@ def test_every_key_order_and_layout(style: str, order: tuple, inner: tuple, top:
     for sizes in ([len(data)], [1], [7, 3, 64]):
         records, skeleton, scanner = scan(data, style, sizes)
         assert records == RECORDS and scanner.kind == "response" and scanner.records_seen == 3
-        final = FinalFrameParser(RID, tool_style=style).parse_message(skeleton, record_count=len(records))  # type: ignore[arg-type]
+        final = FinalResultParser(RID, tool_style=style).parse_message(skeleton, record_count=len(records))  # type: ignore[arg-type]
         assert final.completeness == "complete" and final.result_count == 3 and final.warnings == []
         if style == "execute":
             assert final.context is not None and final.context.context_handle == "ctx"
@@ -101,8 +109,9 @@ def test_chunk_splits_at_every_position(data: st.DataObject) -> None:
         pos += sizes[k % len(sizes)]
         k += 1
     out += scanner.flush()
-    scanner.finish()
+    skeleton = scanner.finish()
     assert out == RECORDS
+    assert_complete_result(skeleton, style, len(RECORDS))
 
 
 @pytest.mark.parametrize("style", ["execute", "direct"])
@@ -160,7 +169,7 @@ def test_error_frame_is_captured_and_raised_as_the_typed_error() -> None:
     records, skeleton, scanner = scan(data, "direct", [3])
     assert records == [] and scanner.kind == "error"
     with pytest.raises(BosJsonRpcError, match="boom"):
-        FinalFrameParser(RID, tool_style="direct").parse_message(skeleton)
+        FinalResultParser(RID, tool_style="direct").parse_message(skeleton)
 
 
 def test_notification_is_captured_whole() -> None:
@@ -174,7 +183,7 @@ def test_failed_call_without_structured_content_reports_its_text() -> None:
                                                       "isError": True}}
     _, skeleton, _ = scan(json.dumps(message).encode(), "execute")
     with pytest.raises(BosResultError, match="upstream said no"):
-        FinalFrameParser(RID, tool_style="execute").parse_message(skeleton, record_count=0)
+        FinalResultParser(RID, tool_style="execute").parse_message(skeleton, record_count=0)
 
 
 @pytest.mark.parametrize(
@@ -202,7 +211,7 @@ def test_malformed_structure_is_reported_at_validation() -> None:
     records, skeleton, _ = scan(data, "direct")
     assert records == []
     with pytest.raises(BosResultError, match="no record array"):
-        FinalFrameParser(RID, tool_style="direct").parse_message(skeleton, record_count=0)
+        FinalResultParser(RID, tool_style="direct").parse_message(skeleton, record_count=0)
 
 
 def test_a_captured_value_over_the_limit_is_refused() -> None:
@@ -240,7 +249,7 @@ def _text_end_reference(buf: bytes, start: int) -> int:
        start=st.integers(0, 3))
 def test_the_text_skip_finds_the_same_closing_quote_as_a_byte_by_byte_scan(body: bytes, start: int) -> None:
     """_text_end's shortcuts (counts, backslash runs, filler) agree with the plain definition."""
-    from airflow_provider_bos.mcp.final_frame import _text_end
+    from airflow_provider_bos.mcp.json_bytes import text_end as _text_end
 
     buf = b"x" * start + body
     # Start where the reference scan says a string body may start: at an escape boundary.
@@ -269,3 +278,4 @@ def test_long_texts_are_skipped_whole_whatever_the_chunks(parts: list[str], repe
 
     # The first 2 KiB of the wire text are kept (up to 12 bytes less: an escape or a character cut).
     assert text.startswith(excerpt) and wire_len(excerpt) >= min(wire_len(text), 2048 - 12)
+    assert_complete_result(skeleton, "direct", len(RECORDS))

@@ -12,8 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_bos.exceptions import BosError, BosJsonRpcError, BosResultError, BosStreamValidationError
-from airflow_provider_bos.mcp.source_results import FinalFrameParser, SourceResultsTracker
+from airflow_provider_bos.exceptions import (
+    BosError,
+    BosJsonRpcError,
+    BosResultError,
+    BosStreamValidationError,
+)
+from airflow_provider_bos.mcp.final_result import FinalResultParser
+from airflow_provider_bos.mcp.source_results import SourceResultsTracker
 
 PROFILE = settings(settings.get_profile(os.environ.get("BOS_HYPOTHESIS_PROFILE", "bos-ci")))
 RID = "bos-test-1"
@@ -217,7 +223,7 @@ def frame(result: dict, request_id: Any = RID) -> str:
 
 
 def test_direct_envelope() -> None:
-    final = FinalFrameParser(RID, tool_style="direct").parse_data(frame(direct_result()))
+    final = FinalResultParser(RID, tool_style="direct").parse_data(frame(direct_result()))
     assert final.tool_style == "direct" and final.completeness == "complete" and not final.is_error
     assert [r.record_ref for r in final.records] == ["bos:person:1"]
     assert final.result_count == 1 and final.source_errors == [] and final.warnings == []
@@ -226,7 +232,7 @@ def test_direct_envelope() -> None:
 
 def test_execute_envelope_with_context_and_result_type() -> None:
     result = {**execute_result(), "resultType": "complete"}
-    final = FinalFrameParser(RID, tool_style="execute", streamed=True).parse_data(frame(result))
+    final = FinalResultParser(RID, tool_style="execute", streamed=True).parse_data(frame(result))
     assert [r.record_ref for r in final.records] == ["bos:person:1"]
     assert final.context is not None and final.context.context_handle == "ctx-1"
     assert final.result_type == "complete" and final.streamed and final.warnings == []
@@ -240,7 +246,7 @@ def test_partial_result_exposes_source_errors() -> None:
     tracker.observe(note(2, 1, "complete"))
     tracker.observe(note(3, 0, "error", source=HR, error="source_timeout"))
     result = execute_result(meta=metadata("partial", 1, errors), is_error=True)
-    final = FinalFrameParser(RID, tool_style="execute", observations=tracker, streamed=True).parse_data(frame(result))
+    final = FinalResultParser(RID, tool_style="execute", observations=tracker, streamed=True).parse_data(frame(result))
     assert final.is_error and final.completeness == "partial"
     assert [(e.source.key, e.error.code) for e in final.source_errors] == [(("hr", "hr-main"), "source_timeout")]
     assert final.warnings == [] and final.observations is tracker
@@ -248,7 +254,7 @@ def test_partial_result_exposes_source_errors() -> None:
 
 def test_all_sources_failed_is_partial_with_zero_records() -> None:
     errors = [{"source": CRM, "error": {"code": "rate_limited"}}]
-    final = FinalFrameParser(RID, tool_style="direct").parse_data(
+    final = FinalResultParser(RID, tool_style="direct").parse_data(
         frame(direct_result([], metadata("partial", 0, errors), is_error=True)))
     assert final.completeness == "partial" and list(final.records) == [] and final.warnings == []
 
@@ -256,15 +262,15 @@ def test_all_sources_failed_is_partial_with_zero_records() -> None:
 def test_json_rpc_error_final_frame() -> None:
     data = json.dumps({"jsonrpc": "2.0", "id": RID, "error": {"code": -32603, "message": "provider exploded"}})
     with pytest.raises(BosJsonRpcError) as excinfo:
-        FinalFrameParser(RID, tool_style="direct").parse_data(data)
+        FinalResultParser(RID, tool_style="direct").parse_data(data)
     assert excinfo.value.code == -32603 and "provider exploded" in str(excinfo.value)
 
 
 def test_wrong_final_id() -> None:
     with pytest.raises(BosResultError, match="does not match the request id"):
-        FinalFrameParser(RID, tool_style="direct").parse_data(frame(direct_result(), request_id="other"))
+        FinalResultParser(RID, tool_style="direct").parse_data(frame(direct_result(), request_id="other"))
     with pytest.raises(BosResultError):
-        FinalFrameParser(1, tool_style="direct").parse_data(frame(direct_result(), request_id="1"))
+        FinalResultParser(1, tool_style="direct").parse_data(frame(direct_result(), request_id="1"))
 
 
 @pytest.mark.parametrize(
@@ -284,34 +290,34 @@ def test_malformed_results(style: str, mutate: Any, message: str) -> None:
     result = direct_result() if style == "direct" else execute_result()
     mutate(result)
     with pytest.raises(BosResultError, match=message):
-        FinalFrameParser(RID, tool_style=style).parse_data(frame(result))  # type: ignore[arg-type]
+        FinalResultParser(RID, tool_style=style).parse_data(frame(result))  # type: ignore[arg-type]
 
 
 def test_tool_error_without_structured_content_reports_its_text() -> None:
     result = {"content": [{"type": "text", "text": "unknown context handle"}], "isError": True}
     with pytest.raises(BosResultError, match="unknown context handle"):
-        FinalFrameParser(RID, tool_style="execute").parse_data(frame(result))
+        FinalResultParser(RID, tool_style="execute").parse_data(frame(result))
 
 
 def test_not_json_and_not_a_response() -> None:
     with pytest.raises(BosResultError, match="not valid JSON"):
-        FinalFrameParser(RID, tool_style="direct").parse_data('{"jsonrpc": "2.0", "id": "bos-te')
+        FinalResultParser(RID, tool_style="direct").parse_data('{"jsonrpc": "2.0", "id": "bos-te')
     with pytest.raises(BosResultError, match="neither"):
-        FinalFrameParser(RID, tool_style="direct").parse_data(json.dumps({"jsonrpc": "2.0", "id": RID}))
+        FinalResultParser(RID, tool_style="direct").parse_data(json.dumps({"jsonrpc": "2.0", "id": RID}))
 
 
 def test_record_without_record_ref_names_its_index() -> None:
     bad = record("x")
     del bad["record_ref"]
     with pytest.raises(BosResultError, match=r"Record 2 at structuredContent\.result\.result has no record_ref"):
-        FinalFrameParser(RID, tool_style="execute").parse_data(
+        FinalResultParser(RID, tool_style="execute").parse_data(
             frame(execute_result([record("a"), record("b"), bad])))
 
 
 def test_record_without_sources_is_malformed() -> None:
     bad = {**record("x"), "sources": []}
     with pytest.raises(BosResultError, match="Record 0 .* malformed"):
-        FinalFrameParser(RID, tool_style="direct").parse_data(frame(direct_result([bad])))
+        FinalResultParser(RID, tool_style="direct").parse_data(frame(direct_result([bad])))
 
 
 def test_cross_check_mismatches_are_warnings(caplog: pytest.LogCaptureFixture) -> None:
@@ -319,8 +325,8 @@ def test_cross_check_mismatches_are_warnings(caplog: pytest.LogCaptureFixture) -
     tracker.observe(note(1, 0, "error", source=HR, error="source_timeout"))
     tracker.observe(note(2, 1))  # crm never finishes
     result = direct_result([record("a")], metadata("complete", 5), is_error=True)
-    with caplog.at_level(logging.WARNING, logger="airflow_provider_bos.mcp.source_results"):
-        final = FinalFrameParser(RID, tool_style="direct", observations=tracker, streamed=True).parse_data(
+    with caplog.at_level(logging.WARNING, logger="airflow_provider_bos.mcp.final_result"):
+        final = FinalResultParser(RID, tool_style="direct", observations=tracker, streamed=True).parse_data(
             frame(result))
     text = "\n".join(final.warnings)
     assert "isError=True is inconsistent with completeness 'complete'" in text
@@ -336,7 +342,7 @@ def test_error_code_disagreement_and_context_mismatch_are_warnings() -> None:
     result = execute_result([], metadata("partial", 0, [{"source": HR, "error": {"code": "rate_limited"}}]),
                             is_error=True)
     result["_meta"]["bos/context"] = {**CONTEXT, "context_handle": "ctx-2"}
-    final = FinalFrameParser(RID, tool_style="execute", observations=tracker, streamed=True).parse_data(
+    final = FinalResultParser(RID, tool_style="execute", observations=tracker, streamed=True).parse_data(
         frame(result))
     assert any("metadata.source_errors says 'rate_limited'" in w for w in final.warnings)
     assert any("differs from structuredContent.context" in w for w in final.warnings)
@@ -355,7 +361,7 @@ def test_any_final_message_parses_or_raises_a_bos_error(message: Any, style: str
     if isinstance(message, dict) and "id" in message:
         message = {**message, "id": RID}
     try:
-        FinalFrameParser(RID, tool_style=style).parse_message(copy.deepcopy(message))  # type: ignore[arg-type]
+        FinalResultParser(RID, tool_style=style).parse_message(copy.deepcopy(message))  # type: ignore[arg-type]
     except BosError:
         pass
 

@@ -1,0 +1,102 @@
+"""What one JSON-RPC call carries through the session: its deadline, its options, its failures.
+
+A :class:`Deadline` replaces the ``deadline`` (monotonic instant) and ``deadline_s`` (the seconds,
+for the message) pair; :class:`CallOptions` is the per-call options object of
+``McpSession._call``; :class:`StreamedCall` is a call whose answer is an event stream, and says
+how it ends when it is cancelled, overruns its deadline or loses its connection (the same errors
+before and inside the final frame).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosError, BosReadCancelled
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.mcp.source_results import SourceResultsTracker, ToolStyle
+
+__all__ = ["CallOptions", "Consumer", "Deadline", "StreamedCall"]
+
+# A read timeout sized to the deadline may wake a hair early: allow for timer slack.
+_TIMER_SLACK_S = 0.05
+
+
+class Consumer(Protocol):
+    """Takes the ``params`` of each source-result notification of one call (same thread, wire order)."""
+
+    def __call__(self, params: Any) -> None: ...
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """When an operation must be over: a :func:`time.monotonic` instant and the seconds it was given."""
+
+    at: float
+    seconds: float
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline | None:
+        return cls(time.monotonic() + seconds, seconds) if seconds is not None else None
+
+    def reached(self) -> bool:
+        return time.monotonic() >= self.at
+
+    def passed(self) -> bool:
+        """Reached, allowing for timer slack (after a timeout sized to the deadline fired)."""
+        return time.monotonic() >= self.at - _TIMER_SLACK_S
+
+    def remaining(self) -> float:
+        return self.at - time.monotonic()
+
+    def error(self, method: str, observations: Any = None) -> BosDeadlineExceeded:
+        return BosDeadlineExceeded(
+            f"{method} did not finish within its {self.seconds}s deadline; the call was cancelled.",
+            observations=observations,
+        )
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """How ``McpSession._call`` runs one request (the defaults: a plain request)."""
+
+    deadline: Deadline | None = None
+    #: Builds the consumer of the call's source-result notifications, given the request id.
+    make_consumer: Callable[[str], Consumer] | None = None
+    #: Set: the final frame's records are streamed (``federated_read(stream_records=True)``).
+    final_style: ToolStyle | None = None
+
+
+@dataclass(frozen=True)
+class StreamedCall:
+    """A call answered with an event stream: what its checks and failure messages need."""
+
+    method: str
+    request_id: str
+    deadline: Deadline | None
+    observations: SourceResultsTracker | None
+    cancel: threading.Event
+
+    def check(self) -> None:
+        """Raise if the call was cancelled or its deadline reached (checked per network chunk)."""
+        if self.cancel.is_set():
+            raise self.cancelled()
+        if self.deadline is not None and self.deadline.reached():
+            raise self.deadline.error(self.method, self.observations)
+
+    def cancelled(self) -> BosReadCancelled:
+        return BosReadCancelled(
+            f"{self.method} was cancelled; there is no result.", observations=self.observations
+        )
+
+    def interrupted(self) -> BosError | None:
+        """After a transport error: the cancel or deadline that caused it, else None."""
+        if self.cancel.is_set():
+            return self.cancelled()
+        if self.deadline is not None and self.deadline.passed():
+            return self.deadline.error(self.method, self.observations)
+        return None
