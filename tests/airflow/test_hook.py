@@ -39,7 +39,7 @@ def test_connection_config_reads_the_form_fields_and_hides_the_secret() -> None:
 
 @pytest.mark.parametrize(("fields", "message"), [
     ({"host": ""}, "MCP resource URL"),
-    ({"password": ""}, "refresh token"),
+    ({"password": "", "extra_dejson": {"auth_type": "api_key"}}, "API key"),
     ({"extra_dejson": {}}, "client_id"),
     ({"extra_dejson": {"client_id": "x", "auth_type": "basic"}}, "auth_type"),
     ({"extra_dejson": {"client_id": "x", "protocol": "2024-01-01"}}, "protocol"),
