@@ -144,11 +144,13 @@ def _same_target(url: str, redirect_uri: str) -> bool:
 
 
 @contextlib.contextmanager
-def _quiet_http_debug() -> Iterator[None]:
+def _quiet_http_logs() -> Iterator[None]:
+    """Silence httpx/httpcore below WARNING while following: httpx logs every request URL at INFO,
+    and the last one is the callback with its authorization code."""
     loggers = [logging.getLogger(name) for name in ("httpx", "httpcore")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(max(lg.getEffectiveLevel(), logging.INFO))
+        lg.setLevel(max(lg.getEffectiveLevel(), logging.WARNING))
     try:
         yield
     finally:
@@ -165,8 +167,8 @@ def auto_follow(authorization_url: str, *, deliver: bool, timeout_s: float = 30.
     """
     redirect_uri = dict(parse_qsl(urlsplit(authorization_url).query)).get("redirect_uri", "")
     url = authorization_url
-    # A browser's hops are not logged; httpcore's DEBUG lines would show the code in Location.
-    with _quiet_http_debug(), httpx.Client(timeout=timeout_s) as browser:
+    # A browser's hops are not logged; httpx's INFO and httpcore's DEBUG lines would show the code.
+    with _quiet_http_logs(), httpx.Client(timeout=timeout_s) as browser:
         for _ in range(10):
             response = browser.get(url, follow_redirects=False)
             location = response.headers.get("location")

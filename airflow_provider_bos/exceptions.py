@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from airflow_provider_bos.redaction import printable
+
 __all__ = [
     "BosError",
     "BosConfigurationError",
@@ -37,12 +39,21 @@ __all__ = [
 ]
 
 
+# How much of a body is looked at for an excerpt: far more than is shown, so a secret that straddles
+# the shown length is still whole when it is redacted.
+_EXCERPT_SCAN_BYTES = 65536
+
+
 def excerpt(body: bytes | str, limit: int = 200) -> str:
-    """A short printable excerpt of a response body for error messages (never the whole body)."""
+    """A short printable excerpt of a response body for error messages (never the whole body).
+
+    Registered secrets are redacted before the cut and control characters are escaped.
+    """
     if isinstance(body, bytes):
-        body = body[: limit * 4].decode("utf-8", errors="replace")
-    text = " ".join(body.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        body = body[:_EXCERPT_SCAN_BYTES].decode("utf-8", errors="replace")
+    else:
+        body = body[:_EXCERPT_SCAN_BYTES]
+    return printable(" ".join(body.split()), limit=limit)
 
 
 class BosError(Exception):

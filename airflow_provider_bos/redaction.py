@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-__all__ = ["register_secret", "add_secret_sink", "known_secret_count", "redact"]
+__all__ = ["register_secret", "add_secret_sink", "known_secret_count", "redact", "printable"]
 
 _lock = threading.Lock()
 _sinks: list[Callable[[str], None]] = []
@@ -51,4 +51,21 @@ def redact(text: str) -> str:
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "***")
+    return text
+
+
+def _escape(char: str) -> str:
+    return char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+
+
+def printable(text: str, *, limit: int | None = None) -> str:
+    """Server-supplied ``text`` made safe to show: secrets redacted, control and format characters
+    escaped (``\\x1b``, ``\\u202e``; no terminal escapes or forged log lines), then cut to ``limit``.
+
+    Redaction comes first: cutting first could leave a token's prefix that the masker, which
+    matches whole secrets, no longer recognises.
+    """
+    text = "".join(_escape(char) for char in redact(text))
+    if limit is not None and len(text) > limit:
+        text = text[: limit - 1] + "…"
     return text

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import re
 import shlex
@@ -318,3 +319,30 @@ def test_console_script_encrypts_with_the_configured_airflow_fernet_key(bos_serv
     assert raw["refresh_token"].startswith("enc:v1:") and raw["access_token"].startswith("enc:v1:")
     row = SqlTokenStore(store_url, cipher=Fernet(key)).load("bos_default")
     assert row.refresh_token not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("paste", [False, True])
+def test_auto_follow_never_logs_the_callback_url_with_its_code(
+    bos_server, store_url: str, caplog, monkeypatch, paste: bool
+) -> None:
+    """The test-only --auto-follow flag must not make httpx log the code (it does at INFO)."""
+    argv = ["connect", "--resource", bos_server.mcp_url, "--token-store-url", store_url, "--auto-follow"]
+    stdin = None
+    if paste:
+        redirect = "https://airflow.example.com/bos/callback"
+        argv += ["--client-id", bos_server.register_client([redirect]), "--redirect-uri", redirect]
+    with caplog.at_level(logging.DEBUG):
+        code, output = run(argv, stdin)
+    assert code == 0, output
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "callback" not in logged or "code=" not in logged
+    assert "bos_code_" not in logged
+
+
+def test_paste_mode_needs_an_https_redirect_uri(bos_server, store_url: str) -> None:
+    for redirect in ("http://airflow.example.com/cb", "http://127.0.0.1:8080/cb", "https://u:p@x.example/cb",
+                     "not a url"):
+        code, _ = run(["connect", "--resource", bos_server.mcp_url, "--token-store-url", store_url,
+                       "--redirect-uri", redirect, "--no-browser"])
+        assert code == 1, redirect
+    assert bos_server.counters.unauthorized == 0  # refused before discovery began

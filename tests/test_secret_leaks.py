@@ -269,3 +269,28 @@ def test_no_secret_leaks_anywhere(bos_server, airflow_db, fernet_key, secrets, t
 
     unmasked = [kind for kind, value in secrets.all() if redact(f"<{value}>") != "<***>"]
     assert not unmasked, sorted(set(unmasked))
+
+
+def test_a_secret_is_redacted_before_an_excerpt_is_cut() -> None:
+    """A token cut in half by truncation is no longer recognisable to the secrets masker."""
+    from airflow_provider_bos.exceptions import excerpt
+    from airflow_provider_bos.redaction import register_secret
+
+    token = "rt_" + uuid.uuid4().hex * 2
+    register_secret(token)
+    for cut in range(150, 200, 7):
+        body = ("x" * cut + token + " tail").encode()
+        shown = excerpt(body, 200)
+        assert token[:8] not in shown, cut
+
+
+def test_server_text_in_errors_has_control_characters_escaped() -> None:
+    from airflow_provider_bos.auth.discovery import validate_metadata_url
+    from airflow_provider_bos.exceptions import BosDiscoveryError, excerpt
+
+    hostile = "evil\x1b[2J\x1b]0;owned\x07\r\nINFO forged log line\u202e\x00"
+    shown = excerpt(hostile)
+    assert not any(not ch.isprintable() for ch in shown) and "\\x1b" in shown
+    with pytest.raises(BosDiscoveryError) as caught:
+        validate_metadata_url("http://bos.example/" + hostile, what="resource_metadata")
+    assert not any(not ch.isprintable() for ch in str(caught.value))

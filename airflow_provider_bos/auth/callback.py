@@ -2,10 +2,15 @@
 
 It works when the browser runs on the same machine as the listener (RFC 8252 §7.3). The server
 supplies no remote relay; on a headless host use the paste mode of the connect command instead.
+
+Anything on the machine can send a request to the listener's port. Only a request carrying the
+``state`` of this sign-in (see :meth:`LoopbackCallbackListener.expect_state`) is taken as the
+callback; any other gets HTTP 400 and the listener keeps waiting for the real one.
 """
 
 from __future__ import annotations
 
+import hmac
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -42,12 +47,16 @@ class _Handler(BaseHTTPRequestHandler):
         if urlsplit(self.path).path != listener.path:
             self._answer(404, "Not found", "This listener only serves the BOS sign-in callback.")
             return
+        query = parse_qsl(urlsplit(self.path).query, keep_blank_values=True)
+        if not listener._carries_expected_state(query):
+            self._answer(400, "Not this sign-in", "This request does not belong to the sign-in in progress.")
+            return
         first = listener._deliver(f"{listener.base_url}{self.path}")
         if not first:
             self._answer(
                 409, "Already received", "The sign-in callback was already received; close this tab."
             )
-        elif any(name == "error" for name, _ in parse_qsl(urlsplit(self.path).query, keep_blank_values=True)):
+        elif any(name == "error" for name, _ in query):
             # Never echo query values back into the page: they are untrusted and may be secret.
             self._answer(200, "Sign-in was not completed", "Return to the terminal for details.")
         else:
@@ -83,6 +92,7 @@ class LoopbackCallbackListener:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._callback_url: str | None = None
+        self._expected_state: str | None = None
         self._server = _Server((host, port), self)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
@@ -101,6 +111,22 @@ class LoopbackCallbackListener:
     @property
     def redirect_uri(self) -> str:
         return f"{self.base_url}{self.path}"
+
+    def expect_state(self, state: str) -> None:
+        """Accept only a callback whose single ``state`` parameter is ``state`` (set before the
+        authorization URL is shown; until then every request is refused)."""
+        with self._lock:
+            self._expected_state = state
+
+    def _carries_expected_state(self, query: list[tuple[str, str]]) -> bool:
+        with self._lock:
+            expected = self._expected_state
+        states = [value for name, value in query if name == "state"]
+        return (
+            expected is not None
+            and len(states) == 1
+            and hmac.compare_digest(states[0].encode("utf-8"), expected.encode("utf-8"))
+        )
 
     def _deliver(self, url: str) -> bool:
         with self._lock:

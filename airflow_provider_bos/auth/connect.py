@@ -19,7 +19,6 @@ Callback validation (:func:`validate_callback`) raises
 from __future__ import annotations
 
 import hmac
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 
+from airflow_provider_bos.auth.bounded import BodyTooLarge, parse_json, send_bounded
 from airflow_provider_bos.auth.callback import LoopbackCallbackListener
 from airflow_provider_bos.auth.discovery import AuthServerInfo, discover
 from airflow_provider_bos.auth.grants import DEFAULT_SCOPES, TokenSet, request_token
@@ -81,15 +81,15 @@ class PendingAuthorization:
     created_at: float = field(default_factory=time.time)
 
 
-def _oauth_error_detail(response: httpx.Response) -> str:
+def _oauth_error_detail(body: bytes) -> str:
     try:
-        payload = json.loads(response.content)
+        payload = parse_json(body)
     except ValueError:
-        return f"body: {excerpt(response.content, 120)!r}"
+        return f"body: {excerpt(body, 120)!r}"
     if isinstance(payload, dict) and isinstance(payload.get("error"), str):
         description = payload.get("error_description")
         suffix = f" ({excerpt(description, 160)})" if isinstance(description, str) and description else ""
-        return f"{payload['error']}{suffix}"
+        return f"{excerpt(payload['error'], 60)}{suffix}"
     return "no OAuth error code"
 
 
@@ -110,27 +110,28 @@ def register_client(
         "response_types": ["code"],
     }
     try:
-        response = http_client.post(
-            info.registration_endpoint,
-            json=body,
-            headers={"Accept": "application/json"},
-            follow_redirects=False,
+        response, answer = send_bounded(
+            http_client, "POST", info.registration_endpoint, json=body, headers={"Accept": "application/json"}
         )
     except httpx.HTTPError as exc:
         raise BosAuthError(
             f"Client registration at {info.registration_endpoint} failed: {type(exc).__name__}"
         ) from None
+    except BodyTooLarge as exc:
+        raise BosAuthError(
+            f"Client registration at {info.registration_endpoint} answered with more than {exc.limit} bytes."
+        ) from None
     if not 200 <= response.status_code < 300:
         raise BosAuthError(
             f"Client registration at {info.registration_endpoint} was refused: HTTP {response.status_code}, "
-            f"{_oauth_error_detail(response)}."
+            f"{_oauth_error_detail(answer)}."
         )
     try:
-        payload = json.loads(response.content)
+        payload = parse_json(answer)
     except ValueError:
         payload = None
     client_id = payload.get("client_id") if isinstance(payload, dict) else None
-    if not isinstance(client_id, str) or not client_id:
+    if not isinstance(client_id, str) or not client_id or not client_id.isprintable() or len(client_id) > 255:
         raise BosAuthError(f"Client registration at {info.registration_endpoint} returned no client_id.")
     return client_id
 
@@ -260,6 +261,20 @@ class ConnectOutcome:
     registered: bool  # True when this flow registered the client
 
 
+def _check_paste_redirect(redirect_uri: str) -> None:
+    """Paste mode sends the code through a page the user's browser reaches: https only (a loopback
+    redirect is the listener's job, which needs no paste)."""
+    try:
+        target = parse_url(redirect_uri)
+    except ValueError:
+        target = None
+    if target is None or target.scheme != "https" or target.has_userinfo or target.fragment is not None:
+        raise BosConfigurationError(
+            f"--redirect-uri must be an https URL the browser can reach (no user:password@, no #fragment): "
+            f"{excerpt(redirect_uri, 200)}"
+        )
+
+
 def run_connect_flow(
     resource_url: str,
     *,
@@ -275,11 +290,16 @@ def run_connect_flow(
 ) -> ConnectOutcome:
     """Discovery, registration, authorization, callback, validation and exchange, in order.
 
-    With ``redirect_uri`` (paste mode) the callback URL comes from ``read_pasted_callback``;
-    otherwise a :class:`LoopbackCallbackListener` on 127.0.0.1 receives it. ``present`` shows the
+    With ``redirect_uri`` (paste mode, an https URL) the callback URL comes from
+    ``read_pasted_callback``; otherwise a :class:`LoopbackCallbackListener` on 127.0.0.1 receives it
+    and accepts only the request carrying this sign-in's ``state``. ``present`` shows the
     authorization URL to the user (prints it, opens a browser); if it returns a URL, that is taken
     as the callback (the auto-follow test mode uses this in paste mode).
     """
+    if redirect_uri is not None:
+        _check_paste_redirect(redirect_uri)
+        if read_pasted_callback is None:
+            raise BosConfigurationError("Paste mode needs a way to read the callback URL.")
     owns_client = http_client is None
     client = http_client or httpx.Client(timeout=30.0)
     listener: LoopbackCallbackListener | None = None
@@ -289,19 +309,14 @@ def run_connect_flow(
             listener = LoopbackCallbackListener(port=port, path=callback_path)
             redirect = listener.redirect_uri
         else:
-            if read_pasted_callback is None:
-                raise BosConfigurationError("Paste mode needs a way to read the callback URL.")
-            target = parse_url(redirect_uri)
-            if target.scheme != "https" and not target.is_loopback:
-                raise BosConfigurationError(
-                    f"--redirect-uri must be an https URL the browser can reach: {redirect_uri}"
-                )
             redirect = redirect_uri
         registered = client_id is None
         the_client_id = client_id or register_client(
             info, redirect, http_client=client, client_name=client_name
         )
         pending = prepare_authorization(info, client_id=the_client_id, redirect_uri=redirect)
+        if listener is not None:
+            listener.expect_state(pending.state)
         shown = present(pending.authorization_url)
         if shown:
             callback_url = shown

@@ -10,7 +10,9 @@
    endpoints must be on the trusted origin; ``S256`` must be a supported PKCE method.
 
 Every URL must be ``https`` without userinfo or fragment; plain ``http`` is accepted only for
-loopback hosts (127.0.0.0/8, ::1, localhost) so a local reference server works.
+loopback hosts (127.0.0.0/8, ::1, localhost) so a local reference server works. Redirects are never
+followed, metadata documents are read with a size bound, and server-supplied text in errors is
+shown with control characters escaped.
 
 Each failed check raises :class:`~airflow_provider_bos.exceptions.BosDiscoveryError` whose ``rule``
 is one of these module constants (and whose ``url`` is the URL that failed it):
@@ -35,15 +37,16 @@ is one of these module constants (and whose ``url`` is the URL that failed it):
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from airflow_provider_bos.auth.bounded import BodyTooLarge, parse_json, send_bounded
 from airflow_provider_bos.auth.challenge import parse_www_authenticate
 from airflow_provider_bos.auth.urls import ParsedUrl, parse_url
 from airflow_provider_bos.exceptions import BosDiscoveryError, BosTransportError, excerpt
+from airflow_provider_bos.redaction import printable
 
 __all__ = [
     "AuthServerInfo",
@@ -109,9 +112,14 @@ class AuthServerInfo:
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
+def _shown(value: Any) -> str:
+    """A server-supplied value as it may appear in an error: control characters escaped, bounded."""
+    return printable(value if isinstance(value, str) else repr(value), limit=300)
+
+
 def validate_metadata_url(value: Any, *, what: str) -> ParsedUrl:
     """The example's ``httpsURL``: https (http only on loopback), no userinfo, no fragment."""
-    text = value if isinstance(value, str) else repr(value)
+    text = _shown(value)
     try:
         url = parse_url(value)
     except (TypeError, ValueError):
@@ -164,22 +172,27 @@ def _version() -> str:
 
 def _get_json(client: httpx.Client, url: str, *, what: str) -> dict[str, Any]:
     try:
-        response = client.get(url, headers={"Accept": "application/json"}, follow_redirects=False)
+        response, body = send_bounded(client, "GET", url, headers={"Accept": "application/json"})
     except httpx.HTTPError as exc:
-        raise BosTransportError(f"Could not fetch {what} from {url}: {type(exc).__name__}") from exc
-    if not 200 <= response.status_code < 300:
+        raise BosTransportError(f"Could not fetch {what} from {_shown(url)}: {type(exc).__name__}") from exc
+    except BodyTooLarge as exc:
         raise BosDiscoveryError(
-            f"{what} answered HTTP {response.status_code}: {excerpt(response.content)!r}",
-            url=url,
+            f"{what} is larger than {exc.limit} bytes.", url=_shown(url), rule=RULE_METADATA_HTTP
+        ) from None
+    if not 200 <= response.status_code < 300:
+        redirect = "; redirects are not followed" if response.is_redirect else ""
+        raise BosDiscoveryError(
+            f"{what} answered HTTP {response.status_code}{redirect}: {excerpt(body)!r}",
+            url=_shown(url),
             rule=RULE_METADATA_HTTP,
         )
     try:
-        payload = json.loads(response.content)
+        payload = parse_json(body)
     except ValueError:
         content_type = response.headers.get("content-type", "")
         raise BosDiscoveryError(
-            f"{what} is not JSON (HTTP {response.status_code}, content-type {content_type!r}): "
-            f"{excerpt(response.content)!r}",
+            f"{what} is not JSON (HTTP {response.status_code}, content-type {_shown(content_type)}): "
+            f"{excerpt(body)!r}",
             url=url,
             rule=RULE_METADATA_HTTP,
         ) from None
@@ -189,13 +202,16 @@ def _get_json(client: httpx.Client, url: str, *, what: str) -> dict[str, Any]:
 
 
 def _resource_metadata_url(client: httpx.Client, resource_url: str) -> str:
+    request = client.build_request(
+        "POST",
+        resource_url,
+        json=_initialize_body(),
+        headers={"Accept": "application/json, text/event-stream"},
+    )
     try:
-        response = client.post(
-            resource_url,
-            json=_initialize_body(),
-            headers={"Accept": "application/json, text/event-stream"},
-            follow_redirects=False,
-        )
+        # Only the status and headers matter: the body is never read.
+        response = client.send(request, stream=True, auth=None, follow_redirects=False)
+        response.close()
     except httpx.HTTPError as exc:
         raise BosTransportError(
             f"Could not reach the MCP resource {resource_url}: {type(exc).__name__}"
@@ -236,39 +252,41 @@ def discover(resource_url: str, *, http_client: httpx.Client | None = None) -> A
         if metadata_url.origin != trusted_origin:
             raise BosDiscoveryError(
                 f"resource metadata is not on the MCP resource's origin {trusted_origin}.",
-                url=metadata_url_text,
+                url=_shown(metadata_url_text),
                 rule=RULE_METADATA_ORIGIN,
             )
         protected = _get_json(client, metadata_url_text, what="Protected-resource metadata")
         if protected.get("resource") != resource_url:
             raise BosDiscoveryError(
-                f"metadata resource {protected.get('resource')!r} is not the MCP URL {resource_url!r}.",
-                url=metadata_url_text,
+                f"metadata resource {_shown(protected.get('resource'))} is not the MCP URL {resource_url!r}.",
+                url=_shown(metadata_url_text),
                 rule=RULE_RESOURCE_MISMATCH,
             )
         servers = protected.get("authorization_servers")
         if not isinstance(servers, list) or not servers:
             raise BosDiscoveryError(
                 "protected-resource metadata lists no authorization_servers.",
-                url=metadata_url_text,
+                url=_shown(metadata_url_text),
                 rule=RULE_NO_AUTHORIZATION_SERVER,
             )
         issuer = validate_metadata_url(servers[0], what="The authorization server issuer")
         if issuer.origin != trusted_origin:
             raise BosDiscoveryError(
                 f"the issuer is not on the MCP resource's origin {trusted_origin}.",
-                url=issuer.raw,
+                url=_shown(issuer.raw),
                 rule=RULE_ISSUER_ORIGIN,
             )
         if issuer.path != "/":
-            raise BosDiscoveryError("the issuer's path must be '/'.", url=issuer.raw, rule=RULE_ISSUER_PATH)
+            raise BosDiscoveryError(
+                "the issuer's path must be '/'.", url=_shown(issuer.raw), rule=RULE_ISSUER_PATH
+            )
 
         as_url = issuer.origin + _AS_METADATA_PATH
         metadata = _get_json(client, as_url, what="Authorization-server metadata")
         expected_issuer = issuer.href.removesuffix("/")
         if metadata.get("issuer") != expected_issuer:
             raise BosDiscoveryError(
-                f"metadata issuer {metadata.get('issuer')!r} is not {expected_issuer!r}.",
+                f"metadata issuer {_shown(metadata.get('issuer'))} is not {expected_issuer!r}.",
                 url=as_url,
                 rule=RULE_ISSUER_MISMATCH,
             )
@@ -284,7 +302,7 @@ def discover(resource_url: str, *, http_client: httpx.Client | None = None) -> A
             if endpoint.origin != trusted_origin:
                 raise BosDiscoveryError(
                     f"{key} is not on the trusted origin {trusted_origin}.",
-                    url=str(value),
+                    url=_shown(value),
                     rule=RULE_ENDPOINT_ORIGIN,
                 )
             endpoints[key] = value

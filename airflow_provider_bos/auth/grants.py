@@ -9,11 +9,19 @@ refresh token committed before the new access token is used. ``invalid_grant`` r
 if its generation moved (someone else refreshed, or the Connection was re-connected) that grant is
 used, otherwise :class:`~airflow_provider_bos.exceptions.BosReconnectRequired` tells the user to
 run the connect command again.
+
+Trust boundaries: a stored row is used only for the Connection's current resource and client
+(checked on every read), and a refresh goes to the token endpoint the caller discovered for that
+resource, never to the one recorded in the row. A Connection password that cannot be a token
+(``***``, empty) or whose seed the row has already consumed never replaces the stored grant.
+Everything in a token response is validated and normalised before the row is written, so the
+write that follows a rotation cannot fail on what the server sent.
 """
 
 from __future__ import annotations
 
-import json
+import logging
+import math
 import threading
 import time
 from collections.abc import Generator, Mapping
@@ -22,7 +30,13 @@ from typing import Any
 
 import httpx
 
-from airflow_provider_bos.auth.token_store import SqlTokenStore, StoredGrant, refresh_token_fingerprint
+from airflow_provider_bos.auth.bounded import BodyTooLarge, parse_json, send_bounded
+from airflow_provider_bos.auth.token_store import (
+    SqlTokenStore,
+    StoredGrant,
+    refresh_token_fingerprint,
+    token_problem,
+)
 from airflow_provider_bos.exceptions import (
     BosAuthError,
     BosConfigurationError,
@@ -31,6 +45,8 @@ from airflow_provider_bos.exceptions import (
     excerpt,
 )
 from airflow_provider_bos.redaction import register_secret
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "TokenSet",
@@ -42,6 +58,46 @@ __all__ = [
 ]
 
 DEFAULT_SCOPES = "mcp:tools offline_access"
+# Longest access-token lifetime believed; a longer expires_in is cut to this.
+MAX_EXPIRES_IN_S = 366 * 24 * 3600.0
+# Lifetime assumed when expires_in is present but not a usable number (NaN, Infinity, text):
+# short, so the token is refreshed soon rather than trusted forever.
+UNUSABLE_EXPIRES_IN_S = 300.0
+_MAX_SCOPE_CHARS = 1000
+
+
+def _lifetime(expires_in: Any) -> float | None:
+    """``expires_in`` as seconds in ``[0, MAX_EXPIRES_IN_S]``; None when the server gave none.
+
+    Never raises: by the time a refresh answer arrives the old refresh token is spent, so a
+    lifetime that cannot be used must not stop the new grant from being stored.
+    """
+    if expires_in is None:
+        return None
+    seconds: float | None = None
+    if isinstance(expires_in, int | float) and not isinstance(expires_in, bool):
+        try:
+            seconds = float(expires_in)
+        except OverflowError:  # an integer beyond float range: absurd, capped below
+            seconds = MAX_EXPIRES_IN_S + 1
+    elif isinstance(expires_in, str) and expires_in.strip().isdigit():
+        seconds = float(expires_in.strip()[:12])
+    if seconds is None or not math.isfinite(seconds):
+        logger.warning(
+            "The token response's expires_in %s is not a finite number; assuming %g s.",
+            excerpt(repr(expires_in), 40),
+            UNUSABLE_EXPIRES_IN_S,
+        )
+        return UNUSABLE_EXPIRES_IN_S
+    if seconds < 0:
+        logger.warning("The token response's expires_in is negative; treating the token as expired.")
+        return 0.0
+    if seconds > MAX_EXPIRES_IN_S:
+        logger.warning(
+            "The token response's expires_in is over a year; capping it at %g s.", MAX_EXPIRES_IN_S
+        )
+        return MAX_EXPIRES_IN_S
+    return seconds
 
 
 class BosTokenEndpointError(BosAuthError):
@@ -74,30 +130,37 @@ class TokenSet:
 
     @classmethod
     def from_response(cls, payload: Mapping[str, Any], *, now: float, default_scope: str = "") -> TokenSet:
+        """Validate and normalise a token response: every value in the result can be stored."""
         access_token = payload.get("access_token")
-        if not isinstance(access_token, str) or not access_token:
-            raise BosAuthError("The token response has no access_token.")
+        problem = token_problem(access_token)
+        if problem is not None:
+            raise BosAuthError(f"The token response's access_token is {problem}.")
         register_secret(access_token)
         refresh_token = payload.get("refresh_token")
-        if refresh_token is not None and not isinstance(refresh_token, str):
-            raise BosAuthError("The token response has a non-string refresh_token.")
-        register_secret(refresh_token)
-        token_type = str(payload.get("token_type") or "Bearer")
-        if token_type.lower() != "bearer":
-            raise BosAuthError(f"The token response has token_type {token_type!r}; only Bearer is supported.")
-        expires_in = payload.get("expires_in")
-        expires_at: float | None = None
-        if expires_in is not None:
-            try:
-                expires_at = now + float(expires_in)
-            except (TypeError, ValueError):
-                raise BosAuthError("The token response has a non-numeric expires_in.") from None
+        if refresh_token is not None:
+            problem = token_problem(refresh_token)
+            if problem is not None:
+                raise BosAuthError(f"The token response's refresh_token is {problem}.")
+            register_secret(refresh_token)
+        token_type = payload.get("token_type") or "Bearer"
+        if not isinstance(token_type, str) or token_type.lower() != "bearer":
+            raise BosAuthError(
+                f"The token response has token_type {excerpt(repr(token_type), 40)}; "
+                "only Bearer is supported."
+            )
+        lifetime = _lifetime(payload.get("expires_in"))
         scope = payload.get("scope")
+        usable_scope = (
+            isinstance(scope, str)
+            and len(scope) <= _MAX_SCOPE_CHARS
+            and scope.isprintable()
+            and scope.isascii()
+        )
         return cls(
             access_token=access_token,
-            refresh_token=refresh_token or None,
-            expires_at=expires_at,
-            scope=scope if isinstance(scope, str) else default_scope,
+            refresh_token=refresh_token,
+            expires_at=None if lifetime is None else now + lifetime,
+            scope=scope if usable_scope else default_scope,
             token_type="Bearer",
         )
 
@@ -108,29 +171,34 @@ def request_token(
     """POST a form to the token endpoint and parse the answer; errors carry only the OAuth code."""
     started = time.time()
     try:
-        response = http_client.post(
-            token_endpoint,
-            data=dict(form),
-            headers={"Accept": "application/json"},
-            auth=None,
-            follow_redirects=False,
+        response, body = send_bounded(
+            http_client, "POST", token_endpoint, data=dict(form), headers={"Accept": "application/json"}
         )
     except httpx.HTTPError as exc:
         raise BosTransportError(
             f"The token endpoint {token_endpoint} is unreachable: {type(exc).__name__}"
         ) from None
+    except BodyTooLarge as exc:
+        raise BosTokenEndpointError(
+            f"The token endpoint {token_endpoint} answered with a body larger than {exc.limit} bytes.",
+            oauth_error=None,
+            status_code=None,
+            url=token_endpoint,
+        ) from None
     try:
-        payload = json.loads(response.content)
+        payload = parse_json(body)
     except ValueError:
         payload = None
     if not 200 <= response.status_code < 300:
         error = payload.get("error") if isinstance(payload, dict) else None
         description = payload.get("error_description") if isinstance(payload, dict) else None
-        detail = f"{error}" if isinstance(error, str) else "no OAuth error code"
+        detail = f"{excerpt(error, 60)}" if isinstance(error, str) else "no OAuth error code"
         if isinstance(description, str) and description:
             detail += f" ({excerpt(description, 160)})"
         if not isinstance(payload, dict):
-            detail += f"; body: {excerpt(response.content, 120)!r}"
+            detail += f"; body: {excerpt(body, 120)!r}"
+        if response.is_redirect:
+            detail += "; redirects are not followed"
         raise BosTokenEndpointError(
             f"The token endpoint {token_endpoint} refused the {form.get('grant_type', 'token')} request: "
             f"HTTP {response.status_code}, {detail}.",
@@ -142,7 +210,7 @@ def request_token(
         raise BosTokenEndpointError(
             f"The token endpoint {token_endpoint} answered HTTP {response.status_code} "
             "without a JSON object: "
-            f"{excerpt(response.content, 120)!r}",
+            f"{excerpt(body, 120)!r}",
             oauth_error=None,
             status_code=response.status_code,
             url=token_endpoint,
@@ -170,9 +238,15 @@ class ApiKeyAuth(httpx.Auth):
 class OAuthGrantAuth(httpx.Auth):
     """Bearer auth from a rotating OAuth grant kept in a :class:`SqlTokenStore` row ``key``.
 
-    ``seed_refresh_token`` is the refresh token stored in the Airflow Connection: when the store has
-    no row for ``key``, or its row was seeded from a different token (the Connection was
-    re-connected), the row is (re)seeded from it. Thread-safe; one instance per process is enough.
+    ``token_endpoint`` must come from discovery of ``resource`` (the hook discovers it on every
+    connect): refreshes go there, whatever the row records. The row is used only while its
+    ``resource`` and ``client_id`` are the ones given here.
+
+    ``seed_refresh_token`` is the Airflow Connection's password. It (re)seeds the row only when the
+    row has never consumed it (a fresh Connection, or a re-connect); a seed the row already used (an
+    old copy of the Connection) is ignored, and a value that cannot be a token (``***``, empty) is
+    ignored with a warning when a grant is stored, else fails. None means "no Connection seed".
+    Thread-safe; one instance per process is enough.
     """
 
     requires_request_body = True  # a retried request must be re-sendable
@@ -260,22 +334,58 @@ class OAuthGrantAuth(httpx.Auth):
 
     def _load_or_seed(self) -> StoredGrant:
         grant = self._store.load(self._key)
-        if self._seed is not None:
-            if grant is None or grant.seed_fingerprint != refresh_token_fingerprint(self._seed):
-                grant = self._store.seed(
-                    self._key,
-                    client_id=self._client_id,
-                    token_endpoint=self._token_endpoint,
-                    resource=self._resource,
-                    scope=self._scope,
-                    refresh_token=self._seed,
+        seed = self._seed
+        problem = None if seed is None else token_problem(seed)
+        if problem is not None:
+            fix = (
+                "set the Connection's password to the refresh token printed by "
+                f"`airflow-provider-bos connect --conn-id {self._key} --show-secrets` "
+                "(or connect with --save-connection)"
+            )
+            if grant is None:
+                raise BosReconnectRequired(
+                    f"The Connection {self._key!r} holds no refresh token (its password is {problem}) and "
+                    f"the token store has no grant for it: {fix}.",
+                    conn_id=self._key,
                 )
+            logger.warning(
+                "The Connection %r's password is %s, not a refresh token; using the grant in the token "
+                "store. To fix: %s.",
+                self._key,
+                problem,
+                fix,
+            )
+        elif seed is not None and (
+            grant is None or refresh_token_fingerprint(seed) not in grant.consumed_seeds
+        ):
+            # Under the lock the store re-checks: a seed another worker just consumed is a no-op.
+            grant = self._store.seed(
+                self._key,
+                client_id=self._client_id,
+                token_endpoint=self._token_endpoint,
+                resource=self._resource,
+                scope=self._scope,
+                refresh_token=seed,
+            )
         if grant is None:
             raise BosReconnectRequired(
-                f"No OAuth grant is stored for {self._key!r} and the connection holds no refresh token.",
+                f"No OAuth grant is stored for {self._key!r} and the connection holds no refresh token: "
+                "connect it on the Airflow UI's Admin -> BOS page, or run "
+                f"`airflow-provider-bos connect --conn-id {self._key}`.",
                 conn_id=self._key,
             )
-        self._grant = grant
+        self._grant = self._bound(grant)
+        return self._grant
+
+    def _bound(self, grant: StoredGrant) -> StoredGrant:
+        """``grant`` if it belongs to this Connection's resource and client; else a clear error."""
+        if grant.resource != self._resource or grant.client_id != self._client_id:
+            raise BosReconnectRequired(
+                f"The grant stored for {self._key!r} was issued to client {grant.client_id!r} for "
+                f"{grant.resource}, but the Connection now names client {self._client_id!r} and "
+                f"{self._resource}; its tokens are not sent elsewhere. Reconnect for the new target.",
+                conn_id=self._key,
+            )
         return grant
 
     def _http_client(self) -> httpx.Client:
@@ -292,6 +402,7 @@ class OAuthGrantAuth(httpx.Auth):
                 raise BosReconnectRequired(
                     f"The OAuth grant for {self._key!r} is no longer in the token store.", conn_id=self._key
                 )
+            self._bound(current)
             moved = current.generation != seen.generation or current.access_token != seen.access_token
             if moved and current.access_token != rejected and current.access_token_valid():
                 return None  # somebody else refreshed: reuse, do not refresh again
@@ -303,17 +414,18 @@ class OAuthGrantAuth(httpx.Auth):
             form = {
                 "grant_type": "refresh_token",
                 "refresh_token": current.refresh_token,
-                "client_id": current.client_id,
+                "client_id": self._client_id,
+                "resource": self._resource,
             }
-            if current.resource:
-                form["resource"] = current.resource
             tokens = request_token(
-                self._http_client(), current.token_endpoint, form, default_scope=current.scope
+                self._http_client(), self._token_endpoint, form, default_scope=current.scope
             )
             self.refresh_count += 1
             # Returned to the store, which commits it before we hand out the new access token.
+            # Only plain assignments from here on: TokenSet already validated every value.
             return replace(
                 current,
+                token_endpoint=self._token_endpoint,
                 access_token=tokens.access_token,
                 refresh_token=tokens.refresh_token or current.refresh_token,
                 expires_at=tokens.expires_at,
@@ -323,7 +435,7 @@ class OAuthGrantAuth(httpx.Auth):
             )
 
         try:
-            grant = self._store.refresh_locked(self._key, update)
+            grant = self._store.refresh_locked(self._key, update, spends_grant=True)
         except BosTokenEndpointError as exc:
             if exc.oauth_error != "invalid_grant":
                 raise
@@ -336,6 +448,7 @@ class OAuthGrantAuth(httpx.Auth):
     def _after_invalid_grant(self, generation: int, *, follow_moved: bool) -> StoredGrant:
         current = self._store.load(self._key)
         if follow_moved and current is not None and current.generation != generation:
+            self._bound(current)
             if current.access_token_valid():
                 return current
             # The moved row's access token is already stale: one more locked refresh from it.

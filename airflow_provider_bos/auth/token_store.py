@@ -21,13 +21,21 @@ Which store to use:
 
 Secrets at rest: pass a :class:`Cipher` (Airflow's Fernet, or ``cryptography.fernet.Fernet``) and
 the access/refresh token columns hold ``enc:v1:<base64 ciphertext>``; without one they hold
-``raw:<token>``. A store opened without the key refuses encrypted rows rather than mis-reading them.
+``raw:<token>``. A store opened without the key refuses encrypted rows rather than mis-reading them,
+and a store opened with a key refuses ``raw:`` rows (whoever wrote them did not hold the key).
+
+Seeds: the row remembers ``sha256`` of every refresh token it was ever seeded from
+(``consumed_seeds``). A seed it has consumed never replaces the row again (an old Connection, a
+stale secrets cache), and a value that cannot be a token (``***``, empty) is refused outright; only
+a never-seen seed (a real reconnect) replaces the row.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import logging
+import math
 import os
 import re
 import stat
@@ -45,6 +53,8 @@ from sqlalchemy.engine import Connection, Engine, make_url
 from airflow_provider_bos.exceptions import BosConfigurationError, BosTokenStoreError, excerpt
 from airflow_provider_bos.redaction import register_secret
 
+logger = logging.getLogger(__name__)
+
 __all__ = [
     "Cipher",
     "StoredGrant",
@@ -52,6 +62,8 @@ __all__ = [
     "default_token_store_url",
     "ensure_private_sqlite_file",
     "refresh_token_fingerprint",
+    "token_problem",
+    "MAX_TOKEN_CHARS",
     "DEFAULT_TABLE",
     "DEFAULT_FILE_NAME",
 ]
@@ -62,6 +74,12 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _ENC_PREFIX = "enc:v1:"
 _RAW_PREFIX = "raw:"
 _SQLITE_BEGIN_OPTION = "bos_sqlite_begin"
+# Longest token stored: its ciphertext must fit a TEXT column everywhere (MySQL's holds 64 KiB).
+MAX_TOKEN_CHARS = 16_384
+# Columns added after the first release, with their DDL type: ensure_table adds missing ones.
+_ADDED_COLUMNS = {"consumed_seeds": "TEXT"}
+# Commit attempts for a rotated grant (the old refresh token is already spent at the server).
+_ROTATED_COMMIT_ATTEMPTS = 4
 
 
 @runtime_checkable
@@ -76,6 +94,26 @@ class Cipher(Protocol):
 def refresh_token_fingerprint(refresh_token: str) -> str:
     """sha256 hex of a refresh token: identifies the seed without storing it twice."""
     return hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
+
+
+def token_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an OAuth token, or None when it can.
+
+    RFC 6749 tokens are printable ASCII without spaces (VSCHAR). That rules out what a copied,
+    masked or emptied Connection password holds: ``***`` (the connect command's and Airflow's
+    masked placeholder), an empty or whitespace value, or a pasted line with a space in it.
+    """
+    if not isinstance(value, str):
+        return "not a string"
+    if not value.strip():
+        return "empty"
+    if set(value) <= {"*", "\u2022"}:
+        return "a masked placeholder"
+    if len(value) > MAX_TOKEN_CHARS:
+        return f"longer than {MAX_TOKEN_CHARS} characters"
+    if not all("\x21" <= char <= "\x7e" for char in value):
+        return "not printable ASCII without spaces"
+    return None
 
 
 @dataclass(frozen=True)
@@ -93,6 +131,7 @@ class StoredGrant:
     generation: int
     seed_fingerprint: str | None
     updated_at: float
+    consumed_seeds: frozenset[str] = frozenset()  # sha256 of every seed this row ever used
 
     def __repr__(self) -> str:
         return (
@@ -220,6 +259,7 @@ class SqlTokenStore:
             sa.Column("generation", sa.Integer, nullable=False),
             sa.Column("seed_fingerprint", sa.String(64), nullable=True),
             sa.Column("updated_at", sa.Double, nullable=False),
+            sa.Column("consumed_seeds", sa.Text, nullable=True),
         )
         self._table_ready = False
 
@@ -285,7 +325,31 @@ class SqlTokenStore:
                 exists = False
             if not exists:
                 raise self._fail("table creation", exc) from None
+        self._add_missing_columns()
         self._table_ready = True
+
+    def _add_missing_columns(self) -> None:
+        """Bring a table made by an older release up to date: add the columns it lacks (nullable,
+        so existing rows stay valid). Safe when several workers race to do it."""
+        try:
+            present = {column["name"] for column in sa.inspect(self._engine).get_columns(self._table.name)}
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("schema check", exc) from None
+        preparer = self._engine.dialect.identifier_preparer
+        for name, ddl_type in _ADDED_COLUMNS.items():
+            if name in present:
+                continue
+            try:
+                with self._writing() as conn:
+                    conn.exec_driver_sql(
+                        f"ALTER TABLE {preparer.quote(self._table.name)} ADD COLUMN {preparer.quote(name)} "
+                        f"{ddl_type} NULL"
+                    )
+            except sa.exc.SQLAlchemyError as exc:
+                columns = sa.inspect(self._engine).get_columns(self._table.name)
+                if name not in {column["name"] for column in columns}:
+                    raise self._fail(f"adding column {name}", exc) from None
+            logger.info("Token store table %s: added column %s.", self._table.name, name)
 
     def _encode(self, value: str | None) -> str | None:
         if value is None:
@@ -299,6 +363,11 @@ class SqlTokenStore:
         if stored is None:
             return None
         if stored.startswith(_RAW_PREFIX):
+            if self._cipher is not None:
+                raise BosTokenStoreError(
+                    f"The token store row {key!r} ({column}) is not encrypted, but the store is opened with "
+                    "a Fernet key: a row written without the key is not trusted. Reconnect to replace it."
+                )
             value = stored[len(_RAW_PREFIX) :]
         elif stored.startswith(_ENC_PREFIX):
             if self._cipher is None:
@@ -320,20 +389,34 @@ class SqlTokenStore:
         register_secret(value)
         return value
 
-    def _row_to_grant(self, row: Any) -> StoredGrant:
+    def _row_to_grant(self, row: Any, *, tolerant: bool = False) -> StoredGrant:
+        """The row as a grant; ``tolerant`` leaves tokens that cannot be read as None (for a
+        re-seed, which replaces them anyway)."""
         m = row._mapping
+        tokens: dict[str, str | None] = {}
+        for column in ("access_token", "refresh_token"):
+            try:
+                tokens[column] = self._decode(m["key"], column, m[column])
+            except BosTokenStoreError:
+                if not tolerant:
+                    raise
+                tokens[column] = None
+        consumed = set((m.get("consumed_seeds") or "").split())
+        if m["seed_fingerprint"]:
+            consumed.add(m["seed_fingerprint"])  # rows from before consumed_seeds existed
         return StoredGrant(
             key=m["key"],
             client_id=m["client_id"],
             token_endpoint=m["token_endpoint"],
             resource=m["resource"],
             scope=m["scope"],
-            access_token=self._decode(m["key"], "access_token", m["access_token"]),
-            refresh_token=self._decode(m["key"], "refresh_token", m["refresh_token"]),
+            access_token=tokens["access_token"],
+            refresh_token=tokens["refresh_token"],
             expires_at=None if m["expires_at"] is None else float(m["expires_at"]),
             generation=int(m["generation"]),
             seed_fingerprint=m["seed_fingerprint"],
             updated_at=float(m["updated_at"]),
+            consumed_seeds=frozenset(consumed),
         )
 
     def _values(self, grant: StoredGrant) -> dict[str, Any]:
@@ -344,33 +427,65 @@ class SqlTokenStore:
             "scope": grant.scope,
             "access_token": self._encode(grant.access_token),
             "refresh_token": self._encode(grant.refresh_token),
-            "expires_at": grant.expires_at,
+            # Never NaN/Infinity (SQLite stores NaN as NULL = "never expires", MySQL refuses it):
+            # a lifetime that cannot be stored counts as expired.
+            "expires_at": (
+                grant.expires_at if grant.expires_at is None or math.isfinite(grant.expires_at) else 0.0
+            ),
             "generation": grant.generation,
             "seed_fingerprint": grant.seed_fingerprint,
             "updated_at": grant.updated_at,
+            "consumed_seeds": " ".join(sorted(grant.consumed_seeds)) or None,
         }
 
     @contextmanager
-    def _locked(self, key: str) -> Iterator[tuple[Connection, StoredGrant | None]]:
-        """One short transaction holding the row lock (or SQLite's write lock); commits on exit."""
+    def _locked(self, key: str, *, tolerant: bool = False) -> Iterator[tuple[Connection, StoredGrant | None]]:
+        """One short transaction holding the row lock (or SQLite's write lock); commits on exit.
+
+        On MySQL/MariaDB the lock wait is a session setting: the previous value is put back before
+        the connection returns to the pool (a pooled connection is shared with other code).
+        """
         self.ensure_table()
-        with self._writing() as conn:
-            if self._dialect_name == "postgresql":
-                # Fail clearly rather than wait forever behind a stuck refresher.
-                conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{int(self._lock_timeout_s * 1000)}ms'")
-            elif self._dialect_name in ("mysql", "mariadb"):
-                conn.exec_driver_sql(
-                    f"SET SESSION innodb_lock_wait_timeout = {max(1, round(self._lock_timeout_s))}"
-                )
-            row = conn.execute(
-                sa.select(self._table).where(self._table.c.key == key).with_for_update()
-            ).first()
-            yield conn, (self._row_to_grant(row) if row is not None else None)
+        with self._engine.connect() as conn:
+            if self._dialect_name == "sqlite":
+                conn.execution_options(**{_SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+            previous_wait: int | None = None
+            try:
+                with conn.begin():
+                    if self._dialect_name == "postgresql":
+                        # Fail clearly rather than wait forever behind a stuck refresher.
+                        conn.exec_driver_sql(
+                            f"SET LOCAL lock_timeout = '{int(self._lock_timeout_s * 1000)}ms'"
+                        )
+                    elif self._dialect_name in ("mysql", "mariadb"):
+                        previous_wait = int(
+                            conn.exec_driver_sql("SELECT @@SESSION.innodb_lock_wait_timeout").scalar_one()
+                        )
+                        conn.exec_driver_sql(
+                            f"SET SESSION innodb_lock_wait_timeout = {max(1, round(self._lock_timeout_s))}"
+                        )
+                    row = conn.execute(
+                        sa.select(self._table).where(self._table.c.key == key).with_for_update()
+                    ).first()
+                    yield conn, (self._row_to_grant(row, tolerant=tolerant) if row is not None else None)
+            finally:
+                if previous_wait is not None:
+                    self._restore_lock_wait(conn, previous_wait)
+
+    @staticmethod
+    def _restore_lock_wait(conn: Connection, seconds: int) -> None:
+        try:
+            conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {int(seconds)}")
+            conn.commit()
+        except sa.exc.SQLAlchemyError:
+            # A connection whose session setting is unknown must not go back to the pool.
+            conn.invalidate()
 
     def _write(self, conn: Connection, current: StoredGrant | None, new: StoredGrant) -> None:
+        values = self._values(new)
         if current is None:
             try:
-                conn.execute(sa.insert(self._table).values(key=new.key, **self._values(new)))
+                conn.execute(sa.insert(self._table).values(key=new.key, **values))
             except sa.exc.IntegrityError:
                 # Someone inserted first; the transaction rolls back and the caller locks again.
                 # (No savepoint: MySQL ends the whole transaction on a deadlock anyway.)
@@ -379,7 +494,7 @@ class SqlTokenStore:
         result = conn.execute(
             sa.update(self._table)
             .where(self._table.c.key == new.key, self._table.c.generation == current.generation)
-            .values(**self._values(new))
+            .values(**values)
         )
         if result.rowcount != 1:
             raise BosTokenStoreError(
@@ -388,13 +503,27 @@ class SqlTokenStore:
             )
 
     def _run_locked(
-        self, key: str, update: Callable[[StoredGrant | None], StoredGrant | None]
+        self,
+        key: str,
+        update: Callable[[StoredGrant | None], StoredGrant | None],
+        *,
+        tolerant: bool = False,
+        spends_grant: bool = False,
     ) -> StoredGrant | None:
+        """Run ``update`` under the lock and write what it returns.
+
+        ``spends_grant``: ``update`` calls the token endpoint, so once it has returned a new row the
+        old refresh token is spent at the server; a failed write or commit is then retried on its
+        own rather than given up (giving up loses the grant).
+        """
         for attempt in range(3):
             creating = False  # only a row creation is safe to retry: ``update`` did nothing external
+            before: StoredGrant | None = None
+            new: StoredGrant | None = None
             try:
-                with self._locked(key) as (conn, current):
+                with self._locked(key, tolerant=tolerant) as (conn, current):
                     creating = current is None
+                    before = current
                     new = update(current)
                     if new is None or new is current:
                         return current
@@ -403,16 +532,58 @@ class SqlTokenStore:
                     self._write(conn, current, new)
                 return new
             except _RetryInsert:
+                if spends_grant and new is not None:
+                    raise BosTokenStoreError(
+                        f"The token store row {key!r} was created by another worker during a refresh."
+                    ) from None
                 if attempt == 2:
                     raise BosTokenStoreError(f"Could not insert the token store row {key!r}.") from None
-            except sa.exc.OperationalError as exc:
+            except sa.exc.SQLAlchemyError as exc:
+                if spends_grant and new is not None and before is not None:
+                    return self._commit_rotated(before, new, exc)
                 # MySQL may pick a gap-lock deadlock victim when two workers create the same row.
                 deadlock = "deadlock" in str(getattr(exc, "orig", exc)).lower()
-                if attempt == 2 or not (creating and deadlock):
+                if attempt == 2 or not (creating and deadlock and isinstance(exc, sa.exc.OperationalError)):
                     raise self._fail("locked update", exc) from None
-            except sa.exc.SQLAlchemyError as exc:
-                raise self._fail("locked update", exc) from None
         raise AssertionError("unreachable")
+
+    def _commit_rotated(
+        self, before: StoredGrant, new: StoredGrant, first_error: BaseException
+    ) -> StoredGrant:
+        """Write a grant the server already rotated after the first write or commit failed.
+
+        Each attempt is a fresh transaction that re-locks the row and writes only if it is still the
+        row the refresh started from (nobody else can have a newer one: they would need the
+        refresh token this refresh just spent).
+        """
+        error: BaseException = first_error
+        for attempt in range(1, _ROTATED_COMMIT_ATTEMPTS):
+            logger.warning(
+                "Token store: saving the rotated grant %r failed (%s); retrying (%d/%d).",
+                new.key,
+                type(getattr(error, "orig", error)).__name__,
+                attempt,
+                _ROTATED_COMMIT_ATTEMPTS - 1,
+            )
+            time.sleep(0.2 * 2**attempt)  # back off from a transient database failure
+            try:
+                with self._locked(new.key, tolerant=True) as (conn, current):
+                    if current is not None and current.refresh_token == new.refresh_token:
+                        return current  # the failed COMMIT had in fact reached the database
+                    if current is None or current.generation != before.generation:
+                        raise BosTokenStoreError(
+                            f"The token store row {new.key!r} changed while its rotated grant was being "
+                            "saved; the grant is probably lost."
+                        )
+                    self._write(conn, current, new)
+                return new
+            except sa.exc.SQLAlchemyError as exc:
+                error = exc
+        failure = self._fail("saving the rotated grant", error)
+        raise BosTokenStoreError(
+            f"{failure} BOS already rotated the refresh token, so the grant {new.key!r} is lost: reconnect "
+            f"with: airflow-provider-bos connect --conn-id {new.key}"
+        ) from None
 
     # --- public API --------------------------------------------------------------------------
 
@@ -427,7 +598,11 @@ class SqlTokenStore:
         return self._row_to_grant(row) if row is not None else None
 
     def refresh_locked(
-        self, key: str, update: Callable[[StoredGrant | None], StoredGrant | None]
+        self,
+        key: str,
+        update: Callable[[StoredGrant | None], StoredGrant | None],
+        *,
+        spends_grant: bool = False,
     ) -> StoredGrant | None:
         """Run ``update(current_row)`` under the row lock and persist what it returns.
 
@@ -435,9 +610,10 @@ class SqlTokenStore:
         ``None`` (or the row it got) to change nothing, or a new :class:`StoredGrant` that is written
         and committed before this method returns. An exception from ``update`` rolls back and
         propagates. Keep ``update`` short: it holds the lock (a token refresh call is the intended
-        exception: serialising refreshes is the point).
+        exception: serialising refreshes is the point). ``spends_grant``: ``update`` calls the token
+        endpoint, so a failed commit of what it returns is retried (see :meth:`_commit_rotated`).
         """
-        return self._run_locked(key, update)
+        return self._run_locked(key, update, spends_grant=spends_grant)
 
     def save(self, grant: StoredGrant) -> StoredGrant:
         """Write ``grant`` as the row for ``grant.key`` unconditionally (under the lock)."""
@@ -458,20 +634,30 @@ class SqlTokenStore:
         expires_at: float | None = None,
         force: bool = False,
     ) -> StoredGrant:
-        """Install a freshly connected grant, unless the row already holds this same seed.
+        """Install a freshly connected grant, unless the row has already consumed this seed.
 
-        The row remembers ``sha256(refresh_token)`` of its seed. A seed with the same fingerprint is a
-        no-op (the row has moved on by rotation since), a different one replaces the row: that is a
-        re-connected Connection. ``force`` replaces regardless. A new row starts at generation 1; a
+        The row remembers ``sha256`` of every refresh token it was seeded from. A seed it has
+        consumed is a no-op (the row has moved on by rotation since; re-using that token would make
+        BOS revoke the grant); a never-seen one replaces the row: that is a re-connected
+        Connection. ``force`` (the connect command, which has just received the token) replaces
+        regardless. A value that cannot be a token (``***``, empty) is refused with
+        :class:`BosTokenStoreError` and nothing is written. A new row starts at generation 1; a
         replaced row continues at ``generation + 1`` so workers holding the old row see it moved.
         """
+        problem = token_problem(refresh_token)
+        if problem is not None:
+            raise BosTokenStoreError(
+                f"Refusing to seed the token store row {key!r}: the refresh token is {problem}."
+            )
         register_secret(refresh_token)
         register_secret(access_token)
         fingerprint = refresh_token_fingerprint(refresh_token)
+        replaced: list[bool] = []
 
         def update(current: StoredGrant | None) -> StoredGrant | None:
-            if current is not None and current.seed_fingerprint == fingerprint and not force:
+            if current is not None and fingerprint in current.consumed_seeds and not force:
                 return None
+            replaced.append(True)
             return StoredGrant(
                 key=key,
                 client_id=client_id,
@@ -484,11 +670,21 @@ class SqlTokenStore:
                 generation=1 if current is None else current.generation + 1,
                 seed_fingerprint=fingerprint,
                 updated_at=time.time(),
+                consumed_seeds=(current.consumed_seeds if current else frozenset()) | {fingerprint},
             )
 
-        result = self._run_locked(key, update)
+        # Tolerant: a row this seed replaces may be unreadable (another key, a raw row).
+        result = self._run_locked(key, update, tolerant=True)
+        if not replaced:
+            return self._require(key)  # the row as it is, or the clear error if it is unreadable
         assert result is not None
         return result
+
+    def _require(self, key: str) -> StoredGrant:
+        grant = self.load(key)
+        if grant is None:
+            raise BosTokenStoreError(f"The token store row {key!r} disappeared.")
+        return grant
 
     def delete(self, key: str) -> bool:
         """Remove the row; True when there was one."""

@@ -63,7 +63,9 @@ class ParsedUrl:
 
 def parse_url(value: str) -> ParsedUrl:
     """Parse an absolute http(s) URL; ``ValueError`` when it is not one."""
-    if not isinstance(value, str) or not value or value != value.strip():
+    if not isinstance(value, str) or not value or any(ch.isspace() or not ch.isprintable() for ch in value):
+        # urlsplit silently drops tabs and newlines; a URL with any whitespace or control character
+        # is refused instead (and can never reach a message or log line).
         raise ValueError("not an absolute URL")
     parts: SplitResult = urlsplit(value)
     scheme = parts.scheme.lower()

@@ -76,10 +76,10 @@ class BosConnectionConfig:
         if protocol not in PROTOCOLS:
             raise BosConfigurationError(f"Connection {conn_id!r}: protocol must be one of {PROTOCOLS}.")
         secret = conn.password or ""
-        # OAuth needs no secret in the Connection: the token store row is the source of truth (the
-        # UI's Connect writes none); a refresh token here only seeds that row.
         if not secret and auth_type == "api_key":
             raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the API key.")
+        # OAuth: an empty or masked password is not an error here. The grant layer uses the grant
+        # already in the token store (and says how to fix the Connection), or fails if there is none.
         client_id = extra.get("client_id") or None
         if auth_type == "oauth" and not client_id:
             raise BosConfigurationError(

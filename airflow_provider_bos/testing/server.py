@@ -42,7 +42,7 @@ from airflow_provider_bos.testing.oauth import (
     registration_endpoint,
     token_endpoint,
 )
-from airflow_provider_bos.testing.scenario import Scenario, load_scenario
+from airflow_provider_bos.testing.scenario import BUILTIN_SCENARIOS, Scenario, load_scenario
 
 __all__ = ["BosReferenceServer", "ServerCounters", "main"]
 
@@ -298,7 +298,12 @@ class BosReferenceServer:
             return JSONResponse({"error": "body must be JSON"}, status_code=400)
         try:
             if isinstance(document, dict) and set(document) == {"name"}:
-                self.set_scenario(str(document["name"]))
+                # Builtin names only: over HTTP, a name must never be read as a server-side file path.
+                name = document["name"]
+                if not isinstance(name, str) or name not in BUILTIN_SCENARIOS:
+                    return JSONResponse({"error": "unknown builtin scenario; builtins: "
+                                         f"{', '.join(sorted(BUILTIN_SCENARIOS))}"}, status_code=400)
+                self.set_scenario(name)
             else:
                 self.set_scenario(Scenario.model_validate(document))
         except (BosConfigurationError, ValidationError) as exc:

@@ -148,11 +148,12 @@ def test_every_callback_rule_is_distinct() -> None:
 
 def test_listener_receives_one_callback_and_answers_html() -> None:
     with LoopbackCallbackListener() as listener:
+        listener.expect_state("s")
         assert listener.redirect_uri.startswith("http://127.0.0.1:") and listener.port > 0
         with httpx.Client() as browser:
             assert browser.get(listener.base_url + "/favicon.ico").status_code == 404
             first = browser.get(listener.redirect_uri, params={"code": "c1", "state": "s", "iss": "i"})
-            again = browser.get(listener.redirect_uri, params={"code": "c2"})
+            again = browser.get(listener.redirect_uri, params={"code": "c2", "state": "s"})
         assert first.status_code == 200 and "text/html" in first.headers["content-type"]
         assert "c1" not in first.text  # nothing from the query is echoed
         assert again.status_code == 409
@@ -161,9 +162,12 @@ def test_listener_receives_one_callback_and_answers_html() -> None:
 
 def test_listener_wait_is_woken_by_the_callback() -> None:
     with LoopbackCallbackListener(path="cb") as listener:
+        listener.expect_state("s")
         assert listener.redirect_uri.endswith("/cb")
-        threading.Thread(target=lambda: httpx.get(listener.redirect_uri + "?code=x"), daemon=True).start()
-        assert listener.wait(30).endswith("/cb?code=x")
+        threading.Thread(
+            target=lambda: httpx.get(listener.redirect_uri + "?code=x&state=s"), daemon=True
+        ).start()
+        assert listener.wait(30).endswith("/cb?code=x&state=s")
 
 
 def test_listener_times_out_with_a_callback_error() -> None:
@@ -174,5 +178,26 @@ def test_listener_times_out_with_a_callback_error() -> None:
 
 def test_listener_error_page(pending) -> None:
     with LoopbackCallbackListener() as listener:
-        response = httpx.get(listener.redirect_uri, params={"error": "access_denied"})
+        listener.expect_state("s")
+        response = httpx.get(listener.redirect_uri, params={"error": "access_denied", "state": "s"})
         assert response.status_code == 200 and "not completed" in response.text
+
+
+def test_listener_takes_only_the_request_with_this_sign_ins_state() -> None:
+    """Another local process (or a web page) racing the browser cannot spoil or hijack the sign-in."""
+    with LoopbackCallbackListener() as listener, httpx.Client() as other:
+        early = other.get(listener.redirect_uri, params={"code": "forged", "state": "any"})
+        listener.expect_state("the-real-state")
+        forged = [
+            other.get(listener.redirect_uri, params=params)
+            for params in (
+                {"code": "forged"},
+                {"code": "forged", "state": "guess"},
+                {"error": "access_denied", "state": "guess"},
+                [("code", "forged"), ("state", "the-real-state"), ("state", "x")],
+            )
+        ]
+        real = other.get(listener.redirect_uri, params={"code": "real", "state": "the-real-state"})
+        assert [r.status_code for r in (early, *forged)] == [400] * 5 and real.status_code == 200
+        assert "forged" not in early.text
+        assert listener.wait(1) == f"{listener.redirect_uri}?code=real&state=the-real-state"

@@ -201,3 +201,27 @@ def test_as_metadata_http_failure() -> None:
 def test_every_rule_has_a_distinct_name() -> None:
     names = [value for name, value in vars(d).items() if name.startswith("RULE_")]
     assert len(names) == len(set(names)) == len(d.ALL_RULES)
+
+
+@pytest.mark.parametrize("url", [PRM_URL, f"{ORIGIN}/.well-known/oauth-authorization-server"])
+def test_deeply_nested_metadata_is_a_discovery_error(url: str) -> None:
+    fake = FakeBos()
+    fake.overrides[url] = httpx.Response(200, content=b"[" * 200_000 + b"]" * 200_000)
+    _rejects(fake, d.RULE_METADATA_HTTP)
+
+
+def test_metadata_is_read_with_a_size_bound() -> None:
+    from airflow_provider_bos.auth.bounded import MAX_JSON_BYTES
+
+    produced: list[int] = []
+
+    class Endless(httpx.SyncByteStream):
+        def __iter__(self):
+            for _ in range(4096):  # 64 MiB if read to the end
+                produced.append(1)
+                yield b" " * 16384
+
+    fake = FakeBos()
+    fake.overrides[PRM_URL] = httpx.Response(200, stream=Endless())
+    assert "larger than" in str(_rejects(fake, d.RULE_METADATA_HTTP))
+    assert len(produced) * 16384 <= MAX_JSON_BYTES + 16384

@@ -186,11 +186,18 @@ def test_encrypted_rows_need_the_right_key(make_store) -> None:
         make_store(cipher=Fernet(Fernet.generate_key())).load("bos_default")
 
 
-def test_a_plaintext_row_is_encrypted_once_a_key_is_configured(make_store) -> None:
+def test_a_plaintext_row_is_refused_once_a_key_is_configured(make_store) -> None:
+    """Whoever can write the table but lacks the key must not be able to plant tokens."""
     _seed(make_store())
     keyed = make_store(cipher=Fernet(Fernet.generate_key()))
-    assert keyed.load("bos_default").refresh_token == "rt-seed-0001"
-    keyed.refresh_locked("bos_default", lambda g: replace(g, generation=2))
+    with pytest.raises(BosTokenStoreError, match="not encrypted") as caught:
+        keyed.load("bos_default")
+    assert "rt-seed-0001" not in str(caught.value)
+    with pytest.raises(BosTokenStoreError, match="not encrypted"):
+        keyed.refresh_locked("bos_default", lambda g: replace(g, generation=2))
+    # Reconnecting (a new seed) replaces the untrusted row, encrypted.
+    reconnected = keyed.seed("bos_default", refresh_token="rt-reconnected", force=True, **SEED)
+    assert reconnected.refresh_token == "rt-reconnected"
     assert keyed.raw_row("bos_default")["refresh_token"].startswith("enc:v1:")
 
 
@@ -283,3 +290,115 @@ def test_workers_seeding_at_once_create_one_row(make_store) -> None:
     assert errors == []
     assert {grant.generation for grant in results} == {1}
     assert stores[0].load("bos_default").generation == 1
+
+
+def test_a_consumed_seed_never_replaces_the_live_grant(make_store) -> None:
+    """A worker still holding an older Connection (stale secrets cache) after a reconnect."""
+    store = make_store()
+    _seed(store, refresh="rt-first-connect")
+    store.refresh_locked("bos_default", lambda g: replace(g, refresh_token="rt-rotated-1", generation=2))
+    _seed(store, refresh="rt-second-connect")  # the reconnect
+    live = store.refresh_locked(
+        "bos_default", lambda g: replace(g, refresh_token="rt-rotated-2", generation=g.generation + 1)
+    )
+    for stale in ("rt-first-connect", "rt-second-connect"):
+        assert _seed(store, refresh=stale) == live
+    assert store.load("bos_default").refresh_token == "rt-rotated-2"
+    assert _seed(store, refresh="rt-third-connect").generation == live.generation + 1
+
+
+@pytest.mark.parametrize("placeholder", ["***", "", "   ", "********", "rt with space"])
+def test_a_value_that_cannot_be_a_token_never_seeds(make_store, placeholder: str) -> None:
+    store = make_store()
+    live = _seed(store)
+    with pytest.raises(BosTokenStoreError, match="Refusing to seed"):
+        store.seed("bos_default", refresh_token=placeholder, force=True, **SEED)
+    assert store.load("bos_default") == live
+
+
+def test_a_table_from_an_older_release_gets_the_new_column(store_url: str, make_store) -> None:
+    """Rows written before consumed_seeds existed keep working and remember their seed."""
+    store = make_store()
+    table = store.table_name
+    engine = sa.create_engine(store_url)
+    try:
+        legacy = sa.Table(
+            table, sa.MetaData(), *[c._copy() for c in store._table.columns if c.name != "consumed_seeds"]
+        )
+        legacy.create(engine)
+        with engine.begin() as conn:
+            conn.execute(sa.insert(legacy).values(
+                key="bos_default", client_id="cid", token_endpoint=SEED["token_endpoint"],
+                resource=SEED["resource"], scope=SEED["scope"], access_token=None,
+                refresh_token="raw:rt-rotated-legacy", expires_at=None, generation=3,
+                seed_fingerprint=refresh_token_fingerprint("rt-legacy-seed"), updated_at=time.time(),
+            ))
+    finally:
+        engine.dispose()
+    upgraded = make_store()
+    assert _seed(upgraded, refresh="rt-legacy-seed").refresh_token == "rt-rotated-legacy"  # not replaced
+    assert "consumed_seeds" in {c["name"] for c in sa.inspect(upgraded.engine).get_columns(table)}
+    assert _seed(upgraded, refresh="rt-new-seed").generation == 4
+
+
+def test_a_failed_commit_after_rotation_is_retried(make_store, monkeypatch) -> None:
+    """The server already rotated: giving up on the first commit error would lose the grant."""
+    store = make_store()
+    _seed(store)
+    real_write = store._write
+    failures = [sa.exc.OperationalError("UPDATE", {}, Exception("server closed the connection"))]
+
+    def flaky_write(conn, current, new):
+        if failures:
+            raise failures.pop()
+        real_write(conn, current, new)
+
+    monkeypatch.setattr(store, "_write", flaky_write)
+    calls: list[int] = []
+
+    def rotate(grant: StoredGrant) -> StoredGrant:
+        calls.append(grant.generation)  # stands for the token endpoint call: must happen once
+        return replace(grant, refresh_token="rt-rotated", generation=grant.generation + 1)
+
+    saved = store.refresh_locked("bos_default", rotate, spends_grant=True)
+    assert calls == [1]
+    assert saved.generation == 2 and store.load("bos_default").refresh_token == "rt-rotated"
+
+
+@pytest.mark.mysql
+def test_mysql_lock_wait_timeout_is_restored_before_the_connection_is_pooled(mysql_url: str) -> None:
+    engine = sa.create_engine(mysql_url, pool_size=1, max_overflow=0)
+    table = f"grants_{uuid.uuid4().hex[:10]}"
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SET SESSION innodb_lock_wait_timeout = 17")
+        store = SqlTokenStore(engine, table=table, lock_timeout_s=3)
+        _seed(store)
+        store.refresh_locked("bos_default", lambda g: replace(g, generation=2))
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT @@SESSION.innodb_lock_wait_timeout").scalar_one() == 17
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))
+        engine.dispose()
+
+
+def test_a_commit_that_failed_only_on_the_way_back_is_not_written_twice(make_store, monkeypatch) -> None:
+    """The database committed but the client saw an error (connection lost after COMMIT)."""
+    store = make_store()
+    _seed(store)
+    real_write = store._write
+    lost_reply = [True]
+
+    def write_then_lose_the_reply(conn, current, new):
+        real_write(conn, current, new)
+        if lost_reply:
+            lost_reply.pop()
+            conn.commit()  # reached the database ...
+            raise sa.exc.OperationalError("COMMIT", {}, Exception("lost connection"))  # ... reply lost
+
+    monkeypatch.setattr(store, "_write", write_then_lose_the_reply)
+    saved = store.refresh_locked(
+        "bos_default", lambda g: replace(g, refresh_token="rt-rotated", generation=2), spends_grant=True
+    )
+    assert saved.refresh_token == "rt-rotated" and store.load("bos_default").generation == 2
