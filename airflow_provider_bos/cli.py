@@ -294,8 +294,14 @@ def _cmd_connect(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
             file=out,
         )
     if args.save_connection:
-        _save_airflow_connection(args.conn_id, json.loads(render(True)))
-        print(f"\nSaved Airflow connection {args.conn_id!r} to the Airflow metadata database.", file=out)
+        # The token store is the source of truth: the saved Connection holds no secret (as the
+        # Admin -> BOS page writes it), so no copy of the refresh token can go stale and re-seed.
+        _save_airflow_connection(args.conn_id, {**json.loads(render(True)), "password": None})
+        print(
+            f"\nSaved Airflow connection {args.conn_id!r} to the Airflow metadata database "
+            "(no secret in it: tasks take the grant from the token store).",
+            file=out,
+        )
     out.flush()
     return 0
 

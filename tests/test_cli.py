@@ -244,7 +244,8 @@ def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, s
     conn = Connection.get_connection_from_secrets(conn_id)
     store = SqlTokenStore(store_url)
     assert conn.conn_type == "bos" and conn.host == bos_server.mcp_url
-    assert conn.password == store.load(conn_id).refresh_token and conn.password not in output
+    # The store holds the grant; the Connection holds no secret (the same as the Admin -> BOS page).
+    assert conn.password is None and store.load(conn_id).refresh_token not in output
     assert conn.extra_dejson["token_store_url"] == store_url
 
 

@@ -236,9 +236,8 @@ def test_the_cli_and_the_page_produce_the_same_grant_row_and_connection(api_serv
         assert _without_client(ui.extra_dejson) == _without_client(cli_conn.extra_dejson)
         assert ui.extra_dejson["client_id"] == rows[ui_id]["client_id"]
         assert cli_conn.extra_dejson["client_id"] == rows[cli_id]["client_id"]
-        # The page copies no secret; the CLI's --save-connection still writes the refresh token it seeded
-        # the row with (harmless: same fingerprint, so the hook never re-seeds from it).
-        assert ui.password is None
+        # Neither copies a secret into the Connection: the token store is the source of truth.
+        assert ui.password is None and cli_conn.password is None
     finally:
         with create_session() as session:
             session.execute(sa.delete(Connection).where(Connection.conn_id.in_([ui_id, cli_id])))
