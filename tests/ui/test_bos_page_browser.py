@@ -220,6 +220,7 @@ def test_the_cli_and_the_page_produce_the_same_grant_row_and_connection(api_serv
             "expires_at",
             "updated_at",
             "seed_fingerprint",
+            "consumed_seeds",
         }
         same = {k: v for k, v in rows[ui_id].items() if k not in per_sign_in}
         assert same == {k: v for k, v in rows[cli_id].items() if k not in per_sign_in}
