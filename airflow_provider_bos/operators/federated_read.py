@@ -192,10 +192,14 @@ class BosFederatedReadOperator(BaseOperator):
             "context_handle": run.context_handle,
         }
         if status == "partial" and self.fail_on_partial:
+            rejected = (
+                f"; {summary['rejected']} record(s) quarantined in {writer.destination_table}_rejects"
+                if summary["rejected"] else ""
+            )
             raise BosPartialReadError(
                 f"BOS read was partial ({len(summary['source_errors'])} source error(s): "
                 + ", ".join(f"{e['source']}={e['code']}" for e in summary["source_errors"])
-                + "); the partial records were landed and audited."
+                + f"{rejected}); the partial records were landed and audited."
             )
         return summary
 
