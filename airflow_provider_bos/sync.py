@@ -29,7 +29,10 @@ from airflow_provider_bos.wire import (
     WriteOptions,
 )
 
-__all__ = ["KNOWN_COMPLETENESS", "SyncOutcome", "cyclic_gc_paused", "run_sync", "failure_message"]
+__all__ = [
+    "KNOWN_COMPLETENESS", "SyncOutcome", "contradiction_message", "cyclic_gc_paused", "failure_message", "run_status",
+    "run_sync",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +60,8 @@ class SyncOutcome:
             "unchanged": counts.unchanged,
             "skipped_stale": counts.skipped_stale,
             "duplicates": counts.duplicates,
+            # Records quarantined in <table>_rejects (invalid_records="quarantine").
+            "rejected": counts.rejected,
             "provisional_records": result.observations.provisional_records,
             # Final records that arrived byte-identical to stored rows and were not decoded.
             "records_known": result.known_records,
@@ -68,19 +73,37 @@ class SyncOutcome:
         }
 
 
-def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | Any = log) -> dict[str, Any]:
-    """Audit fields of a validated final result; fails closed on an unknown completeness."""
-    if result.context is not None:
-        run.context_handle = result.context.context_handle
+def run_status(result: StreamingRead) -> str:
+    """The audit status of a validated final result; fails closed.
+
+    An unknown completeness raises; a result that contradicts itself is ``partial`` whatever its
+    completeness claims (it cannot be trusted as complete).
+    """
     status = KNOWN_COMPLETENESS.get(result.completeness)
     if status is None:
         # A completeness we do not know cannot be trusted as complete.
         raise BosResultError(f"Unknown completeness {result.completeness!r} in the final result.")
+    return "partial" if result.contradictions else status
+
+
+def contradiction_message(result: StreamingRead) -> str | None:
+    """The audit row's note naming what a self-contradicting result claimed, or ``None``."""
+    if not result.contradictions:
+        return None
+    return "The final result contradicts itself, so the run is partial: " + " ".join(result.contradictions)
+
+
+def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | Any = log) -> dict[str, Any]:
+    """Audit fields of a validated final result (status from :func:`run_status`)."""
+    if result.context is not None:
+        run.context_handle = result.context.context_handle
+    status = run_status(result)
     for warning in result.warnings:
         logger.warning("BOS final result cross-check: %s", warning)
     return {
         "completeness": result.completeness,
         "status": status,
+        "error_message": contradiction_message(result),
         "result_count": result.result_count,
         "source_errors": [e.model_dump(mode="json") for e in result.source_errors],
         "source_summary": result.observations.summary(),
@@ -155,13 +178,15 @@ def run_sync(
     tool_name: str,
     arguments: dict[str, Any],
     logger: logging.Logger | Any = log,
+    invalid_records: str = "fail",
     **read_options: Any,
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
 
     ``read_options`` go to ``read`` (context_handle, via, stream, on_progress, deadline_s). On any
     failure the records table is untouched, a ``failed`` audit row is written, and the error is
-    re-raised.
+    re-raised. ``invalid_records``: ``"fail"`` or ``"quarantine"`` (see :class:`~..wire.WriteOptions`);
+    a run that quarantined records is ``partial``.
     """
     result: StreamingRead | None = None
     try:
@@ -177,9 +202,11 @@ def run_sync(
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).
             with streaming:
-                options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched)
+                options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
+                                       invalid_records=invalid_records)
                 counts = writer.write_run(run, streaming.records, options)
     except BaseException as exc:
         _audit_failure(writer, run, exc, result, logger)
         raise
-    return SyncOutcome(run=run, result=streaming, counts=counts, status=KNOWN_COMPLETENESS[streaming.completeness])
+    status = "partial" if counts.rejected else run_status(streaming)
+    return SyncOutcome(run=run, result=streaming, counts=counts, status=status)

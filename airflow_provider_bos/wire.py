@@ -21,9 +21,11 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol
 
-from airflow_provider_bos.exceptions import BosResultError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosResultError
 
 __all__ = [
+    "INVALID_RECORDS_MODES",
+    "check_invalid_records",
     "FederatedRead",
     "KnownRecord",
     "KnownWireHashes",
@@ -130,7 +132,8 @@ class StreamingRead(Protocol):
     ``StreamingFinalResult``).
 
     ``records`` is consumed once; ``completeness``, ``is_error``, ``metadata``, ``context``,
-    ``warnings``, ``source_errors`` and ``result_count`` are readable once it is exhausted.
+    ``warnings``, ``contradictions``, ``source_errors`` and ``result_count`` are readable once it
+    is exhausted. ``contradictions``: the warnings that forbid trusting the result as complete.
     """
 
     observations: ReadObservations
@@ -154,6 +157,7 @@ class StreamingRead(Protocol):
     metadata: Any
     context: Any
     warnings: list[str]
+    contradictions: list[str]
 
     @property
     def source_errors(self) -> list[Any]: ...
@@ -196,6 +200,20 @@ class WriteCounts(Protocol):
     unchanged: int
     skipped_stale: int
     duplicates: int
+    rejected: int
+
+
+#: ``WriteOptions.invalid_records`` (and the operator's option of that name).
+INVALID_RECORDS_MODES = ("fail", "quarantine")
+
+
+def check_invalid_records(mode: Any) -> str:
+    """``mode`` if it is ``"fail"`` or ``"quarantine"``; else :class:`BosConfigurationError`."""
+    if not isinstance(mode, str) or mode not in INVALID_RECORDS_MODES:
+        raise BosConfigurationError(
+            f"invalid_records must be one of {INVALID_RECORDS_MODES}, not {str(mode)[:40]!r}."
+        )
+    return mode
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,12 +226,15 @@ class WriteOptions:
     only then); it runs inside the run's transaction, so raising there rolls everything back.
     ``known``: the sink's own :meth:`RecordSink.known_wire_hashes` the read matched its
     :class:`KnownRecord` claims against. ``default_observed_at``: a record's observation time when
-    none of its sources carries one (the read's ``metadata.observed_at``).
+    none of its sources carries one (the read's ``metadata.observed_at``). ``invalid_records``:
+    ``"fail"`` (a record the table cannot store rolls the run back) or ``"quarantine"`` (it goes
+    to the rejects table ``<table>_rejects`` and the run is ``partial``).
     """
 
     audit: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
     known: KnownWireHashes | None = None
     default_observed_at: str | datetime | None = None
+    invalid_records: str = "fail"
 
 
 class RecordSink(Protocol):

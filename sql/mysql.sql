@@ -53,3 +53,15 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     PRIMARY KEY (run_id),
     INDEX ix_bos_sync_runs_lookup (conn_id, context_handle, tool_name, finished_at)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Only with invalid_records="quarantine": records bos_records cannot store (one table per records
+-- table, named <table>_rejects). record: the record's JSON bytes, at most 64 KiB (truncated: cut).
+CREATE TABLE IF NOT EXISTS bos_records_rejects (
+    run_id       VARCHAR(64) NOT NULL,
+    record_ref   LONGTEXT,
+    reason       LONGTEXT NOT NULL,
+    record       LONGBLOB NOT NULL,
+    truncated    BOOL NOT NULL,
+    rejected_at  DATETIME(6) NOT NULL,
+    INDEX ix_bos_records_rejects_run (run_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

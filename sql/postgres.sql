@@ -52,3 +52,16 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
 
 CREATE INDEX IF NOT EXISTS ix_bos_sync_runs_lookup
     ON bos_sync_runs (conn_id, context_handle, tool_name, finished_at);
+
+-- Only with invalid_records="quarantine": records bos_records cannot store (one table per records
+-- table, named <table>_rejects). record: the record's JSON bytes, at most 64 KiB (truncated: cut).
+CREATE TABLE IF NOT EXISTS bos_records_rejects (
+    run_id       VARCHAR(64) NOT NULL,
+    record_ref   TEXT,
+    reason       TEXT NOT NULL,
+    record       BYTEA NOT NULL,
+    truncated    BOOLEAN NOT NULL,
+    rejected_at  TIMESTAMP WITH TIME ZONE NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_rejects_run ON bos_records_rejects (run_id);

@@ -3,7 +3,10 @@
 :class:`FinalResultParser` turns the final JSON-RPC response of a federated read (direct tool or
 ``bos_execute`` envelope) into a :class:`FinalResult`: the authoritative records plus metadata,
 cross-checked against what the stream showed. Mismatches are warnings, not failures: the final
-result is authoritative (contract §5). It works on decoded JSON; the bytes of a streamed final
+result is authoritative (contract §5). Mismatches that would let a result pass as complete when
+it is not (``isError`` on a ``complete`` result, a source that ended in error in the stream but is
+missing from ``source_errors``) are also its ``contradictions``: a sync lands such a run as
+``partial``, never ``complete`` (fail closed). It works on decoded JSON; the bytes of a streamed final
 frame are :class:`~.final_frame.FinalFrameScanner`'s, which leaves the parser a skeleton.
 
 :class:`StreamingFinalResult` is the constant-memory form (``McpSession.federated_read(...,
@@ -49,6 +52,8 @@ class FinalResult:
     streamed: bool  # the server answered with the negotiated event stream
     observations: SourceResultsTracker  # provisional per-source stats (empty if not streamed)
     warnings: list[str] = field(default_factory=list)  # cross-check mismatches (logged, not failures)
+    # The warnings that forbid trusting the result as complete (a sync lands it as partial).
+    contradictions: list[str] = field(default_factory=list)
 
     @property
     def source_errors(self) -> list[SourceErrorEntry]:
@@ -75,7 +80,7 @@ class FinalResult:
         self.close()
 
 
-_DEFERRED = ("is_error", "completeness", "metadata", "context", "result_type", "warnings")
+_DEFERRED = ("is_error", "completeness", "metadata", "context", "result_type", "warnings", "contradictions")
 
 
 class StreamingFinalResult(FinalResult):
@@ -84,7 +89,8 @@ class StreamingFinalResult(FinalResult):
     ``records`` is a ONE-SHOT iterator of plain dicts (the wire records, lightly checked: a
     non-empty ``record_ref``, non-empty ``sources`` with ``observed_at``). ``request_id``,
     ``tool_style``, ``streamed`` and ``observations`` are available at once; ``is_error``,
-    ``completeness``, ``metadata``, ``context``, ``result_type``, ``warnings``, ``source_errors``
+    ``completeness``, ``metadata``, ``context``, ``result_type``, ``warnings``, ``contradictions``,
+    ``source_errors``
     and ``result_count`` raise :class:`BosResultError` until the iterator is exhausted and the
     frame validated. An EOF or connection failure mid-frame raises
     :class:`~airflow_provider_bos.exceptions.BosIncompleteStreamError` from the iterator, so a
@@ -306,7 +312,8 @@ class FinalResultParser:
             record_count = len(records)
         else:
             records = []
-        warnings.extend(self._cross_check(metadata, is_error, record_count))
+        mismatches, contradictions = self._cross_check(metadata, is_error, record_count)
+        warnings.extend(mismatches)
         for warning in warnings:
             logger.warning("BOS read %s: %s", self.request_id, warning)
         return FinalResult(
@@ -321,14 +328,21 @@ class FinalResultParser:
             streamed=self.streamed,
             observations=self.observations,
             warnings=warnings,
+            contradictions=contradictions,
         )
 
-    def _cross_check(self, metadata: ReadMetadata, is_error: bool, record_count: int) -> list[str]:
+    def _cross_check(
+        self, metadata: ReadMetadata, is_error: bool, record_count: int
+    ) -> tuple[list[str], list[str]]:
+        """``(warnings, contradictions)``; every contradiction is also a warning."""
         warnings: list[str] = []
+        contradictions: list[str] = []
         if metadata.completeness not in ("complete", "partial"):
             warnings.append(f"Unknown completeness {metadata.completeness!r}.")
         elif is_error != (metadata.completeness == "partial"):
             warnings.append(f"isError={is_error} is inconsistent with completeness {metadata.completeness!r}.")
+            if is_error:  # the server flags an error yet calls the result complete
+                contradictions.append(warnings[-1])
         if metadata.completeness == "partial" and not metadata.source_errors:
             warnings.append("The result is partial but metadata.source_errors is empty.")
         if metadata.result_count is not None and metadata.result_count != record_count:
@@ -342,6 +356,7 @@ class FinalResultParser:
                     f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
                     "but is missing from metadata.source_errors."
                 )
+                contradictions.append(warnings[-1])
             elif reported[key] != code:
                 warnings.append(
                     f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
@@ -358,7 +373,7 @@ class FinalResultParser:
             if running:
                 names = ", ".join(str(s) for s in running)
                 warnings.append(f"The final response arrived before these sources finished: {names}.")
-        return warnings
+        return warnings, contradictions
 
 
 def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedRecord]:

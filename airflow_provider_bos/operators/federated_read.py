@@ -20,6 +20,7 @@ from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.reads import check_via
 from airflow_provider_bos.operators.progress import ProgressLogger
 from airflow_provider_bos.sync import run_sync
+from airflow_provider_bos.wire import check_invalid_records
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -49,6 +50,11 @@ class BosFederatedReadOperator(BaseOperator):
         decision to ``BosCompletenessSensor``).
     :param batch_size: rows per insert batch.
     :param read_deadline: operation deadline for the whole read; the call is cancelled when it passes.
+    :param invalid_records: what to do with a final record the table cannot store (a ``record_ref``
+        longer than the key column, a non-finite number, a field of the wrong shape): ``"fail"``
+        (default: the run rolls back and is audited ``failed``) or ``"quarantine"`` (it goes to
+        ``<destination_table>_rejects``, the rest lands, the run is ``partial``, XCom ``rejected``
+        counts it).
     """
 
     template_fields: Sequence[str] = (
@@ -77,9 +83,11 @@ class BosFederatedReadOperator(BaseOperator):
         fail_on_partial: bool = False,
         batch_size: int = 5000,
         read_deadline: timedelta = timedelta(minutes=30),
+        invalid_records: str = "fail",
         **kwargs: Any,
     ) -> None:
-        check_via(via)  # the session's rule and error, at DAG parse time: before any table is created
+        check_via(via)
+        check_invalid_records(invalid_records)  # at DAG parse time too  # the session's rule and error, at DAG parse time: before any table is created
         if "outlets" not in kwargs:
             kwargs["outlets"] = [AssetAlias(alias_name(destination_conn_id, destination_schema, destination_table))]
         super().__init__(**kwargs)
@@ -96,6 +104,7 @@ class BosFederatedReadOperator(BaseOperator):
         self.fail_on_partial = fail_on_partial
         self.batch_size = batch_size
         self.read_deadline = read_deadline
+        self.invalid_records = invalid_records
         self._hook: BosHook | None = None
         self._hook_lock = threading.Lock()
         self._lineage: dict[str, Any] = {}
@@ -156,6 +165,7 @@ class BosFederatedReadOperator(BaseOperator):
                 tool_name=self.tool_name,
                 arguments=self.arguments,
                 logger=self.log,
+                invalid_records=self.invalid_records,
                 context_handle=self.context_handle,
                 via=self.via,
                 stream=self.stream,
@@ -182,10 +192,14 @@ class BosFederatedReadOperator(BaseOperator):
             "context_handle": run.context_handle,
         }
         if status == "partial" and self.fail_on_partial:
+            rejected = (
+                f"; {summary['rejected']} record(s) quarantined in {writer.destination_table}_rejects"
+                if summary["rejected"] else ""
+            )
             raise BosPartialReadError(
                 f"BOS read was partial ({len(summary['source_errors'])} source error(s): "
                 + ", ".join(f"{e['source']}={e['code']}" for e in summary["source_errors"])
-                + "); the partial records were landed and audited."
+                + f"{rejected}); the partial records were landed and audited."
             )
         return summary
 

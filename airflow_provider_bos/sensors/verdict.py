@@ -60,7 +60,7 @@ def judge(
     if status in {"partial", "failed"}:
         sources = failing_sources(run)
         detail = "; ".join(f"{name}: {code}" for name, code in sources) or "no source errors recorded"
-        reason = f" Error: {run['error_message']}" if status == "failed" and run.get("error_message") else ""
+        reason = f" Error: {run['error_message']}" if run.get("error_message") else ""
         return Verdict(PARTIAL, f"{ref} is {status}. Failing sources: {detail}.{reason}", run, sources)
     if status != "complete":
         return Verdict(UNKNOWN, f"{ref} has unknown status {status!r}; failing closed.", run)

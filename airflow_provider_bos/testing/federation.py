@@ -130,11 +130,19 @@ class _SourcePlan:
         return {"source_type": self.source_type, "source_identity": self.source_identity}
 
 
+# FaultSpec.unstorable_final_records: well-formed on the wire, but no warehouse table can store them.
+_UNSTORABLE: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("bos:person:" + "x" * 600, {}),  # longer than the key column (512)
+    ("bos:person:unstorable-shape", {"display_name": {"given": "Ada", "family": "Lovelace"}}),  # not text
+)
+
+
 class PlannedRead:
     """One planned federated read; iterate it as often as you like, it yields the same values.
 
     ``final_metadata`` is the final result's ``metadata`` (treat it as read-only; use
-    :func:`build_operation_result` for a private copy); ``is_error`` is True iff it is partial.
+    :func:`build_operation_result` for a private copy); ``is_error`` is True iff it is partial
+    (unless the scenario's ``faults.final_contradiction`` makes the result contradict itself).
     """
 
     def __init__(
@@ -157,7 +165,8 @@ class PlannedRead:
         self._shared_final = max((s.shared_delivered for s in self._shared_sources), default=0)
 
         own = sum(s.delivered - s.shared_delivered for s in self._sources)
-        self.final_record_count = self._shared_final + own
+        self._unstorable = scenario.faults.unstorable_final_records and bool(self._sources)
+        self.final_record_count = self._shared_final + own + (len(_UNSTORABLE) if self._unstorable else 0)
         self.notification_count = sum(s.pages + 1 for s in self._sources)
         self.provisional_record_count = sum(s.delivered for s in self._sources)
         failed = [s for s in self._sources if s.error is not None]
@@ -178,6 +187,12 @@ class PlannedRead:
             metadata["source_errors"] = [
                 {"source": s.source_ref(), "error": {"code": s.error}} for s in failed
             ]
+        contradiction = scenario.faults.final_contradiction
+        if contradiction == "error_flag_on_complete":
+            metadata["completeness"], self.is_error = "complete", True
+        elif contradiction == "hidden_source_errors":
+            metadata["completeness"], self.is_error = "complete", False
+            metadata.pop("source_errors", None)
         self.final_metadata = metadata
 
     # --- notifications ------------------------------------------------------------------------
@@ -258,6 +273,11 @@ class PlannedRead:
                 hid = _mix(seed_key ^ salt_key ^ i)
                 ext = f"{s.ext_prefix}{s.ext_base + i}"
                 yield record(hid, f"bos:person:{hid:016x}", ((s, ext),), False, False)
+        if self._unstorable:
+            source = self._sources[0]
+            for n, (ref, fields) in enumerate(_UNSTORABLE):
+                hid = _mix(seed_key ^ (0xBAD << 20) ^ n)
+                yield {**record(hid, ref, ((source, f"unstorable-{n}"),), False, False), **fields}
 
     # --- one record ---------------------------------------------------------------------------
 

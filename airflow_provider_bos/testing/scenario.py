@@ -18,7 +18,7 @@ import os
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -157,6 +157,13 @@ class FaultSpec(_Strict):
       bytes of the final event (its field lines included); the client must resume. They apply
       to the POST only: a resumed stream runs to the end. ``drop_*`` instead reset the
       connection.
+    - ``final_contradiction``: the final result contradicts itself (server input, not transport):
+      ``"error_flag_on_complete"`` sends ``isError: true`` with ``completeness: "complete"``;
+      ``"hidden_source_errors"`` claims ``complete`` with no ``source_errors`` although the
+      stream showed sources ending in error (use it with a scenario whose sources fail).
+    - ``unstorable_final_records``: the final result ends with two records that are well-formed
+      on the wire but that no warehouse table can store (a 600-character ``record_ref``, a
+      ``display_name`` that is an object); ``result_count`` counts them.
     """
 
     drop_after_notifications: int | None = Field(default=None, ge=0)
@@ -177,6 +184,8 @@ class FaultSpec(_Strict):
     final_error: dict | None = None
     final_id_override: str | int | None = None
     malformed_final: bool = False
+    unstorable_final_records: bool = False
+    final_contradiction: Literal["error_flag_on_complete", "hidden_source_errors"] | None = None
 
     @field_validator("final_error")
     @classmethod

@@ -6,6 +6,10 @@
   the table itself as the records arrive; a possible repeat of a record_ref goes to staging and
   is merged after the last record.
 - :class:`SeenKeys`: the key filter both use (which record_refs a load has seen).
+
+Every path encodes each record before it reaches a COPY or a batch; with ``rejects`` (a
+:class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders refuse goes
+there instead of failing the run (the ``try`` costs nothing until a record is refused).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from airflow_provider_bos.wire import KnownRecord
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
+    from airflow_provider_bos.warehouse.rejects import Rejects
 
 __all__ = ["SeenKeys", "load_direct", "settle_direct", "stage_records"]
 
@@ -125,27 +130,28 @@ def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
 
 def stage_records(
     tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, copy: CopyDialect | None,
-    batch_size: int, seen: SeenKeys, kept: KeptClaims | None = None,
+    batch_size: int, seen: SeenKeys, kept: KeptClaims | None = None, rejects: Rejects | None = None,
 ) -> int:
     """Stream the records into ``tx``'s staging table; return how many were staged.
 
     ``copy``: the dialect's COPY capabilities (document staging), or None for ``executemany`` in
     chunks of ``batch_size``. ``seen`` watches the staged keys (its ``repeats`` stays 0 when they
-    were all distinct). ``kept``: takes the claims it can instead (COPY only).
+    were all distinct). ``kept``: takes the claims it can instead (COPY only). ``rejects``: takes
+    the records the encoders refuse (else the first one raises).
     """
     received = 0
     if copy is not None:
         raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
         with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
             lines: list[bytes] = []
-            for line in copy.copy_lines(seen.watch(_documents(records, default_obs, kept))):  # type: ignore[arg-type]
+            for line in copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects))):  # type: ignore[arg-type]
                 lines.append(line)
                 if len(lines) == _COPY_BLOCK:
                     received += _send(out, lines)
             received += _send(out, lines)
         return received
     insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
-    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs)), batch_size):
+    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size):
         tx.conn.exec_driver_sql(insert, chunk)
         received += len(chunk)
     return received
@@ -153,6 +159,7 @@ def stage_records(
 
 def _documents(
     records: Iterable[Any], default_obs: datetime | None, kept: KeptClaims | None = None,
+    rejects: Rejects | None = None,
 ) -> Iterator[tuple[Any, ...]]:
     """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, wire hash, seq).
 
@@ -165,16 +172,24 @@ def _documents(
                 yield (record.record_ref, None, None, None, record.wire_hash, seq)
             continue
         wire_hash = getattr(record, "wire_hash", None)
-        if getattr(record, "from_json", False):
-            values = json_document_values(record, default_obs)
-            if values is not None:
-                yield (*values, wire_hash, seq)
-                continue
-        row = record_to_row(record, default_observed_at=default_obs)
+        try:
+            if getattr(record, "from_json", False):
+                values = json_document_values(record, default_obs)
+                if values is not None:
+                    yield (*values, wire_hash, seq)
+                    continue
+            row = record_to_row(record, default_observed_at=default_obs)
+        except BosWarehouseError as exc:
+            if rejects is None:
+                raise
+            rejects.add(record, exc)
+            continue
         yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, wire_hash, seq)
 
 
-def _rows(tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+def _rows(
+    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, rejects: Rejects | None = None,
+) -> Iterator[tuple[Any, ...]]:
     """Column-staged tuples (:data:`~.dialects.STAGE_COLUMNS` order)."""
     d = tx.dialect
     stage_value, known_value, bind_ts = d.stage_value, d.known_value, d.bind_timestamp
@@ -183,35 +198,51 @@ def _rows(tx: RunTransaction, records: Iterable[Any], default_obs: datetime | No
             yield known_value(record.record_ref, record.wire_hash, seq)
             continue
         wire_hash = getattr(record, "wire_hash", None)
-        if getattr(record, "from_json", False):
-            # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
-            values = json_column_values(record, default_obs)
-            if values is not None:
-                fields = row_fields(record, values)
-                yield (*fields[:8], bind_ts(fields[8]), fields[9], wire_hash, seq)
-                continue
-        yield stage_value(record_to_row(record, default_observed_at=default_obs), seq, wire_hash)
+        try:
+            if getattr(record, "from_json", False):
+                # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
+                values = json_column_values(record, default_obs)
+                if values is not None:
+                    fields = row_fields(record, values)
+                    yield (*fields[:8], bind_ts(fields[8]), fields[9], wire_hash, seq)
+                    continue
+            row = record_to_row(record, default_observed_at=default_obs)
+        except BosWarehouseError as exc:
+            if rejects is None:
+                raise
+            rejects.add(record, exc)
+            continue
+        yield stage_value(row, seq, wire_hash)
 
 
 # --- the direct load of an empty table --------------------------------------------------------------
 
 
-def _target_rows(tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None) -> Iterator[tuple[Any, ...]]:
+def _target_rows(
+    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, rejects: Rejects | None = None,
+) -> Iterator[tuple[Any, ...]]:
     """(record_ref, document, observed_at, hash, wire hash, seq, content parts) of each record: the
     document-staged tuple of :func:`_documents` (what staging takes) and the target's columns."""
     for seq, record in enumerate(records):
-        values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
-        if values is None:
-            if type(record) is KnownRecord:
-                # A claim on a stored row, yet the table was empty under the lock: that row is gone.
-                raise tx.unverified(1)
-            values = record_to_row(record, default_observed_at=default_obs).column_values()
+        if type(record) is KnownRecord:
+            # A claim on a stored row, yet the table was empty under the lock: that row is gone.
+            raise tx.unverified(1)
+        try:
+            values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
+            if values is None:
+                values = record_to_row(record, default_observed_at=default_obs).column_values()
+        except BosWarehouseError as exc:
+            if rejects is None:
+                raise
+            rejects.add(record, exc)
+            continue
         ref, parts, observed, record_hash, document = values
         yield (ref, document, observed, record_hash, getattr(record, "wire_hash", None), seq, parts)
 
 
 def load_direct(
     tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
+    rejects: Rejects | None = None,
 ) -> tuple[int, int]:
     """COPY the records into the (empty, locked) target as they arrive; return (loaded, staged).
 
@@ -226,7 +257,7 @@ def load_direct(
     line = copy.target_lines(synced_at=synced_at, run_id=tx.run_id).line
     pending: list[tuple[Any, ...]] = []
     # One iterator across COPY rounds; it yields None when ``pending`` is full.
-    firsts = SeenKeys().watch(_target_rows(tx, records, default_obs), divert=pending, divert_limit=_PENDING_LIMIT)
+    firsts = SeenKeys().watch(_target_rows(tx, records, default_obs, rejects), divert=pending, divert_limit=_PENDING_LIMIT)
     loaded = staged = 0
     with raw.cursor() as cursor:
         while True:

@@ -26,6 +26,8 @@ __all__ = [
     "column_types",
     "record_columns",
     "records_table",
+    "rejects_table",
+    "rejects_table_name",
 ]
 
 SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite")
@@ -191,6 +193,40 @@ def audit_table(
         table.c.finished_at,
     )
     return table
+
+
+def rejects_table_name(records_table_name: str) -> str:
+    """``<table>_rejects``: where ``invalid_records="quarantine"`` puts the records the table cannot store."""
+    return f"{records_table_name}_rejects"
+
+
+def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
+    """The rejects table: one row per quarantined record (see :mod:`.rejects`).
+
+    ``record_ref`` is text (an over-long ref is one reason to be here), ``record`` the record's
+    JSON bytes, cut at :data:`~.rejects.MAX_REJECT_BYTES` with ``truncated`` set.
+    """
+    t = column_types(dialect_name)
+    blob = {"postgresql": postgresql.BYTEA(), "mysql": mysql.LONGBLOB()}.get(dialect_name, sa.LargeBinary())
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("run_id", t["id"], nullable=False),
+        sa.Column("record_ref", t["text"], nullable=True),
+        sa.Column("reason", t["text"], nullable=False),
+        sa.Column("record", blob, nullable=False),
+        sa.Column("truncated", sa.Boolean(), nullable=False),
+        sa.Column("rejected_at", t["ts"], nullable=False),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
+    sa.Index(_index_name(name, "run"), table.c.run_id)
+    return table
+
+
+def _index_name(table_name: str, role: str) -> str:
+    name = f"ix_{table_name}_{role}"
+    return name if len(name) <= 63 else f"ix_bos_{role}_" + hashlib.sha256(table_name.encode()).hexdigest()[:40]
 
 
 def record_columns(dialect_name: str) -> list[tuple[str, str]]:

@@ -28,7 +28,8 @@ class UpsertCounts:
 
     ``duplicates`` counts rows dropped because an earlier-or-equal copy of the same ``record_ref``
     came in the same result (the latest ``observed_at`` wins; a tie goes to the last occurrence).
-    The other four partition the distinct ``record_ref``s.
+    The other four partition the distinct ``record_ref``s. ``rejected``: records quarantined in the
+    rejects table (``invalid_records="quarantine"``), not among the others.
     """
 
     inserted: int = 0
@@ -36,6 +37,7 @@ class UpsertCounts:
     unchanged: int = 0
     skipped_stale: int = 0
     duplicates: int = 0
+    rejected: int = 0
 
     @property
     def received(self) -> int:

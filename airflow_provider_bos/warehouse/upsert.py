@@ -23,9 +23,17 @@ from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialec
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import SeenKeys, keys_distinct, load_direct, settle_direct, stage_records
 from airflow_provider_bos.warehouse.records import parse_timestamp
-from airflow_provider_bos.warehouse.schema import GUARD_INDEX_COLUMNS, WIRE_HASH_COLUMN, audit_table, records_table
+from airflow_provider_bos.warehouse.rejects import Rejects
+from airflow_provider_bos.warehouse.schema import (
+    GUARD_INDEX_COLUMNS,
+    WIRE_HASH_COLUMN,
+    audit_table,
+    records_table,
+    rejects_table,
+    rejects_table_name,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, db_detail, execute
-from airflow_provider_bos.wire import WriteOptions
+from airflow_provider_bos.wire import WriteOptions, check_invalid_records
 
 __all__ = ["UpsertCounts", "WarehouseWriter", "WriteOptions"]
 
@@ -40,6 +48,7 @@ _AUDIT_FIELDS = {
     "source_summary": None,
     "provisional_records": 0,
     "provisional_pages": 0,
+    "error_message": None,  # a partial run's note, e.g. what a self-contradicting result claimed
 }
 
 
@@ -90,6 +99,7 @@ class WarehouseWriter:
             getattr(engine.dialect, "loaded_dbapi", None), "Error", sa.exc.SQLAlchemyError
         )
         self._tables_ready = False
+        self._rejects_ready = False
         # The records table's covering index for the change test, when it has one (MySQL).
         self.guard_index: str | None = None
 
@@ -166,6 +176,21 @@ class WarehouseWriter:
             if not sa.inspect(self.engine).has_table(table.name, schema=self.schema):
                 raise
 
+    def _rejects_table(self) -> sa.Table:
+        name = validate_identifier(rejects_table_name(self.table), kind="rejects table")
+        return rejects_table(sa.MetaData(), self.dialect.name, name, self.schema)
+
+    def ensure_rejects_table(self) -> sa.Table:
+        """Create ``<table>_rejects`` if missing (as :meth:`ensure_tables` does: its own transaction)."""
+        table = self._rejects_table()
+        if not self._rejects_ready:
+            try:
+                self._create_table(table)
+            except sa.exc.SQLAlchemyError as exc:
+                raise BosWarehouseError(f"Could not create {self._qualified(table.name)}: {db_detail(exc)}") from exc
+            self._rejects_ready = True
+        return table
+
     def _find_guard_index(self, inspector: Any, table: str) -> str | None:
         """An index of ``table`` leading with the change test's columns (tables made before it had none)."""
         for index in inspector.get_indexes(table, schema=self.schema):
@@ -222,18 +247,22 @@ class WarehouseWriter:
         """
         if not callable(options.audit):
             _audit_row_fields(options.audit)  # refused before anything is read
+        check_invalid_records(options.invalid_records)
         default_observed_at = options.default_observed_at
         try:
             default_obs = parse_timestamp(default_observed_at) if default_observed_at else None
         except ValueError:
             raise BosWarehouseError(f"default_observed_at {str(default_observed_at)[:40]!r} is not ISO 8601.") from None
         self._ensure_once()
-        return self._write(run, records, default_obs, options)
+        quarantine = self.ensure_rejects_table() if options.invalid_records == "quarantine" else None
+        return self._write(run, records, default_obs, options, quarantine)
 
     def _write(
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
+        quarantine: sa.Table | None,
     ) -> UpsertCounts:
         d, copy = self.dialect, self._copy
+        rejects = Rejects() if quarantine is not None else None
         tx = RunTransaction(self.engine, d, table=self.table, schema=self.schema, run_id=run.run_id,
                             lock_timeout_s=self.lock_timeout_s, guard_index=self.guard_index)
         try:
@@ -253,12 +282,12 @@ class WarehouseWriter:
                 if direct:
                     assert copy is not None
                     synced_at = utcnow()
-                    loaded, staged = load_direct(tx, copy, records, default_obs, synced_at)
+                    loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
                 else:
                     seen = SeenKeys()
                     kept = kept_claims(tx, options.known, uses_copy=copy is not None)
                     received = stage_records(tx, records, default_obs, copy=copy, batch_size=self.batch_size,
-                                             seen=seen, kept=kept)
+                                             seen=seen, kept=kept, rejects=rejects)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 if direct:
@@ -269,6 +298,11 @@ class WarehouseWriter:
                     counts = tx.classify_and_merge(received, parse_json=empty,
                                                    maybe_duplicates=not keys_distinct(tx, seen))
                 tx.drop_staging()
+                if rejects:
+                    assert quarantine is not None
+                    tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
+                    counts.rejected = len(rejects)
+                    audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
                 tx.exec(audit_insert(d, self.audit_table, self.schema, run, finished_at=utcnow(),
                                      counts=counts.as_dict(), destination_table=self.destination_table, **audit))
                 tx.conn.commit()
@@ -339,6 +373,13 @@ class WarehouseWriter:
                     )
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}") from exc
+
+
+def _with_rejects(audit: dict[str, Any], note: str) -> dict[str, Any]:
+    """A run that quarantined records is at best ``partial``; the note says how many and why."""
+    status = "partial" if audit["status"] == "complete" else audit["status"]
+    error = f"{audit['error_message']} {note}" if audit["error_message"] else note
+    return {**audit, "status": status, "error_message": error}
 
 
 def _audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -179,3 +179,45 @@ def test_both_protocol_eras_and_both_tool_styles(bos_airflow, run_dag, monkeypat
     assert task_states(dag_run)["sync"] == "success"
     assert table_refs(engine, table) == final_refs(scenario)
     assert server.counters.streamed_calls >= 1
+
+
+@pytest.mark.parametrize("invalid_records", ["fail", "quarantine"])
+def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag, invalid_records) -> None:
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    scenario = load_scenario("complete").model_copy(update={"faults": FaultSpec(unstorable_final_records=True)})
+    server.set_scenario(scenario)
+    rejects = f"{table}_rejects"
+    try:
+        dag_run = run_dag("bos_test_sync", BOS_TEST_INVALID_RECORDS=invalid_records)
+
+        states = task_states(dag_run)
+        [audit] = audit_rows(engine, table)
+        good = {ref for ref in final_refs(scenario) if len(ref) <= 512 and "unstorable" not in ref}
+        if invalid_records == "fail":  # today's behaviour: nothing lands, the run is audited failed
+            assert states["sync"] == "failed"
+            assert audit["status"] == "failed" and "512" in audit["error_message"]
+            assert not sa.inspect(engine).has_table(table) or table_refs(engine, table) == set()
+            assert not sa.inspect(engine).has_table(rejects)
+            return
+        assert states["sync"] == "success" and states["check"] == "failed"  # lands, but never passes
+        assert table_refs(engine, table) == good
+        summary = xcom_summary(dag_run)
+        assert summary["status"] == "partial" and summary["rejected"] == 2 and summary["inserted"] == len(good)
+        assert audit["status"] == "partial" and audit["error_message"].startswith(f"2 record(s) quarantined in {rejects}")
+        with engine.connect() as conn:
+            kept = conn.execute(sa.text(f"SELECT record_ref, reason, record FROM {rejects}")).all()
+        assert {len(ref) for ref, _, _ in kept} == {len("bos:person:") + 600, len("bos:person:unstorable-shape")}
+        assert all(json.loads(bytes(record))["record_ref"] == ref for ref, _, record in kept)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
+
+
+@pytest.mark.parametrize("mode", ["skip", "Quarantine", None])
+def test_an_unknown_invalid_records_mode_is_refused_at_parse_time(mode) -> None:
+    from airflow_provider_bos.exceptions import BosConfigurationError
+    from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
+
+    with pytest.raises(BosConfigurationError, match="invalid_records must be one of"):
+        BosFederatedReadOperator(task_id="t", tool_name="people.search", destination_conn_id="w",
+                                 invalid_records=mode)

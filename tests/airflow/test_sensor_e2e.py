@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from afhelpers import task_states
+from afhelpers import audit_rows, task_states
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
 
 pytestmark = [pytest.mark.airflow, pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)]
@@ -93,3 +93,26 @@ def test_stale_data_alert_goes_through_the_notifier(bos_airflow, run_dag, tmp_pa
     assert task_states(monitor) == {"watch": "success", "after_watch": "success"}
     [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert alert["outcome"] == "stale"
+
+
+@pytest.mark.parametrize(("base", "contradiction", "named"), [
+    ("complete", "error_flag_on_complete", "isError=True is inconsistent with completeness 'complete'"),
+    ("partial", "hidden_source_errors", "ended in error 'source_timeout' in the stream but is missing"),
+])
+def test_a_self_contradicting_final_result_is_audited_partial_and_never_passes(
+        bos_airflow, run_dag, tmp_path, base, contradiction, named) -> None:
+    scenario = load_scenario(base)
+    bos_airflow["server"].set_scenario(
+        scenario.model_copy(update={"faults": FaultSpec(final_contradiction=contradiction)}))
+    alerts = tmp_path / "alerts.jsonl"
+
+    dag_run = run_dag("bos_test_sync", BOS_TEST_ON_PARTIAL="alert", BOS_TEST_ALERTS_FILE=str(alerts))
+
+    assert task_states(dag_run)["sync"] == "success"  # the records land...
+    [audit] = audit_rows(bos_airflow["engine"], bos_airflow["table"])
+    assert audit["completeness"] == "complete"  # ...what the server claimed...
+    assert audit["status"] == "partial"  # ...is not trusted
+    assert "contradicts itself" in audit["error_message"] and named in audit["error_message"]
+    [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert alert["outcome"] == "partial" and named in alert["message"]
+    assert task_states(run_dag("bos_test_sync"))["check"] == "failed"  # on_partial="fail" (default)

@@ -336,6 +336,31 @@ def test_cross_check_mismatches_are_warnings(caplog: pytest.LogCaptureFixture) -
     assert len(caplog.records) == len(final.warnings) == 4
 
 
+def test_error_flag_on_a_complete_result_is_a_contradiction() -> None:
+    result = direct_result([record("a")], metadata("complete", 1), is_error=True)
+    final = FinalResultParser(RID, tool_style="direct").parse_data(frame(result))
+    assert final.completeness == "complete"  # what the server claims...
+    assert final.contradictions == ["isError=True is inconsistent with completeness 'complete'."]
+
+
+def test_source_error_missing_from_source_errors_is_a_contradiction() -> None:
+    tracker = SourceResultsTracker(RID)
+    tracker.observe(note(1, 0, "error", source=HR, error="source_timeout"))
+    result = direct_result([record("a")], metadata("complete", 1))
+    final = FinalResultParser(RID, tool_style="direct", observations=tracker, streamed=True).parse_data(
+        frame(result))
+    [contradiction] = final.contradictions
+    assert "hr/hr-main ended in error 'source_timeout'" in contradiction
+    assert "missing from metadata.source_errors" in contradiction
+
+
+def test_harmless_mismatches_are_no_contradiction() -> None:
+    # A count mismatch or a partial result without isError cannot make a result pass as complete.
+    result = direct_result([record("a")], metadata("partial", 5, [{"source": HR, "error": {"code": "x"}}]))
+    final = FinalResultParser(RID, tool_style="direct").parse_data(frame(result))
+    assert len(final.warnings) == 2 and final.contradictions == []
+
+
 def test_error_code_disagreement_and_context_mismatch_are_warnings() -> None:
     tracker = SourceResultsTracker(RID)
     tracker.observe(note(1, 0, "error", source=HR, error="source_timeout"))

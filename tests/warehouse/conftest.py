@@ -9,6 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.schema import rejects_table_name
 
 
 @pytest.fixture()
@@ -32,6 +33,7 @@ def make_writer(engine: sa.Engine, unique_table: str) -> Iterator[Callable[..., 
         writer = WarehouseWriter(engine, **kwargs)
         created.append((writer.schema, writer.table))
         created.append((writer.schema, writer.audit_table))
+        created.append((writer.schema, rejects_table_name(writer.table)))
         return writer
 
     yield factory

@@ -12,7 +12,7 @@ from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql"}
-TABLES = ("bos_records", "bos_sync_runs")
+TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects")
 
 
 def _statements(path: Path) -> list[str]:
@@ -47,7 +47,9 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
     try:
         if dialect == "sqlite":
             file_engine = sa.create_engine(f"sqlite:///{tmp_path / 'from_file.db'}")
-            WarehouseWriter(engine).ensure_tables()
+            writer = WarehouseWriter(engine)
+            writer.ensure_tables()
+            writer.ensure_rejects_table()
             with file_engine.begin() as conn:
                 for statement in statements:
                     conn.exec_driver_sql(statement)
@@ -58,7 +60,9 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"{create} {code_ns}")
                 conn.exec_driver_sql(f"{create} {file_ns}")
-            WarehouseWriter(engine, schema=code_ns).ensure_tables()
+            writer = WarehouseWriter(engine, schema=code_ns)
+            writer.ensure_tables()
+            writer.ensure_rejects_table()
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"SET search_path TO {file_ns}" if dialect == "postgresql" else f"USE {file_ns}")
                 for statement in statements:

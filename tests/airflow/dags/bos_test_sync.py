@@ -34,6 +34,7 @@ with DAG(
         stream=env("BOS_TEST_STREAM", "1") == "1",
         fail_on_partial=env("BOS_TEST_FAIL_ON_PARTIAL", "0") == "1",
         read_deadline=timedelta(seconds=float(env("BOS_TEST_DEADLINE_S", "60"))),
+        invalid_records=env("BOS_TEST_INVALID_RECORDS", "fail"),
     )
 
     check = BosCompletenessSensor(

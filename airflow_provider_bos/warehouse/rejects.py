@@ -1,0 +1,67 @@
+"""Quarantine: records the table cannot store, kept in ``<table>_rejects`` instead of failing the run.
+
+With ``invalid_records="quarantine"`` the loads hand a record that fails its encoding check
+(:func:`~.records._checked` / :func:`~.records.record_to_row`: an over-long ``record_ref``, a
+non-finite number, a field of the wrong shape) to :class:`Rejects` instead of raising; the writer
+inserts them in the run's transaction, counts them, and the run becomes ``partial``. With
+``"fail"`` (the default) the first such record rolls the whole run back, as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+
+__all__ = ["MAX_REJECT_BYTES", "Rejects", "record_bytes"]
+
+#: A quarantined record's bytes are kept up to this size (64 KiB); longer ones are cut, ``truncated`` set.
+MAX_REJECT_BYTES = 64 * 1024
+_REASON_MAX = 2000
+
+
+def record_bytes(record: Any) -> bytes:
+    """The record as JSON bytes, whatever it holds (NaN, odd types): what the rejects table keeps."""
+    data = record
+    if not isinstance(record, Mapping):
+        dump = getattr(record, "model_dump", None)
+        data = dump(mode="python") if dump is not None else record
+    try:
+        text = json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True, sort_keys=True)
+    except (TypeError, ValueError):  # e.g. non-string keys of mixed types
+        text = repr(data)
+    return text.encode("utf-8", errors="backslashreplace")
+
+
+class Rejects:
+    """The records one run quarantined, as rows of ``<table>_rejects`` (held until the run's commit)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def add(self, record: Any, error: BosWarehouseError) -> None:
+        """Keep ``record``, refused with ``error``, for the rejects table."""
+        get = getattr(record, "get", None)
+        ref = get("record_ref") if get is not None else getattr(record, "record_ref", None)
+        data = record_bytes(record)
+        self.rows.append({
+            "record_ref": ref if isinstance(ref, str) else None,
+            "reason": str(error)[:_REASON_MAX],
+            "record": data[:MAX_REJECT_BYTES],
+            "truncated": len(data) > MAX_REJECT_BYTES,
+        })
+
+    def table_rows(self, run_id: str, rejected_at: datetime) -> list[dict[str, Any]]:
+        return [{**row, "run_id": run_id, "rejected_at": rejected_at} for row in self.rows]
+
+    def note(self, table: str) -> str:
+        """The audit row's note: how many records were quarantined, where, and the first reasons."""
+        reasons = "; ".join(row["reason"][:200] for row in self.rows[:3])
+        more = f" (and {len(self.rows) - 3} more)" if len(self.rows) > 3 else ""
+        return f"{len(self.rows)} record(s) quarantined in {table}: {reasons}{more}"

@@ -1,0 +1,118 @@
+"""invalid_records: one record the table cannot store fails the run ("fail") or is quarantined.
+
+Every dialect (PostgreSQL and MariaDB with CI=true), on both paths a run can take: an empty
+target (PostgreSQL's direct COPY load) and a target with rows (staging).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import sqlalchemy as sa
+from whhelpers import dump, make_record, rows_by_ref, run_info, write
+
+from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
+from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
+from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES, Rejects
+from airflow_provider_bos.warehouse.schema import rejects_table_name
+from airflow_provider_bos.wire import WireRecord, WriteOptions
+
+LONG_REF = "bos:person:" + "x" * MAX_RECORD_REF_LENGTH
+
+
+def bad_records() -> list[dict]:
+    """One too-long record_ref, one non-finite number, one shape the table cannot store."""
+    return [
+        make_record(LONG_REF),
+        make_record("bos:person:nan", attributes={"score": math.inf}),
+        make_record("bos:person:shape", name={"first": "Ada"}),  # display_name must be text
+    ]
+
+
+def mixed(start: int, wire: bool) -> list:
+    good = [make_record(i) for i in range(start, start + 5)]
+    records: list = good[:2] + bad_records() + good[2:]
+    # The scanner's records (orjson fast path) cannot hold a non-finite number: that one stays a dict.
+    return [WireRecord(r) if wire and r["record_ref"] != "bos:person:nan" else r for r in records]
+
+
+def rejects_rows(engine: sa.Engine, table: str) -> list[dict]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text(f"SELECT * FROM {rejects_table_name(table)} ORDER BY reason")).mappings()
+        return [dict(r) for r in rows]
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["dicts", "wire"])
+@pytest.mark.parametrize("target", ["empty", "with_rows"])
+def test_fail_rolls_the_run_back(writer, engine, wire, target) -> None:
+    writer.ensure_tables()
+    if target == "with_rows":
+        write(writer, [make_record(i) for i in range(100, 103)])
+    before = dump(engine, writer.table)
+    run = run_info()
+    with pytest.raises(BosWarehouseError):
+        write(writer, mixed(0, wire), run)  # invalid_records="fail" is the default
+    assert dump(engine, writer.table) == before
+    assert AuditReader(engine, table=writer.audit_table).get_run(run.run_id) is None  # the caller audits failed
+    assert not sa.inspect(engine).has_table(rejects_table_name(writer.table))
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["dicts", "wire"])
+@pytest.mark.parametrize("target", ["empty", "with_rows"])
+def test_quarantine_lands_the_rest_and_keeps_the_rejects(writer, engine, wire, target) -> None:
+    kept = 3 if target == "with_rows" else 0
+    if kept:
+        write(writer, [make_record(i) for i in range(100, 100 + kept)])
+    run = run_info()
+
+    counts = write(writer, mixed(0, wire), run, invalid_records="quarantine")
+
+    assert counts == UpsertCounts(inserted=5, rejected=3)
+    assert set(rows_by_ref(engine, writer.table)) == {f"bos:person:{i:06d}" for i in [*range(5), *range(100, 100 + kept)]}
+    rejects = rejects_rows(engine, writer.table)
+    assert len(rejects) == 3 and {r["run_id"] for r in rejects} == {run.run_id}
+    by_ref = {r["record_ref"]: r for r in rejects}
+    assert set(by_ref) == {LONG_REF, "bos:person:nan", "bos:person:shape"}
+    assert "at most 512" in by_ref[LONG_REF]["reason"]
+    assert "not JSON" in by_ref["bos:person:nan"]["reason"]
+    assert "display_name" in by_ref["bos:person:shape"]["reason"]
+    for reject in rejects:  # nothing is lost: the record's bytes are kept
+        assert not reject["truncated"]
+        assert json.loads(bytes(reject["record"]))["record_ref"] == reject["record_ref"]
+    audit = AuditReader(engine, table=writer.audit_table).get_run(run.run_id)
+    assert audit["status"] == "partial" and audit["inserted"] == 5
+    assert audit["error_message"].startswith("3 record(s) quarantined in " + rejects_table_name(writer.table))
+
+
+def test_quarantine_without_invalid_records_is_complete_and_creates_the_rejects_table(writer, engine) -> None:
+    run = run_info()
+    assert write(writer, [make_record(1)], run, invalid_records="quarantine") == UpsertCounts(inserted=1)
+    assert rejects_rows(engine, writer.table) == []
+    assert AuditReader(engine, table=writer.audit_table).get_run(run.run_id)["status"] == "complete"
+
+
+def test_a_huge_rejected_record_is_bounded_and_flagged(writer, engine) -> None:
+    huge = make_record(LONG_REF, attributes={"blob": "y" * (2 * MAX_REJECT_BYTES)})
+    write(writer, [huge, make_record(1)], invalid_records="quarantine")
+    [reject] = rejects_rows(engine, writer.table)
+    assert reject["truncated"] and len(bytes(reject["record"])) == MAX_REJECT_BYTES
+
+
+@pytest.mark.parametrize("mode", ["skip", "", None, "QUARANTINE"])
+def test_unknown_invalid_records_mode_is_refused_before_anything_is_read(writer, mode) -> None:
+    def records():
+        raise AssertionError("read")
+        yield
+
+    with pytest.raises(BosConfigurationError, match="invalid_records"):
+        writer.write_run(run_info(), records(), WriteOptions(audit={"status": "complete"}, invalid_records=mode))
+
+
+def test_rejects_keep_what_cannot_be_serialised_as_json() -> None:
+    rejects = Rejects()
+    rejects.add({"record_ref": 7, "x": math.nan, "y": object()}, BosWarehouseError("no ref"))
+    [row] = rejects.rows
+    assert row["record_ref"] is None and b"NaN" in row["record"] and row["reason"] == "no ref"
