@@ -23,23 +23,15 @@ class _MappedReadsTI:
         return list(RUN_IDS) if map_indexes is None else RUN_IDS[map_indexes]
 
 
-class _Reader:
-    def get_run(self, run_id: str) -> dict[str, Any]:
-        return {"run_id": run_id}
-
-
-def _sensor(monkeypatch: pytest.MonkeyPatch) -> BosCompletenessSensor:
-    sensor = BosCompletenessSensor(task_id="check", destination_conn_id="warehouse", sync_task_id="sync")
-    monkeypatch.setattr(sensor, "_reader", _Reader)
-    return sensor
+def _sensor() -> BosCompletenessSensor:
+    return BosCompletenessSensor(task_id="check", destination_conn_id="warehouse", sync_task_id="sync")
 
 
 @pytest.mark.parametrize("map_index", [0, 1, 2])
-def test_a_mapped_sensor_follows_the_read_of_its_own_map_index(monkeypatch, map_index: int) -> None:
-    run = _sensor(monkeypatch)._find_run({"ti": _MappedReadsTI(map_index)})  # type: ignore[arg-type]
-    assert run == {"run_id": RUN_IDS[map_index]}
+def test_a_mapped_sensor_follows_the_read_of_its_own_map_index(map_index: int) -> None:
+    assert _sensor()._sync_run_id(_MappedReadsTI(map_index)) == RUN_IDS[map_index]
 
 
-def test_an_unmapped_sensor_after_mapped_reads_says_how_to_fix_the_dag(monkeypatch) -> None:
+def test_an_unmapped_sensor_after_mapped_reads_says_how_to_fix_the_dag() -> None:
     with pytest.raises(AirflowFailException, match="map this sensor over the same list"):
-        _sensor(monkeypatch)._find_run({"ti": _MappedReadsTI(-1)})  # type: ignore[arg-type]
+        _sensor()._sync_run_id(_MappedReadsTI(-1))
