@@ -38,6 +38,10 @@ resumption: like the SDK's stateless transport, no ids and GET answers 405. ``Fa
 
 ``-32021`` (missing required client capability) is never sent: no BOS tool requires a client
 capability (streaming is an opt-in that falls back to JSON, never a requirement).
+
+Why this module is above ~500 lines: it is a test and demo server, not provider code; the raw ASGI
+layer's era checks, session bookkeeping and the resumable response streams (priming events, the
+event store replayed by GET + ``Last-Event-ID``) share one request path and its state.
 """
 
 from __future__ import annotations
