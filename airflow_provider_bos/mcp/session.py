@@ -67,6 +67,11 @@ from airflow_provider_bos.mcp.final_stream import (
     streaming_result,
 )
 from airflow_provider_bos.mcp.http_status import abort, error_excerpt, media_type, raise_for_status
+from airflow_provider_bos.mcp.interactive import (
+    ANSWERED_WITHOUT_A_REPLY,
+    input_required_error,
+    server_request_error,
+)
 from airflow_provider_bos.mcp.jsonrpc import (
     CLIENT_CAPABILITIES_META_KEY,
     IdGenerator,
@@ -405,6 +410,8 @@ class McpSession:
         if not isinstance(result, Mapping):
             raise BosProtocolError(f"The response to {method} has no result object.")
         result_type = result.get("resultType")
+        if result_type == "input_required":
+            raise input_required_error(result, method)
         if result_type is not None and result_type != "complete":
             raise BosProtocolError(
                 f"The server answered {method} with resultType {result_type!r}; "
@@ -757,6 +764,8 @@ class McpSession:
         method = message.get("method")
         if isinstance(method, str):
             if "id" in message:
+                if method not in ANSWERED_WITHOUT_A_REPLY:
+                    raise server_request_error(method)
                 logger.debug("Ignoring server-to-client request %r in the response stream.", method)
             elif method == SOURCE_RESULT_METHOD and consumer is not None:
                 consumer(message.get("params"))
