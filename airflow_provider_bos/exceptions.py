@@ -32,6 +32,8 @@ __all__ = [
     "BosIncompleteStreamError",
     "BosDeadlineExceeded",
     "BosReadCancelled",
+    "BosStreamIdleTimeout",
+    "BosUnsupportedServerRequestError",
     "BosWarehouseError",
     "BosIdentifierError",
     "BosPartialReadError",
@@ -222,6 +224,21 @@ class BosIncompleteStreamError(BosError):
 
 class BosReadCancelled(BosIncompleteStreamError):
     """The read was cancelled on our side (``McpSession.cancel``, e.g. ``on_kill``); there is no result."""
+
+
+class BosStreamIdleTimeout(BosIncompleteStreamError):
+    """An open response stream sent no bytes for the stream idle timeout; there is no result."""
+
+
+class BosUnsupportedServerRequestError(BosProtocolError):
+    """The server asked the client something interactive (elicitation, sampling, roots, more input).
+
+    This client runs unattended and cannot answer; ``request`` names what the server asked.
+    """
+
+    def __init__(self, message: str, *, request: str) -> None:
+        self.request = request
+        super().__init__(message)
 
 
 # --- warehouse / Airflow ------------------------------------------------------------------------

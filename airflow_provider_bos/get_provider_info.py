@@ -102,7 +102,15 @@ def get_provider_info() -> dict[str, object]:
                     },
                     "timeout": {
                         "label": "HTTP timeout (seconds)",
+                        "description": "Connecting and waiting for BOS to answer a request.",
                         "schema": {"type": ["number", "null"], "default": 30},
+                    },
+                    "stream_idle_timeout": {
+                        "label": "Stream idle timeout (seconds)",
+                        "description": "The longest silence allowed on an open result stream (any bytes, "
+                        "keepalive comments too, reset it); unlike the HTTP timeout it lets a server take "
+                        "minutes to assemble a large final result. The read's deadline still applies.",
+                        "schema": {"type": ["number", "null"], "default": 300},
                     },
                 },
             }

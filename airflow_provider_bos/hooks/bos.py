@@ -48,6 +48,7 @@ class BosConnectionConfig:
     token_store_url: str | None
     context_handle: str | None
     timeout: float
+    stream_idle_timeout: float = 300.0
 
     def __repr__(self) -> str:
         return (
@@ -98,7 +99,22 @@ class BosConnectionConfig:
             token_store_url=extra.get("token_store_url") or None,
             context_handle=extra.get("context_handle") or None,
             timeout=float(extra.get("timeout") or 30),
+            stream_idle_timeout=_stream_idle_timeout(conn_id, extra.get("stream_idle_timeout")),
         )
+
+
+def _stream_idle_timeout(conn_id: str, value: Any) -> float:
+    """The "Stream idle timeout" field: positive seconds, 300 when empty (the MCP SDK's default)."""
+    try:
+        seconds = float(300 if value is None else value)
+    except (TypeError, ValueError):
+        seconds = 0.0
+    if not seconds > 0:
+        raise BosConfigurationError(
+            f"Connection {conn_id!r}: Stream idle timeout (stream_idle_timeout) must be a positive number "
+            f"of seconds, not {value!r}."
+        )
+    return seconds
 
 
 class BosHook(BaseHook):
@@ -175,6 +191,7 @@ class BosHook(BaseHook):
                 era=cfg.protocol,
                 http_client=http_client,
                 timeout=cfg.timeout,
+                stream_idle_timeout=cfg.stream_idle_timeout,
             )
             session.connect()
             self._session = session

@@ -15,7 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosError, BosReadCancelled
+from airflow_provider_bos.exceptions import (
+    BosDeadlineExceeded,
+    BosError,
+    BosReadCancelled,
+    BosStreamIdleTimeout,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_bos.mcp.source_results import SourceResultsTracker, ToolStyle
@@ -55,7 +60,8 @@ class Deadline:
 
     def error(self, method: str, observations: Any = None) -> BosDeadlineExceeded:
         return BosDeadlineExceeded(
-            f"{method} did not finish within its {self.seconds}s deadline; the call was cancelled.",
+            f"{method} did not finish within its {self.seconds}s deadline (the read's read_deadline); the "
+            "call was cancelled. Raise read_deadline if the read legitimately takes longer.",
             observations=observations,
         )
 
@@ -80,6 +86,8 @@ class StreamedCall:
     deadline: Deadline | None
     observations: SourceResultsTracker | None
     cancel: threading.Event
+    #: The session's stream idle timeout: the longest silence allowed between bytes of the stream.
+    idle_timeout: float | None = None
 
     def check(self) -> None:
         """Raise if the call was cancelled or its deadline reached (checked per network chunk)."""
@@ -91,6 +99,15 @@ class StreamedCall:
     def cancelled(self) -> BosReadCancelled:
         return BosReadCancelled(
             f"{self.method} was cancelled; there is no result.", observations=self.observations
+        )
+
+    def idle_timed_out(self, where: str) -> BosStreamIdleTimeout:
+        """After a read timeout on the open stream that was not the deadline's."""
+        return BosStreamIdleTimeout(
+            f"BOS sent nothing for {self.idle_timeout}s on the open event stream {where} {self.method} "
+            "(the stream idle timeout fired); there is no confirmed result. If the server legitimately "
+            "stays silent that long, raise the connection's 'Stream idle timeout', then re-run the read.",
+            observations=self.observations,
         )
 
     def interrupted(self) -> BosError | None:

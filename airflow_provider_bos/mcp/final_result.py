@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from airflow_provider_bos.exceptions import BosJsonRpcError, BosProtocolError, BosResultError, excerpt
+from airflow_provider_bos.mcp.interactive import input_required_error
 from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error, same_id
 from airflow_provider_bos.mcp.source_results import SourceResultsTracker, ToolStyle, describe_validation_error
 from airflow_provider_bos.models import BosContext, FederatedRecord, ReadMetadata, SourceErrorEntry
@@ -259,6 +260,8 @@ class FinalResultParser:
         if not isinstance(result, Mapping):
             raise BosResultError("The final result is not an object.")
         result_type = result.get("resultType")
+        if result_type == "input_required":
+            raise input_required_error(result, "tools/call")
         if result_type is not None and result_type != "complete":
             raise BosResultError(
                 f"The server returned resultType {result_type!r}; this client only handles complete results."

@@ -109,7 +109,10 @@ class FinalFrameStream:
                         self._finished = True
                 call.check()
         except (httpx.TransportError, httpx.StreamError) as exc:
-            failure = call.interrupted() or self._incomplete(f"the connection failed ({type(exc).__name__})")
+            failure = call.interrupted() or (
+                call.idle_timed_out("inside the final response to") if isinstance(exc, httpx.ReadTimeout)
+                else self._incomplete(f"the connection failed ({type(exc).__name__})")
+            )
             raise failure from exc
         finally:
             self.close()

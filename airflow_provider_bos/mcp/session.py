@@ -67,6 +67,11 @@ from airflow_provider_bos.mcp.final_stream import (
     streaming_result,
 )
 from airflow_provider_bos.mcp.http_status import abort, error_excerpt, media_type, raise_for_status
+from airflow_provider_bos.mcp.interactive import (
+    ANSWERED_WITHOUT_A_REPLY,
+    input_required_error,
+    server_request_error,
+)
 from airflow_provider_bos.mcp.jsonrpc import (
     CLIENT_CAPABILITIES_META_KEY,
     IdGenerator,
@@ -92,6 +97,10 @@ from airflow_provider_bos.models import (
 __all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS"]
 
 logger = logging.getLogger(__name__)
+
+#: The longest silence between bytes of an open response stream, as the MCP SDK's
+#: ``sse_read_timeout``: a server may assemble a large final response for a long while.
+DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
 
 #: Events larger than this are streamed (stream_records=True): their data goes to a
 #: FrameRouter (:mod:`.final_stream`) as it arrives instead of being buffered. Notifications are
@@ -140,6 +149,7 @@ class McpSession:
         era: str = "auto",
         http_client: httpx.Client | None = None,
         timeout: float = 30.0,
+        stream_idle_timeout: float = DEFAULT_STREAM_IDLE_TIMEOUT,
         retry: RetryPolicy | None = None,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         client_name: str = "airflow-provider-bos",
@@ -149,9 +159,14 @@ class McpSession:
             raise BosConfigurationError(
                 f"Unknown MCP era {era!r}; use 'auto', '{PROTOCOL_2025}' or '{PROTOCOL_2026}'."
             )
+        if not stream_idle_timeout > 0:
+            raise BosConfigurationError(
+                f"The stream idle timeout must be a positive number of seconds, not {stream_idle_timeout!r}."
+            )
         self.url = url
         self.era = ERAS[era]
         self.timeout = timeout
+        self.stream_idle_timeout = stream_idle_timeout
         self.retry = retry or RetryPolicy()
         self.max_event_bytes = max_event_bytes
         self.stream_threshold_bytes = stream_threshold_bytes
@@ -395,6 +410,8 @@ class McpSession:
         if not isinstance(result, Mapping):
             raise BosProtocolError(f"The response to {method} has no result object.")
         result_type = result.get("resultType")
+        if result_type == "input_required":
+            raise input_required_error(result, method)
         if result_type is not None and result_type != "complete":
             raise BosProtocolError(
                 f"The server answered {method} with resultType {result_type!r}; "
@@ -521,6 +538,12 @@ class McpSession:
             read = max(0.001, min(read, deadline.remaining()))
         return httpx.Timeout(self.timeout, read=read)
 
+    def _stream_read_timeout(self, deadline: Deadline | None) -> float:
+        """The idle limit between bytes of an open stream: the stream idle timeout, within the deadline."""
+        if deadline is None:
+            return self.stream_idle_timeout
+        return max(0.001, min(self.stream_idle_timeout, deadline.remaining()))
+
     def _notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         body = notification_envelope(method, self._envelope_params(params))
 
@@ -550,7 +573,10 @@ class McpSession:
                 f"Could not reach BOS for {method} at {self.url} ({type(exc).__name__})."
             ) from exc
         except httpx.TimeoutException as exc:
-            raise BosTransportError(f"BOS did not answer {method} in time ({type(exc).__name__}).") from exc
+            raise BosTransportError(
+                f"BOS did not answer {method} within the HTTP timeout of {self.timeout}s "
+                f"({type(exc).__name__}); raise the connection's 'HTTP timeout' if the server is slow to answer."
+            ) from exc
         except httpx.TransportError as exc:
             raise BosTransportError(f"The request {method} to {self.url} failed ({type(exc).__name__}).") from exc
 
@@ -597,7 +623,9 @@ class McpSession:
                         raise deadline.error(method) from exc
                     raise
             if content_type == "text/event-stream":
-                call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
+                _set_read_timeout(response, self._stream_read_timeout(deadline))
+                call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel,
+                                    idle_timeout=self.stream_idle_timeout)
                 reply = self._read_stream(response, call, consumer, final_style)
                 handed_over = reply.stream is not None
                 return reply
@@ -626,8 +654,10 @@ class McpSession:
         except httpx.HTTPError as exc:
             if self._cancel.is_set():
                 raise BosReadCancelled(f"{method} was cancelled.") from exc
+            limit = (f" within the HTTP timeout of {self.timeout}s; raise the connection's 'HTTP timeout' "
+                     "if the server is slow to answer" if isinstance(exc, httpx.ReadTimeout) else "")
             raise BosIncompleteStreamError(
-                f"The connection failed while reading the response to {method} ({type(exc).__name__})."
+                f"The connection failed while reading the response to {method} ({type(exc).__name__}){limit}."
             ) from exc
 
     def _decode_json(self, body: bytes, method: str) -> Any:
@@ -678,6 +708,8 @@ class McpSession:
                 call.check()
             parser.close()
         except (httpx.TransportError, httpx.StreamError) as exc:
+            if isinstance(exc, httpx.ReadTimeout) and call.interrupted() is None:
+                raise call.idle_timed_out("before the final response to") from exc
             raise call.interrupted() or BosIncompleteStreamError(
                 f"The connection failed before the final response to {method} ({type(exc).__name__}); "
                 "there is no confirmed result. Re-run the read.",
@@ -732,6 +764,8 @@ class McpSession:
         method = message.get("method")
         if isinstance(method, str):
             if "id" in message:
+                if method not in ANSWERED_WITHOUT_A_REPLY:
+                    raise server_request_error(method)
                 logger.debug("Ignoring server-to-client request %r in the response stream.", method)
             elif method == SOURCE_RESULT_METHOD and consumer is not None:
                 consumer(message.get("params"))
@@ -750,6 +784,18 @@ class McpSession:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+
+def _set_read_timeout(response: httpx.Response, seconds: float) -> None:
+    """Set the per-read timeout of a response's body, before its first byte is read.
+
+    httpx times each socket read with the request's ``timeout`` extension, which httpcore takes
+    when the body is first iterated: the response headers waited for the HTTP timeout, the open
+    stream's reads use this one. (MockTransport responses have no timeouts to set.)
+    """
+    timeouts = response.request.extensions.get("timeout")
+    if isinstance(timeouts, dict):
+        timeouts["read"] = seconds
 
 
 def _observations_of(consumer: Consumer | None) -> SourceResultsTracker | None:

@@ -135,6 +135,24 @@ def test_keepalive_only_stall_hits_the_deadline_and_cancels_the_call(bos_airflow
     assert server.counters.completed_streams == 0
 
 
+@both
+def test_a_deadline_shorter_than_a_silent_server_fails_by_the_deadline_and_writes_nothing(
+        bos_airflow_audit, run_dag) -> None:
+    from airflow_provider_bos.exceptions import BosDeadlineExceeded
+
+    server = bos_airflow_audit["server"]
+    before = seed_table(bos_airflow_audit)
+    # Silent (no keepalive) for 8 s before the final: longer than the 3 s read_deadline, shorter than
+    # the stream idle timeout (300 s), so only the deadline can end the read.
+    server.set_scenario(scenario(final_delay_ms=8000, keepalive_interval_ms=None))
+
+    dag_run = run_faults(run_dag, BOS_TEST_DEADLINE_S="3")
+
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosDeadlineExceeded,
+                            mentions=("deadline",))
+    assert server.counters.completed_streams == 0
+
+
 # --- HTTP statuses -------------------------------------------------------------------------------
 
 

@@ -37,7 +37,21 @@ def test_connection_config_reads_the_form_fields_and_hides_the_secret() -> None:
     assert "refresh-token-value" not in repr(cfg)
 
 
+def test_the_stream_idle_timeout_defaults_to_300s_and_reaches_the_session(bos_server, bos_conn, monkeypatch) -> None:
+    assert BosConnectionConfig.from_connection(_conn()).stream_idle_timeout == 300.0
+    cfg = BosConnectionConfig.from_connection(_conn(extra_dejson={
+        "client_id": "client-1", "extra__bos__stream_idle_timeout": "45", "timeout": 10}))
+    assert (cfg.timeout, cfg.stream_idle_timeout) == (10.0, 45.0)
+    conn = json.loads(__import__("os").environ["AIRFLOW_CONN_BOS_DEFAULT"])
+    conn["extra"]["stream_idle_timeout"] = 45
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
+    with BosHook() as hook:
+        assert hook.get_conn().stream_idle_timeout == 45.0
+
+
 @pytest.mark.parametrize(("fields", "message"), [
+    ({"extra_dejson": {"client_id": "x", "stream_idle_timeout": "0"}}, "Stream idle timeout"),
+    ({"extra_dejson": {"client_id": "x", "stream_idle_timeout": "soon"}}, "Stream idle timeout"),
     ({"host": ""}, "MCP resource URL"),
     ({"password": "", "extra_dejson": {"auth_type": "api_key"}}, "API key"),
     ({"extra_dejson": {}}, "client_id"),

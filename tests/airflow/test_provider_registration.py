@@ -49,7 +49,8 @@ def test_airflow_providers_hooks_shows_bos_connection_type() -> None:
 def test_connection_form_fields_are_declared() -> None:
     widgets = {w["connection_parameter_name"] for w in _airflow_json("providers", "widgets")
                if w["class"] == "airflow_provider_bos.hooks.bos.BosHook"}
-    for field in ("auth_type", "client_id", "protocol", "scopes", "token_store_conn_id", "context_handle"):
+    for field in ("auth_type", "client_id", "protocol", "scopes", "token_store_conn_id", "context_handle",
+                  "timeout", "stream_idle_timeout"):
         assert f"extra__bos__{field}" in widgets
 
     from airflow.providers_manager import ProvidersManager
@@ -64,3 +65,10 @@ def test_connection_form_fields_are_declared() -> None:
 def test_enumerated_fields_offer_their_choices(field: str) -> None:
     conn_fields = get_provider_info()["connection-types"][0]["conn-fields"]
     assert conn_fields[field]["schema"]["enum"]
+
+
+def test_the_stream_idle_timeout_field_says_what_it_bounds() -> None:
+    field = get_provider_info()["connection-types"][0]["conn-fields"]["stream_idle_timeout"]
+    assert field["label"] == "Stream idle timeout (seconds)"
+    assert field["schema"]["default"] == 300
+    assert "keepalive" in field["description"] and "HTTP timeout" in field["description"]

@@ -283,7 +283,7 @@ def test_wrong_final_id() -> None:
         ("execute", lambda r: r["structuredContent"].pop("result"), "no structuredContent.result object"),
         ("execute", lambda r: r["structuredContent"]["result"].pop("result"), "no record array"),
         ("direct", lambda r: r.__setitem__("isError", "yes"), "isError"),
-        ("direct", lambda r: r.__setitem__("resultType", "input_required"), "resultType"),
+        ("direct", lambda r: r.__setitem__("resultType", "deferred"), "resultType"),
     ],
 )
 def test_malformed_results(style: str, mutate: Any, message: str) -> None:
