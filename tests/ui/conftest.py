@@ -73,7 +73,36 @@ class ApiServer:
 
 
 @pytest.fixture(scope="module")
-def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+def shared_fernet_key() -> Iterator[str]:
+    """One Fernet key for this process and the api-server it starts.
+
+    Airflow reads ``[core] fernet_key`` once per process: this one loaded its config before
+    ``airflow db migrate`` wrote an airflow.cfg with a generated key, which a later api-server reads.
+    Without one key on both sides the page's encrypted Connections and token-store rows are
+    unreadable here (and the CLI here writes rows the page cannot compare).
+    """
+    from airflow.configuration import conf
+    from airflow.models.crypto import get_fernet
+    from cryptography.fernet import Fernet
+
+    previous = os.environ.get("AIRFLOW__CORE__FERNET_KEY")
+    key = conf.get("core", "fernet_key", fallback="") or Fernet.generate_key().decode()
+    os.environ["AIRFLOW__CORE__FERNET_KEY"] = key
+    get_fernet.cache_clear()
+    try:
+        yield key
+    finally:
+        if previous is None:
+            os.environ.pop("AIRFLOW__CORE__FERNET_KEY", None)
+        else:
+            os.environ["AIRFLOW__CORE__FERNET_KEY"] = previous
+        get_fernet.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def api_server(
+    airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
     workdir = tmp_path_factory.mktemp("api-server")
     passwords = workdir / "passwords.json"
     passwords.write_text(json.dumps(USERS))
@@ -86,6 +115,7 @@ def api_server(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> It
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__API_AUTH__JWT_SECRET": "bos-ui-test-jwt-secret-0123456789abcdef",
+        "AIRFLOW__CORE__FERNET_KEY": shared_fernet_key,
         "PYTHONPATH": os.pathsep.join(
             p for p in [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")] if p
         ),
