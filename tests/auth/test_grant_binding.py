@@ -11,25 +11,12 @@ import pytest
 import sqlalchemy as sa
 from cryptography.fernet import Fernet
 
-from airflow_provider_bos.auth.discovery import discover
 from airflow_provider_bos.auth.grants import OAuthGrantAuth
 from airflow_provider_bos.auth.token_store import SqlTokenStore
 from airflow_provider_bos.exceptions import BosReconnectRequired, BosTokenStoreError
 
 KEY = "bos_default"
 OTHER_RESOURCE = "https://other-bos.example/mcp/apps/bos/platform"
-
-
-@pytest.fixture()
-def store(tmp_path: Path):
-    store = SqlTokenStore(f"sqlite:///{tmp_path / 'tokens.db'}")
-    yield store
-    store.dispose()
-
-
-@pytest.fixture()
-def token_endpoint(bos_server) -> str:
-    return discover(bos_server.mcp_url).token_endpoint
 
 
 def seeded_worker(bos_server, store, token_endpoint, **overrides) -> tuple[OAuthGrantAuth, dict]:

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from airflow_provider_bos.auth.discovery import discover
 from airflow_provider_bos.auth.grants import OAuthGrantAuth
-from airflow_provider_bos.auth.token_store import SqlTokenStore
 from airflow_provider_bos.exceptions import BosReconnectRequired
 
 KEY = "bos_default"
@@ -22,18 +19,6 @@ INIT = {
     "method": "initialize",
     "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
 }
-
-
-@pytest.fixture()
-def store(tmp_path: Path):
-    store = SqlTokenStore(f"sqlite:///{tmp_path / 'tokens.db'}")
-    yield store
-    store.dispose()
-
-
-@pytest.fixture()
-def token_endpoint(bos_server) -> str:
-    return discover(bos_server.mcp_url).token_endpoint
 
 
 def worker(bos_server, store, token_endpoint, client_id: str, seed: str | None) -> OAuthGrantAuth:

@@ -4,13 +4,11 @@ reuse of another worker's refresh, invalid_grant handling, API keys."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
 import pytest
 
-from airflow_provider_bos.auth.discovery import discover
 from airflow_provider_bos.auth.grants import ApiKeyAuth, OAuthGrantAuth, TokenSet
 from airflow_provider_bos.auth.token_store import SqlTokenStore, StoredGrant
 from airflow_provider_bos.exceptions import BosReconnectRequired
@@ -28,18 +26,6 @@ INIT = {
     },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream"}
-
-
-@pytest.fixture()
-def store(tmp_path: Path):
-    store = SqlTokenStore(f"sqlite:///{tmp_path / 'tokens.db'}")
-    yield store
-    store.dispose()
-
-
-@pytest.fixture()
-def token_endpoint(bos_server) -> str:
-    return discover(bos_server.mcp_url).token_endpoint
 
 
 def seed_minted(
