@@ -32,6 +32,7 @@ __all__ = [
     "BosIncompleteStreamError",
     "BosDeadlineExceeded",
     "BosReadCancelled",
+    "BosFinalFrameRestarted",
     "BosStreamIdleTimeout",
     "BosUnsupportedServerRequestError",
     "BosWarehouseError",
@@ -220,6 +221,24 @@ class BosIncompleteStreamError(BosError):
     def __init__(self, message: str, *, observations: Any = None) -> None:
         self.observations = observations
         super().__init__(message)
+
+
+class BosFinalFrameRestarted(BosIncompleteStreamError):
+    """The final frame was cut midway and the resumed stream sends it again from its start.
+
+    Raised by a streamed read's records iterator (stream resumption, MCP 2025-11-25): every record
+    that iterator handed out so far is void. ``records`` iterates the frame again from its first
+    record; a consumer that cannot discard what it took (or does not know this signal) sees an
+    incomplete stream, which is what it was.
+    """
+
+    def __init__(self, records: Any, *, observations: Any = None) -> None:
+        self.records = records
+        super().__init__(
+            "The connection dropped inside the final response and the resumed stream sends it again "
+            "from its start: discard the records taken so far and iterate `records` again.",
+            observations=observations,
+        )
 
 
 class BosReadCancelled(BosIncompleteStreamError):

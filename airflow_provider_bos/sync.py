@@ -65,6 +65,8 @@ class SyncOutcome:
             "provisional_records": result.observations.provisional_records,
             # Final records that arrived byte-identical to stored rows and were not decoded.
             "records_known": result.known_records,
+            # Times the response stream dropped and was resumed (the read still landed once).
+            "stream_resumptions": result.observations.stream_resumptions,
             "source_errors": [
                 {"source": f"{e.source.source_type}/{e.source.source_identity}", "code": e.error.code}
                 for e in result.source_errors

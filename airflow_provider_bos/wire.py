@@ -123,6 +123,7 @@ class ReadObservations(Protocol):
 
     provisional_records: int
     pages: int
+    stream_resumptions: int
 
     def summary(self) -> list[dict[str, Any]]: ...
 
@@ -245,7 +246,12 @@ class RecordSink(Protocol):
         ...
 
     def write_run(self, run: Any, records: Iterator[Any], options: WriteOptions) -> WriteCounts:
-        """Land ``records`` and one audit row in one transaction; return the counts."""
+        """Land ``records`` and one audit row in one transaction; return the counts.
+
+        ``records`` may raise :class:`~airflow_provider_bos.exceptions.BosFinalFrameRestarted`
+        (a resumed stream sends the final frame again): the sink discards, inside the same
+        transaction, every record it took, and goes on with the exception's ``records``.
+        """
         ...
 
     def record_failure(

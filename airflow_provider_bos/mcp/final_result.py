@@ -19,11 +19,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
-from airflow_provider_bos.exceptions import BosJsonRpcError, BosProtocolError, BosResultError, excerpt
+from airflow_provider_bos.exceptions import (
+    BosFinalFrameRestarted,
+    BosJsonRpcError,
+    BosProtocolError,
+    BosResultError,
+    excerpt,
+)
 from airflow_provider_bos.mcp.interactive import input_required_error
 from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error, same_id
 from airflow_provider_bos.mcp.source_results import SourceResultsTracker, ToolStyle, describe_validation_error
@@ -84,6 +90,12 @@ class FinalResult:
 _DEFERRED = ("is_error", "completeness", "metadata", "context", "result_type", "warnings", "contradictions")
 
 
+class StreamedFrame(Protocol):
+    """The final frame still arriving: its current scanner (a new one if the frame restarts)."""
+
+    scanner: FinalFrameScanner
+
+
 class StreamingFinalResult(FinalResult):
     """A :class:`FinalResult` whose records stream from the still-open response.
 
@@ -109,10 +121,10 @@ class StreamingFinalResult(FinalResult):
         records: Iterable[Any],
         finish: Callable[[int], FinalResult],
         on_close: Callable[[], None] | None = None,
-        scanner: FinalFrameScanner | None = None,
+        frame: StreamedFrame | None = None,
     ) -> None:
         self.request_id = request_id
-        self._scanner = scanner  # the FinalFrameScanner still being fed, when the frame streams
+        self._frame = frame  # the frame still arriving (its scanner changes if the frame restarts)
         self.tool_style = tool_style
         self.streamed = streamed
         self.observations = observations
@@ -132,15 +144,15 @@ class StreamingFinalResult(FinalResult):
         which will verify the claims. Applies to the bytes still to arrive; returns False (and does
         nothing) when the frame is not streaming. Call before consuming :attr:`records`.
         """
-        if self._scanner is None or self._iterated:
+        if self._frame is None or self._iterated:
             return False
-        self._scanner.known = known
+        self._frame.scanner.known = known
         return True
 
     @property
     def known_records(self) -> int:
         """How many records came through as ``KnownRecord`` claims (not decoded)."""
-        return self._scanner.known_records if self._scanner is not None else 0
+        return self._frame.scanner.known_records if self._frame is not None else 0
 
     @property  # type: ignore[override]
     def records(self) -> Iterator[Any]:
@@ -151,17 +163,25 @@ class StreamingFinalResult(FinalResult):
 
     def _iterate(self) -> Iterator[Any]:
         n = 0
+        self.records_consumed = 0
+        restarted = False
         try:
             for record in self._source:
                 n += 1
                 self.records_consumed = n
                 yield record
             self._final = self._finish(self.records_consumed)
+        except BosFinalFrameRestarted as restart:
+            # The frame is being received again: counting starts over, and so does the consumer.
+            restarted = True
+            self._source = restart.records
+            raise BosFinalFrameRestarted(self._iterate(), observations=restart.observations) from None
         except BaseException as exc:
             self._failure = exc
             raise
         finally:
-            self.close()
+            if not restarted:
+                self.close()
 
     def __getattribute__(self, name: str) -> Any:
         if name in _DEFERRED:

@@ -3,8 +3,8 @@
 A federated read with ``stream_records=True`` does not wait for its final frame (over 1 GB at 1M
 records). The session's SSE parser streams each large event's data into a :class:`FrameRouter`,
 which feeds one :class:`~.final_frame.FinalFrameScanner` per event. As soon as a scanner's first
-key says the event is the response, :func:`hand_over` turns the still-open response into a
-:class:`FinalFrameStream`, and :func:`streaming_result` wraps it: the caller pulls records as the
+key says the event is the response, the still-open response is handed over as a
+:class:`FinalFrameStream` (:mod:`.event_stream` routes the events before it), and :func:`streaming_result` wraps it: the caller pulls records as the
 bytes arrive (constant memory), and the result's metadata is parsed from the scanner's skeleton
 once they are consumed. A response small enough to arrive whole goes through
 :func:`memory_result` (the same scanner, fed from memory), so callers see one behaviour.
@@ -12,23 +12,21 @@ once they are consumed. A response small enough to arrive whole goes through
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosResultError
-from airflow_provider_bos.mcp.calls import StreamedCall
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, check_record
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser, StreamingFinalResult
-from airflow_provider_bos.mcp.jsonrpc import dumps, same_id
+from airflow_provider_bos.mcp.jsonrpc import dumps
 from airflow_provider_bos.mcp.source_results import ToolStyle
-from airflow_provider_bos.mcp.sse import SseParser
 
-__all__ = [
-    "FrameRouter", "OpenResponse", "FinalFrameStream", "hand_over", "streaming_result", "memory_result",
-]
+if TYPE_CHECKING:
+    from airflow_provider_bos.mcp.event_stream import ResponseEvents
+
+__all__ = ["FrameRouter", "FinalFrameStream", "streaming_result", "memory_result"]
 
 
 class FrameRouter:
@@ -60,37 +58,31 @@ class FrameRouter:
         self.current = None
 
 
-@dataclass(frozen=True)
-class OpenResponse:
-    """An event-stream response still being read: its chunks, its parser and router, how to let go."""
-
-    response: httpx.Response
-    chunks: Iterator[bytes]
-    parser: SseParser
-    router: FrameRouter
-    #: Closes the response and clears the session's in-flight reference to it.
-    release: Callable[[httpx.Response], None]
-
-
 class FinalFrameStream:
-    """Pulls the rest of a streamed final frame from the open response, record by record."""
+    """Pulls the rest of a streamed final frame from the open response, record by record.
 
-    def __init__(
-        self, source: OpenResponse, scanner: FinalFrameScanner, call: StreamedCall, *, finished: bool
-    ) -> None:
-        self._source = source
+    If the connection drops inside the frame and the stream can be resumed (:mod:`.event_stream`),
+    the frame is read again from its start; records handed out before the cut are void, which
+    the iterator says by raising :class:`~airflow_provider_bos.exceptions.BosFinalFrameRestarted`
+    (its ``records`` go on from the frame's first record).
+    """
+
+    def __init__(self, events: ResponseEvents, scanner: FinalFrameScanner, *, finished: bool) -> None:
+        self._events = events
         self.scanner = scanner
-        self._call = call
+        self._call = events.call
         self._finished = finished  # the frame's last byte has been fed already
         self._closed = False
 
     def records(self) -> Iterator[Any]:
-        source, call = self._source, self._call
-        router = source.router
+        events, call = self._events, self._call
         where = self.scanner.records_where
         index = 0
+        restarted = False
         try:
             while True:
+                router = events.router
+                assert router is not None
                 if router.records:
                     batch, router.records = router.records, []
                     for raw in batch:
@@ -100,29 +92,33 @@ class FinalFrameStream:
                         index += 1
                 if self._finished:
                     break
-                chunk = next(source.chunks, None)
-                if chunk is None:
-                    source.parser.close()
-                    raise self._incomplete("the event stream ended")
-                for event in source.parser.feed(chunk):
-                    if event.streamed:
-                        self._finished = True
-                call.check()
-        except (httpx.TransportError, httpx.StreamError) as exc:
-            failure = call.interrupted() or (
-                call.idle_timed_out("inside the final response to") if isinstance(exc, httpx.ReadTimeout)
-                else self._incomplete(f"the connection failed ({type(exc).__name__})")
-            )
-            raise failure from exc
+                try:
+                    chunk = next(events.chunks, None)
+                    if chunk is not None:
+                        for event in events.parser.feed(chunk):
+                            if event.streamed:
+                                self._finished = True
+                        call.check()
+                        continue
+                    events.parser.close()
+                    dropped = "the event stream ended"
+                except (httpx.TransportError, httpx.StreamError) as exc:
+                    events.raise_if_stopped(exc, "inside the final response to")
+                    dropped = f"the connection failed ({type(exc).__name__})"
+                start = events.resume_final(dropped, self.scanner.known)
+                assert start.scanner is not None
+                self.scanner, self._finished = start.scanner, start.finished
+                where = self.scanner.records_where
+                if index:  # records of the cut frame were handed out: they are void
+                    restarted = True
+                    raise BosFinalFrameRestarted(self.records(), observations=call.observations)
         finally:
-            self.close()
+            if not restarted:
+                self.close()
 
-    def _incomplete(self, why: str) -> BosIncompleteStreamError:
-        return BosIncompleteStreamError(
-            f"{why.capitalize()} inside the final response to {self._call.method}; there is no confirmed "
-            "result and the records received are not authoritative. Re-run the read.",
-            observations=self._call.observations,
-        )
+    @property
+    def resumptions(self) -> int:
+        return self._events.resumptions
 
     def skeleton(self) -> dict[str, Any]:
         return self.scanner.finish()
@@ -131,19 +127,7 @@ class FinalFrameStream:
         if self._closed:
             return
         self._closed = True
-        self._source.release(self._source.response)
-
-
-def hand_over(
-    source: OpenResponse, scanner: FinalFrameScanner, call: StreamedCall, *, finished: bool
-) -> FinalFrameStream:
-    """The final frame has started (its first key says it is a result): hand the response over."""
-    if "id" in scanner.message and not same_id(scanner.message["id"], call.request_id):
-        raise BosResultError(
-            f"The response id {scanner.message['id']!r} does not match the request id {call.request_id!r}; "
-            "the server answered some other request."
-        )
-    return FinalFrameStream(source, scanner, call, finished=finished)
+        self._events.close()
 
 
 def streaming_result(stream: FinalFrameStream, parser: FinalResultParser) -> StreamingFinalResult:
@@ -155,7 +139,7 @@ def streaming_result(stream: FinalFrameStream, parser: FinalResultParser) -> Str
     return StreamingFinalResult(
         request_id=parser.request_id, tool_style=parser.tool_style, streamed=parser.streamed,
         observations=parser.observations, records=stream.records(), finish=finish_stream,
-        on_close=stream.close, scanner=stream.scanner,
+        on_close=stream.close, frame=stream,
     )
 
 

@@ -56,21 +56,12 @@ from airflow_provider_bos.mcp.eras import (
     probe_verdict,
     request_headers,
 )
-from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
-from airflow_provider_bos.mcp.final_stream import (
-    FinalFrameStream,
-    FrameRouter,
-    OpenResponse,
-    hand_over,
-    memory_result,
-    streaming_result,
-)
+from airflow_provider_bos.mcp.event_stream import Reconnect, ResponseEvents, ResumeRefused
+from airflow_provider_bos.mcp.final_stream import FinalFrameStream, memory_result, streaming_result
 from airflow_provider_bos.mcp.http_status import abort, error_excerpt, media_type, raise_for_status
 from airflow_provider_bos.mcp.interactive import (
-    ANSWERED_WITHOUT_A_REPLY,
     input_required_error,
-    server_request_error,
 )
 from airflow_provider_bos.mcp.jsonrpc import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -81,15 +72,13 @@ from airflow_provider_bos.mcp.jsonrpc import (
     request_envelope,
     rpc_error,
 )
-from airflow_provider_bos.mcp.page_records import decode_source_result
 from airflow_provider_bos.mcp.reads import check_via, resolve_context_handle
 from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, run_with_retries
 from airflow_provider_bos.mcp.source_results import SourceProgress, SourceResultsTracker, ToolStyle
-from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES, SseParser
+from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import (
     PROTOCOL_2025,
     PROTOCOL_2026,
-    SOURCE_RESULT_METHOD,
     SOURCE_RESULTS_EXTENSION,
     BosContext,
 )
@@ -106,11 +95,6 @@ DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
 #: FrameRouter (:mod:`.final_stream`) as it arrives instead of being buffered. Notifications are
 #: far smaller.
 DEFAULT_STREAM_THRESHOLD = 1024 * 1024
-
-# Where a source-result notification names its method (the fast path's cue; anything else is
-# still decoded in full, so the cue only has to be cheap, not exhaustive).
-_SOURCE_RESULT_TOKEN = f'"{SOURCE_RESULT_METHOD}"'.encode("ascii")
-_SOURCE_RESULT_TOKEN_WITHIN = 256
 
 
 class _ReadConsumer:
@@ -189,6 +173,7 @@ class McpSession:
         self._inflight: httpx.Response | None = None
         self._cancel = threading.Event()
         self._op_depth = 0
+        self._reconnect = Reconnect(reopen=self._reopen_stream, sleep=self._sleep, release=self._release)
 
     def __repr__(self) -> str:
         return f"McpSession(url={self.url!r}, era={self.era!r}, protocol_version={self.protocol_version!r})"
@@ -626,9 +611,19 @@ class McpSession:
                 _set_read_timeout(response, self._stream_read_timeout(deadline))
                 call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel,
                                     idle_timeout=self.stream_idle_timeout)
-                reply = self._read_stream(response, call, consumer, final_style)
-                handed_over = reply.stream is not None
-                return reply
+                events = ResponseEvents(response, call, consumer, final_style=final_style,
+                                        max_event_bytes=self.max_event_bytes,
+                                        stream_threshold=self.stream_threshold_bytes, reconnect=self._reconnect)
+                try:
+                    start = events.until_final()
+                    if start.scanner is not None:
+                        handed_over = True
+                        stream = FinalFrameStream(events, start.scanner, finished=start.finished)
+                        return _Reply(None, request_id, streamed=True, stream=stream)
+                    return _Reply(start.message, request_id, streamed=True, raw=start.raw)
+                finally:
+                    if not handed_over:
+                        events.close()
             raise BosHttpError(
                 f"BOS answered {method} with an unexpected content type",
                 status_code=response.status_code,
@@ -668,61 +663,6 @@ class McpSession:
                 f"BOS answered {method} with a body that is not valid JSON: {excerpt(body)!r}"
             ) from None
 
-    def _read_stream(
-        self, response: httpx.Response, call: StreamedCall, consumer: Consumer | None, final_style: ToolStyle | None
-    ) -> _Reply:
-        """Route the events of an SSE answer until the final response (or its start, when streaming records)."""
-        method, request_id = call.method, call.request_id
-        router: FrameRouter | None = None
-        if final_style is not None:
-            router = FrameRouter(final_style, min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
-            parser = SseParser(max_event_bytes=self.max_event_bytes, stream_threshold=self.stream_threshold_bytes,
-                               open_stream=router.open, raw_data=True)
-        else:
-            parser = SseParser(max_event_bytes=self.max_event_bytes, raw_data=True)
-        chunks = response.iter_bytes()
-        try:
-            for chunk in chunks:
-                for event in parser.feed(chunk):
-                    if event.streamed:
-                        assert router is not None
-                        scanner = router.finished.pop(0)
-                        if scanner.kind == "response":
-                            source = OpenResponse(response, chunks, parser, router, self._release)
-                            return _Reply(None, request_id, streamed=True,
-                                          stream=hand_over(source, scanner, call, finished=True))
-                        message = self._dispatch_message(scanner.finish(), request_id, consumer)
-                        if message is not None:
-                            return _Reply(message, request_id, streamed=True)
-                        continue
-                    message = self._dispatch_event(event.event, event.data, request_id, consumer, parser.text)
-                    if message is not None:
-                        raw = event.data if router is not None else None
-                        return _Reply(message, request_id, streamed=True, raw=raw)
-                if router is not None and router.current is not None and router.current.kind == "response":
-                    source = OpenResponse(response, chunks, parser, router, self._release)
-                    return _Reply(None, request_id, streamed=True,
-                                  stream=hand_over(source, router.current, call, finished=False))
-                # Checked per chunk, so keepalive comments alone cannot outlive the deadline, and a
-                # cancel() is honoured even where the socket could not be shut down under us.
-                call.check()
-            parser.close()
-        except (httpx.TransportError, httpx.StreamError) as exc:
-            if isinstance(exc, httpx.ReadTimeout) and call.interrupted() is None:
-                raise call.idle_timed_out("before the final response to") from exc
-            raise call.interrupted() or BosIncompleteStreamError(
-                f"The connection failed before the final response to {method} ({type(exc).__name__}); "
-                "there is no confirmed result. Re-run the read.",
-                observations=call.observations,
-            ) from exc
-        if self._cancel.is_set():
-            raise call.cancelled()
-        raise BosIncompleteStreamError(
-            f"The event stream ended before the final response to {method}; there is no confirmed result. "
-            "Re-run the read.",
-            observations=call.observations,
-        )
-
     def _release(self, response: httpx.Response) -> None:
         """A handed-over response is done with: it is no longer the in-flight one, and is closed."""
         with self._lock:
@@ -730,57 +670,31 @@ class McpSession:
                 self._inflight = None
         response.close()
 
-    def _dispatch_event(
-        self, event: str, data: bytes, request_id: str, consumer: Consumer | None,
-        text: Callable[[bytes], str],
-    ) -> Any:
-        """Route one SSE event; return the final response message, or None to keep reading.
-
-        ``data`` is the undecoded bytes (``SseParser(raw_data=True)``): a page is decoded straight
-        from them; anything else goes through ``text`` (the parser's UTF-8 policy) first.
-        """
-        if event != "message":
-            logger.debug("Ignoring SSE event of type %r.", event)
-            return None
-        if not data:  # a priming event (id + retry, SEP-1699): no message; the parser keeps its id
-            return None
-        if consumer is not None and _SOURCE_RESULT_TOKEN in data[:_SOURCE_RESULT_TOKEN_WITHIN]:
-            # A page: checked and counted without decoding its records (None: the general path).
-            params = decode_source_result(data, SOURCE_RESULT_METHOD)
-            if params is not None:
-                consumer(params)
-                return None
-        data = text(data)
-        try:
-            message = loads(data)
-        except ValueError:
-            raise BosProtocolError(f"An SSE message event is not valid JSON ({len(data)} characters).") from None
-        return self._dispatch_message(message, request_id, consumer)
-
-    def _dispatch_message(self, message: Any, request_id: str, consumer: Consumer | None) -> Any:
-        """Route one decoded SSE message; return the final response message, or None to keep reading."""
-        if not isinstance(message, Mapping):
-            raise BosProtocolError("An SSE message event is not a JSON-RPC object.")
-        method = message.get("method")
-        if isinstance(method, str):
-            if "id" in message:
-                if method not in ANSWERED_WITHOUT_A_REPLY:
-                    raise server_request_error(method)
-                logger.debug("Ignoring server-to-client request %r in the response stream.", method)
-            elif method == SOURCE_RESULT_METHOD and consumer is not None:
-                consumer(message.get("params"))
-            else:
-                logger.debug("Ignoring notification %r in the response stream.", method)
-            return None
-        if "id" in message and ("result" in message or "error" in message):
-            if message["id"] != request_id:
-                raise BosResultError(
-                    f"The response id {message['id']!r} does not match the request id {request_id!r}; "
-                    "the server answered some other request."
-                )
-            return message
-        logger.debug("Ignoring an SSE message that is neither a request, notification nor response.")
-        return None
+    def _reopen_stream(self, last_event_id: str, call: StreamedCall) -> httpx.Response:
+        """Resume a dropped response stream: ``GET`` + ``Last-Event-ID`` (MCP 2025-11-25)."""
+        what = f"the GET resuming {call.method}"
+        headers = self._headers(call.method, None)
+        headers.pop("Content-Type", None)
+        headers["Accept"] = "text/event-stream"
+        headers["Last-Event-ID"] = last_event_id
+        request = self._client.build_request("GET", self.url, headers=headers, timeout=self._timeout(call.deadline))
+        response = self._send(request, what)
+        with self._lock:
+            self._inflight = response
+        status = response.status_code
+        if self._cancel.is_set():
+            self._release(response)
+            raise call.cancelled()
+        if status == 200 and media_type(response) == "text/event-stream":
+            _set_read_timeout(response, self._stream_read_timeout(call.deadline))
+            return response
+        detail = error_excerpt(response)
+        self._release(response)
+        if 400 <= status < 500 and status not in (408, 429):
+            raise ResumeRefused(f"HTTP {status}" + (f": {detail}" if detail else ""))
+        if status == 200:
+            raise ResumeRefused(f"its answer is {response.headers.get('content-type')!r}, not an event stream")
+        raise BosTransportError(f"BOS answered {what} with HTTP {status}.")
 
 
 # --- helpers ---------------------------------------------------------------------------------------

@@ -163,6 +163,10 @@ class SourceResultsTracker:
         self.provisional_records = 0
         self.pages = 0
         self.last_sequence: int | None = None
+        #: Times the response stream dropped and was resumed (GET + Last-Event-ID).
+        self.stream_resumptions = 0
+        #: Notifications a resumed stream sent again, skipped (never counted twice).
+        self.replays_skipped = 0
 
     def observe(self, params: Any) -> SourceProgress:
         """Validate one notification's ``params``; update and return the source's progress."""

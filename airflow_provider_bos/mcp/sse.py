@@ -108,10 +108,15 @@ class SseParser:
         stream_threshold: int | None = None,
         open_stream: Callable[[], SseDataSink | None] | None = None,
         raw_data: bool = False,
+        last_event_id: str | None = None,
+        retry: int | None = None,
     ) -> None:
         """``raw_data``: events carry their data as undecoded UTF-8 bytes (:meth:`text` decodes
         them with this parser's ``invalid_utf8`` policy), for consumers that parse JSON from bytes
-        and would otherwise pay for a decode and a re-encode."""
+        and would otherwise pay for a decode and a re-encode.
+
+        ``last_event_id`` and ``retry``: carried over from the parser of the connection this one
+        resumes (the standard keeps both across reconnections)."""
         if (stream_threshold is None) != (open_stream is None):
             raise ValueError("stream_threshold and open_stream go together")
         if stream_threshold is not None and stream_threshold < 0:
@@ -143,11 +148,11 @@ class SseParser:
         self._sink_lines = 0  # data lines given to the sink (a b"\n" goes between two)
         self._stream_declined = False  # open_stream() said no for the current event
         # Persistent state (survives dispatch), per the standard.
-        self._id_buffer: str | None = None  # the "last event ID buffer": set by id lines
+        self._id_buffer: str | None = last_event_id  # the "last event ID buffer": set by id lines
         #: The "last event ID string": the id in effect at the last blank line (see the module doc).
-        self.last_event_id: str | None = None
+        self.last_event_id: str | None = last_event_id
         #: The reconnection time in milliseconds from the last valid ``retry`` field (None: never set).
-        self.retry: int | None = None
+        self.retry: int | None = retry
         #: Comment lines seen (``: keepalive`` and the like): activity that dispatches no event.
         self.comments = 0
         #: Lines whose bytes were not valid UTF-8 and were decoded with replacement characters.

@@ -652,7 +652,8 @@ class _Call:
         await self._wait_until(emitter, start + (last_ms + faults.final_delay_ms) / 1000.0 * self.time_scale)
         await emitter.final(self._frame(newlines=faults.wire_mode),
                             drop_mid=faults.drop_mid_final and not resuming, event_id=self._event_id(index + 1),
-                            close_after_bytes=None if resuming else faults.close_mid_final_bytes)
+                            close_after_bytes=None if resuming else faults.close_mid_final_bytes,
+                            close_after_records_bytes=None if resuming else faults.close_mid_records_bytes)
         self.final_written = True
         self.app.counters.incr("completed_streams")  # before the last chunk: the client may look right after it
         await emitter.finish()

@@ -137,7 +137,8 @@ class FaultSpec(_Strict):
     """Transport faults the reference server injects (the federation plan is unaffected).
 
     At most one of the stream-ending faults (``drop_after_notifications``, ``drop_before_final``,
-    ``drop_mid_final``, ``stall``, ``close_after_events``, ``close_mid_final_bytes``) and at most
+    ``drop_mid_final``, ``stall``, ``close_after_events``, ``close_mid_final_bytes``,
+    ``close_mid_records_bytes``) and at most
     one of ``final_error`` / ``malformed_final``.
 
     Streams and resumption (2025-11-25 session era, negotiated streams only; the stateless
@@ -157,6 +158,9 @@ class FaultSpec(_Strict):
       bytes of the final event (its field lines included); the client must resume. They apply
       to the POST only: a resumed stream runs to the end. ``drop_*`` instead reset the
       connection.
+    - ``close_mid_records_bytes``: as ``close_mid_final_bytes``, counted from the start of the
+      final's ``structuredContent`` (after the long ``content`` text): the cut falls among the
+      records, after a client streaming them has handed some out.
     - ``final_contradiction``: the final result contradicts itself (server input, not transport):
       ``"error_flag_on_complete"`` sends ``isError: true`` with ``completeness: "complete"``;
       ``"hidden_source_errors"`` claims ``complete`` with no ``source_errors`` although the
@@ -172,6 +176,7 @@ class FaultSpec(_Strict):
     stall: bool = False
     close_after_events: int | None = Field(default=None, ge=0)
     close_mid_final_bytes: int | None = Field(default=None, ge=0)
+    close_mid_records_bytes: int | None = Field(default=None, ge=0)
     resumable: bool = True
     sse_retry_ms: int = Field(default=500, ge=0)
     final_delay_ms: float = Field(default=0.0, ge=0.0, allow_inf_nan=False)
@@ -209,6 +214,7 @@ class FaultSpec(_Strict):
                 ("stall", self.stall),
                 ("close_after_events", self.close_after_events is not None),
                 ("close_mid_final_bytes", self.close_mid_final_bytes is not None),
+                ("close_mid_records_bytes", self.close_mid_records_bytes is not None),
             )
             if on
         ]

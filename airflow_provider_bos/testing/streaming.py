@@ -253,11 +253,12 @@ class SseEmitter(_Writer):
         await self.write((text + body + eol).encode(), flush=True)
 
     async def final(self, pieces: Iterator[Any], *, drop_mid: bool, event_id: str | None = None,
-                    close_after_bytes: int | None = None) -> None:
+                    close_after_bytes: int | None = None, close_after_records_bytes: int | None = None) -> None:
         """The final event, written incrementally from :func:`final_frame_pieces`.
 
         ``close_after_bytes``: end the response cleanly once that many bytes of this event (its
-        field lines included) are out, raising :class:`StreamClosed`.
+        field lines included) are out, raising :class:`StreamClosed`; ``close_after_records_bytes``:
+        the same, counted from :data:`MID_FINAL` (the start of ``structuredContent``).
         """
         eol = self._eol()
         if close_after_bytes is not None:
@@ -270,6 +271,9 @@ class SseEmitter(_Writer):
             if piece is MID_FINAL:
                 if drop_mid:
                     await self.abort()
+                if close_after_records_bytes is not None:
+                    await self.flush()
+                    self._close_in = close_after_records_bytes
                 continue
             segments = piece.split("\n") if self.wire else [piece]
             out: list[str] = []

@@ -124,6 +124,15 @@ class RunTransaction:
             self._unlock_needed = True
         self._locked = True
 
+    def mark_records_start(self) -> None:
+        """A savepoint: everything loaded after it can be discarded by :meth:`discard_records`."""
+        self.exec(self.dialect.savepoint())
+
+    def discard_records(self) -> None:
+        """Undo every row loaded since :meth:`mark_records_start` (staging and direct load), in the
+        same transaction; the lock and the staging tables taken before it stay."""
+        self.exec(self.dialect.rollback_to_savepoint())
+
     def target_is_empty(self) -> bool:
         return self.exec(self.dialect.probe_empty(self.target)).first() is None
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes, settle_kept_claims
 from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_for
@@ -279,15 +279,27 @@ class WarehouseWriter:
                     tx.lock()
                     direct = tx.target_is_empty()
                 tx.create_staging(parse_json=empty and not direct)
-                if direct:
-                    assert copy is not None
-                    synced_at = utcnow()
-                    loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
-                else:
-                    seen = SeenKeys()
-                    kept = kept_claims(tx, options.known, uses_copy=copy is not None)
-                    received = stage_records(tx, records, default_obs, copy=copy, batch_size=self.batch_size,
-                                             seen=seen, kept=kept, rejects=rejects)
+                synced_at = utcnow()
+                tx.mark_records_start()
+                while True:
+                    try:
+                        if direct:
+                            assert copy is not None
+                            loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
+                        else:
+                            seen = SeenKeys()
+                            kept = kept_claims(tx, options.known, uses_copy=copy is not None)
+                            received = stage_records(tx, records, default_obs, copy=copy,
+                                                     batch_size=self.batch_size, seen=seen, kept=kept, rejects=rejects)
+                        break
+                    except BosFinalFrameRestarted as restart:
+                        # The stream was resumed and the final frame comes again from its start:
+                        # nothing loaded from the cut frame may merge.
+                        tx.discard_records()
+                        records = restart.records
+                        rejects = Rejects() if rejects is not None else None
+                        log.warning("BOS run %s: the final frame restarted on a resumed stream; the records "
+                                    "loaded from the cut frame were discarded.", run.run_id)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 if direct:

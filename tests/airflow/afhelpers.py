@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -25,3 +26,20 @@ def audit_rows(engine: sa.Engine, table: str, audit_table: str = "bos_sync_runs"
     with engine.connect() as conn:
         rows = conn.execute(sa.text(f"SELECT * FROM {audit_table} ORDER BY started_at")).mappings().all()
     return [dict(r) for r in rows if str(r["destination_table"]).split(".")[-1] == table]
+
+
+def xcom_summary(dag_run: Any, task_id: str = "sync") -> dict[str, Any]:
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        row = session.scalars(
+            sa.select(XComModel).where(
+                XComModel.dag_id == dag_run.dag_id,
+                XComModel.run_id == dag_run.run_id,
+                XComModel.task_id == task_id,
+                XComModel.key == "return_value",
+            )
+        ).one()
+        value = row.value
+    return json.loads(value) if isinstance(value, str) else value

@@ -13,6 +13,7 @@ are tested through ``McpSession.federated_read`` + ``WarehouseWriter`` over ``ht
 from __future__ import annotations
 
 import json
+import os
 import time
 import uuid
 from datetime import datetime, timezone
@@ -25,11 +26,11 @@ import sqlalchemy as sa
 from airflow_provider_bos.auth import SqlTokenStore
 from airflow_provider_bos.exceptions import BosError, BosResultError
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
-from airflow_provider_bos.testing.scenario import Scenario
+from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, large_scenario
 from airflow_provider_bos.warehouse import AuditReader, SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.wire import WriteOptions
 
-from afhelpers import table_dump, task_states
+from afhelpers import table_dump, task_states, xcom_summary
 from bos_fault_helpers import BASE, audits, final_records, final_refs, scenario, seed_table, table_refs
 
 pytestmark = pytest.mark.airflow
@@ -117,6 +118,52 @@ def test_reset_in_the_middle_of_the_final_frame_changes_nothing(bos_airflow_audi
     dag_run = run_faults(run_dag)
 
     assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosIncompleteStreamError)
+
+
+def use_era(monkeypatch: pytest.MonkeyPatch, era: str) -> None:
+    """Point the BOS connection at one MCP era (stream resumption exists in the 2025-11-25 session era)."""
+    conn = json.loads(os.environ["AIRFLOW_CONN_BOS_DEFAULT"])
+    conn["extra"]["protocol"] = era
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
+
+
+@all_three
+def test_a_final_frame_cut_among_its_records_is_resumed_and_lands_exactly_once(
+        bos_airflow_audit, run_dag, monkeypatch) -> None:
+    use_era(monkeypatch, "2025-11-25")
+    server = bos_airflow_audit["server"]
+    # A final frame of several MiB streams into the warehouse as it arrives (batches of 100 rows, the
+    # direct load on PostgreSQL); the POST response ends 1 MB into structuredContent, after hundreds
+    # of records went in, and the client resumes: the frame comes again from its start.
+    sc = large_scenario(3000, sources=2)
+    sc.faults = FaultSpec(close_mid_records_bytes=1_000_000, sse_retry_ms=10)
+    server.set_scenario(sc)
+
+    dag_run = run_faults(run_dag, BOS_TEST_BATCH_SIZE="100")
+
+    row = assert_landed(bos_airflow_audit, dag_run, sc)
+    assert server.counters.resumed_streams == 1 and server.counters.streamed_calls == 1
+    summary = xcom_summary(dag_run)
+    assert summary["stream_resumptions"] == 1
+    assert summary["inserted"] == row["inserted"] == len(final_refs(sc)) and summary["duplicates"] == 0
+    # Exactly the final records' content, each once.
+    with bos_airflow_audit["engine"].connect() as conn:
+        names = dict(conn.execute(sa.text(f"SELECT record_ref, display_name FROM {bos_airflow_audit['table']}")).all())
+    assert names == {r["record_ref"]: r["display_name"] for r in final_records(sc)}
+
+
+@both
+def test_a_cut_final_frame_the_server_cannot_resume_changes_nothing(bos_airflow_audit, run_dag, monkeypatch) -> None:
+    from airflow_provider_bos.exceptions import BosIncompleteStreamError
+
+    use_era(monkeypatch, "2025-11-25")
+    before = seed_table(bos_airflow_audit)
+    bos_airflow_audit["server"].set_scenario(scenario(revision=2, close_mid_records_bytes=3000, resumable=False))
+
+    dag_run = run_faults(run_dag, BOS_TEST_BATCH_SIZE="5")
+
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosIncompleteStreamError,
+                            mentions=("no confirmed result", "cannot be resumed"))
 
 
 @both

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.testing.federation import plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
 
-from afhelpers import audit_rows, table_dump, task_states
+from afhelpers import audit_rows, table_dump, task_states, xcom_summary
 
 pytestmark = pytest.mark.airflow
 
@@ -33,23 +33,6 @@ def provisional_refs(scenario: Any) -> set[str]:
 def table_refs(engine: sa.Engine, table: str) -> set[str]:
     with engine.connect() as conn:
         return set(conn.execute(sa.text(f"SELECT record_ref FROM {table}")).scalars())
-
-
-def xcom_summary(dag_run: Any, task_id: str = "sync") -> dict[str, Any]:
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        row = session.scalars(
-            sa.select(XComModel).where(
-                XComModel.dag_id == dag_run.dag_id,
-                XComModel.run_id == dag_run.run_id,
-                XComModel.task_id == task_id,
-                XComModel.key == "return_value",
-            )
-        ).one()
-        value = row.value
-    return json.loads(value) if isinstance(value, str) else value
 
 
 def test_identity_merge_lands_exactly_the_final_records(bos_airflow, run_dag) -> None:

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from airflow_provider_bos.exceptions import BosError, BosProtocolError
 from airflow_provider_bos.mcp import McpSession, RetryPolicy, SourceProgress
-from airflow_provider_bos.mcp import session as session_module
+from airflow_provider_bos.mcp import event_stream as event_stream_module
+from airflow_provider_bos.mcp.event_stream import ResponseEvents
 from airflow_provider_bos.mcp.page_records import PageRecords, decode_source_result
 from airflow_provider_bos.mcp.source_results import SourceResultsTracker
 from airflow_provider_bos.models import SOURCE_ERROR_CODES, SOURCE_RESULT_METHOD
@@ -389,15 +390,15 @@ def test_a_streamed_read_takes_the_fast_path_for_every_page(
         fast_calls.append((data if isinstance(data, str) else data.decode(), params is not None))
         return params
 
-    dispatch = McpSession._dispatch_message
+    dispatch = ResponseEvents.dispatch_message
 
-    def recording_dispatch(self: McpSession, msg: Any, request_id: str, consumer: Any) -> Any:
+    def recording_dispatch(self: ResponseEvents, msg: Any) -> Any:
         if isinstance(msg, dict) and msg.get("method") == SOURCE_RESULT_METHOD:
             general_notifications.append(msg)
-        return dispatch(self, msg, request_id, consumer)
+        return dispatch(self, msg)
 
-    monkeypatch.setattr(session_module, "decode_source_result", counting_decode)
-    monkeypatch.setattr(McpSession, "_dispatch_message", recording_dispatch)
+    monkeypatch.setattr(event_stream_module, "decode_source_result", counting_decode)
+    monkeypatch.setattr(ResponseEvents, "dispatch_message", recording_dispatch)
     plan = load_scenario(scenario)
     plan.faults = FaultSpec(wire_mode=wire_mode)
     server = bos_server_factory(scenario=plan)

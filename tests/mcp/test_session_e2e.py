@@ -163,7 +163,8 @@ def test_identity_merge_final_refs_replace_provisional_ones(bos_server_factory: 
 
 @pytest.mark.parametrize("era", ERAS)
 def test_drop_before_final_is_incomplete_with_observations(bos_server_factory: Any, era: str) -> None:
-    server = server_with(bos_server_factory, drop_before_final=True)
+    # A server that cannot resume (the 2025 era resumes otherwise: tests/mcp/test_session_resume.py).
+    server = server_with(bos_server_factory, drop_before_final=True, resumable=False)
     with session_for(server, era) as session, pytest.raises(BosIncompleteStreamError) as excinfo:
         session.federated_read("search_people", {}, via="direct")
     observations = excinfo.value.observations

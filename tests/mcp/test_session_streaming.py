@@ -96,7 +96,8 @@ def test_end_of_frame_attributes_wait_for_the_records(bos_server: Any, stream: b
 
 @pytest.mark.parametrize("era", ERAS)
 def test_drop_mid_final_raises_from_the_iterator(bos_server_factory: Any, era: str) -> None:
-    server = server_with(bos_server_factory, "identity_merge", drop_mid_final=True)
+    # Not resumable (else the frame restarts: tests/mcp/test_session_resume.py).
+    server = server_with(bos_server_factory, "identity_merge", drop_mid_final=True, resumable=False)
     session, result = _read(server, era, "execute", stream_records=True, threshold=0)
     with session:
         with pytest.raises(BosIncompleteStreamError):
@@ -107,7 +108,7 @@ def test_drop_mid_final_raises_from_the_iterator(bos_server_factory: Any, era: s
 
 def test_drop_mid_small_final_is_raised_by_federated_read(bos_server_factory: Any) -> None:
     # Below the threshold the frame is buffered whole, so the read fails before returning.
-    server = server_with(bos_server_factory, "identity_merge", drop_mid_final=True)
+    server = server_with(bos_server_factory, "identity_merge", drop_mid_final=True, resumable=False)
     with pytest.raises(BosIncompleteStreamError):
         _read(server, "2025-11-25", "execute", stream_records=True, threshold=1024 * 1024)
 

@@ -192,6 +192,19 @@ def test_close_mid_final_frame_then_resume_sends_the_final_again_from_its_start(
     assert [m for _, m in first + rest] == uninterrupted(bos_server_factory, open_session)
 
 
+def test_close_mid_records_cuts_k_bytes_into_structured_content_then_resume_sends_the_whole_final(
+        bos_server_factory, open_session):
+    server = server_with(bos_server_factory, close_mid_records_bytes=500)
+    session = open_session(server)
+    raw = session.read()
+    first = messages(read_sse(raw)[0])
+    assert all("method" in m for _, m in first)  # the final event never completed
+    assert len(raw) - raw.index(b'"structuredContent":') == 500  # K bytes among the records
+    assert b'"record_ref"' in raw[raw.index(b'"structuredContent":'):]
+    rest = messages(read_sse(session.resume(first[-1][0]).content)[0])
+    assert [m for _, m in first + rest] == uninterrupted(bos_server_factory, open_session)
+
+
 def test_resumption_disabled_sends_no_ids_and_answers_get_with_405(bos_server_factory, open_session):
     server = server_with(bos_server_factory, resumable=False, close_after_events=1)
     session = open_session(server)
@@ -262,7 +275,8 @@ def test_a_silent_server_outlasts_a_short_read_timeout(bos_server_factory, open_
 
 @pytest.mark.parametrize("faults", [{"close_after_events": 1, "drop_mid_final": True},
                                     {"close_mid_final_bytes": 10, "close_after_events": 2},
-                                    {"close_mid_final_bytes": 10, "stall": True}])
+                                    {"close_mid_final_bytes": 10, "stall": True},
+                                    {"close_mid_records_bytes": 10, "close_mid_final_bytes": 10}])
 def test_one_stream_ending_fault_at_a_time(faults):
     with pytest.raises(ValidationError, match="choose one stream-ending fault"):
         FaultSpec(**faults)

@@ -76,6 +76,10 @@ class Statement:
     params: tuple[Any, ...] = ()
 
 
+#: The savepoint before a run's records are loaded (see :meth:`WarehouseDialect.savepoint`).
+RECORDS_SAVEPOINT = "bos_records"
+
+
 def staging_table_name(run_id: str, suffix: str = "") -> str:
     """The per-run staging table name (a valid identifier whatever the run id looks like)."""
     digest = hashlib.sha256(run_id.encode("utf-8")).hexdigest()[:16]
@@ -178,6 +182,13 @@ class WarehouseDialect(abc.ABC):
 
     def unlock(self, target: str) -> Statement | None:
         return None
+
+    def savepoint(self) -> Statement:
+        """Mark where the run's records start loading (a restarted final frame rolls back to it)."""
+        return Statement(f"SAVEPOINT {RECORDS_SAVEPOINT}")
+
+    def rollback_to_savepoint(self) -> Statement:
+        return Statement(f"ROLLBACK TO SAVEPOINT {RECORDS_SAVEPOINT}")
 
     # --- staging ------------------------------------------------------------------------------
 
