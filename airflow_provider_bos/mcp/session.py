@@ -5,17 +5,18 @@ The session holds one connection's state and runs its requests: era negotiation 
 ``_meta`` per era), requests with retries (:mod:`.retry`) under a :class:`~.calls.Deadline`, the
 re-initialisation of a forgotten 2025 session (HTTP 404, once), HTTP status handling
 (:mod:`.http_status`: status, then Content-Type, before anything is parsed), cancellation from
-another thread, and SSE routing: each event of a streamed answer is dispatched in wire order,
-a source-result page to the read's tracker and ``on_progress`` (counted, not decoded:
-:mod:`.page_records`), the final response back to the caller. A federated read with
-``stream_records=True`` hands the still-open response over as soon as its final frame starts:
-that pipeline is :mod:`.final_stream` and :mod:`.final_frame`, and the result :mod:`.final_result`.
+another thread, and the resuming ``GET`` of a dropped stream. An answer that is an event stream
+is read by :mod:`.event_stream` (each event routed in wire order: a source-result page to the
+read's tracker and ``on_progress``, the final response back here; a dropped stream resumed). A
+federated read with ``stream_records=True`` gets the still-open response as soon as its final
+frame starts: that pipeline is :mod:`.final_stream` and :mod:`.final_frame`, and the result
+:mod:`.final_result`.
 
 Why this module is above ~500 lines: McpSession is one object over one mutable state (the
 negotiated era and session id, the in-flight response that :meth:`McpSession.cancel` aborts,
 the cancel flag), and what is left here is what reads or writes that state; the rules it
-applies (eras, status mapping, deadlines, context choice, the final frame) live in the modules
-named above.
+applies (eras, status mapping, deadlines, context choice, event routing, the final frame) live
+in the modules named above.
 """
 
 from __future__ import annotations
