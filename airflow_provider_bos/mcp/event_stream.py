@@ -34,7 +34,14 @@ from typing import Any
 
 import httpx
 
-from airflow_provider_bos.exceptions import BosError, BosIncompleteStreamError, BosProtocolError, BosResultError
+from airflow_provider_bos.exceptions import (
+    BosError,
+    BosHttpError,
+    BosIncompleteStreamError,
+    BosProtocolError,
+    BosResultError,
+    BosTransportError,
+)
 from airflow_provider_bos.mcp.calls import Consumer, StreamedCall
 from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner
 from airflow_provider_bos.mcp.final_stream import FrameRouter
@@ -225,9 +232,7 @@ class ResponseEvents:
                 response = self.reconnect.reopen(last_id, call)
             except ResumeRefused as exc:
                 raise self._incomplete(dropped, where, f"the server refused to resume it: {exc}") from None
-            except BosIncompleteStreamError:
-                raise  # cancelled or out of time while reconnecting
-            except BosError as exc:
+            except (BosTransportError, BosHttpError) as exc:  # unreachable, 5xx, 408, 429: another attempt
                 if call.deadline is not None and call.deadline.passed():
                     raise call.deadline.error(call.method, call.observations) from exc
                 refused = str(exc)
