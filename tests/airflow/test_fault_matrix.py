@@ -152,7 +152,7 @@ def test_a_final_frame_cut_among_its_records_is_resumed_and_lands_exactly_once(
     assert names == {r["record_ref"]: r["display_name"] for r in final_records(sc)}
 
 
-@both
+@all_three
 def test_a_cut_final_frame_the_server_cannot_resume_changes_nothing(bos_airflow_audit, run_dag, monkeypatch) -> None:
     from airflow_provider_bos.exceptions import BosIncompleteStreamError
 
