@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
 from typing import Any
 
-import httpx
 import pytest
 
 from airflow_provider_bos.exceptions import (
@@ -18,20 +16,10 @@ from airflow_provider_bos.exceptions import (
 )
 from airflow_provider_bos.mcp import BosReadCancelled, McpSession, RetryPolicy, SourceProgress
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
+from mcphelpers import Bearer
 
 ERAS = ["2025-11-25", "2026-07-28"]
 FAST = RetryPolicy(attempts=3, max_total_s=20, backoff_base_s=0.05, backoff_max_s=0.2)
-
-
-class Bearer(httpx.Auth):
-    """The minimal auth this room needs: a fixed bearer token (the OAuth classes live in auth/)."""
-
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
 
 
 def session_for(server: Any, era: str = "auto", **kwargs: Any) -> McpSession:

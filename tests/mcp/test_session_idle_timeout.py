@@ -8,26 +8,16 @@ silence before the final is ``final_delay_ms`` (simulated) times the server's ``
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
-import httpx
 import pytest
 
 from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosStreamIdleTimeout
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
+from mcphelpers import Bearer
 
 SCALE = 0.05  # 1 simulated second = 50 ms
-
-
-class Bearer(httpx.Auth):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
 
 
 def silent_server(factory: Any, *, silent_s: float, keepalive_ms: float | None = None, scenario: Any = None) -> Any:

@@ -7,23 +7,13 @@ empty ``data`` and ``retry``. It is not a JSON-RPC message; the session used to 
 
 from __future__ import annotations
 
-from collections.abc import Generator
 from typing import Any
 
-import httpx
 import pytest
 
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
-
-
-class Bearer(httpx.Auth):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
+from mcphelpers import Bearer
 
 
 @pytest.mark.parametrize("wire_mode", [False, True], ids=["plain", "wire"])

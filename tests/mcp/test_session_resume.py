@@ -8,7 +8,7 @@ response and then serve the rest of the stream from its event store.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -24,6 +24,7 @@ from airflow_provider_bos.exceptions import (
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.mcp.event_stream import MAX_RESUME_ATTEMPTS, Reconnect
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
+from mcphelpers import Bearer
 
 URL = "https://bos.example/mcp/apps/bos/platform"
 EXT = "bos/source-results/v1"
@@ -265,15 +266,6 @@ def test_a_final_frame_cut_before_any_record_was_handed_out_goes_on_without_a_re
 
 
 # --- against the reference server ----------------------------------------------------------------------
-
-
-class Bearer(httpx.Auth):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
 
 
 def server_read(factory: Any, *, stream_records: bool = False, scenario: str = "identity_merge",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from airflow_provider_bos.exceptions import BosUnsupportedServerRequestError

@@ -8,27 +8,17 @@ the frame is available once they are consumed. ``stream_threshold_bytes=0`` forc
 from __future__ import annotations
 
 import threading
-from collections.abc import Generator
 from typing import Any
 
-import httpx
 import pytest
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosJsonRpcError, BosResultError
 from airflow_provider_bos.mcp import BosReadCancelled, McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
+from mcphelpers import Bearer
 
 ERAS = ["2025-11-25", "2026-07-28"]
 FAST = RetryPolicy(attempts=3, max_total_s=20, backoff_base_s=0.05, backoff_max_s=0.2)
-
-
-class Bearer(httpx.Auth):
-    def __init__(self, token: str) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token}"
-        yield request
 
 
 def session_for(server: Any, era: str, **kwargs: Any) -> McpSession:
