@@ -32,6 +32,7 @@ SCENARIO_TOOL_CALLS: Mapping[str, Mapping[str, Any]] = {
     "add_numbers": {"a": 2, "b": 3},  # tools_call: the server checks it was called
     "test_reconnection": {},  # sse-retry: the server closes the stream; the result comes on the resumed GET
     "test_client_elicitation_defaults": {},  # elicitation-sep1034-client-defaults: asks elicitation/create
+    "json_schema_echo": {},  # json-schema-2020-12-preservation (suite 0.2): gets the schema we were listed
 }
 
 logger = logging.getLogger("bos.conformance")
@@ -53,7 +54,11 @@ def run(url: str, *, timeout: float = 10.0) -> int:
             for name in names:
                 if not isinstance(name, str) or name not in SCENARIO_TOOL_CALLS:
                     continue
-                result = session.call_tool(name, dict(SCENARIO_TOOL_CALLS[name]))
+                arguments = dict(SCENARIO_TOOL_CALLS[name])
+                if name == "json_schema_echo":  # round-trip the schema exactly as tools/list gave it to us
+                    arguments["schema"] = next((t.get("inputSchema") for t in tools
+                                                if t.get("name") == "json_schema_2020_12_tool"), None)
+                result = session.call_tool(name, arguments)
                 logger.info("tools/call %s -> %s", name, _texts(result))
                 if result.get("isError"):
                     failed = True
