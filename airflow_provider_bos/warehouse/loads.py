@@ -11,10 +11,10 @@ Every path encodes each record before it reaches a COPY or a batch; with ``rejec
 :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders refuse goes
 there instead of failing the run (the ``try`` costs nothing until a record is refused).
 
-Reading and encoding run on a producer thread while the calling thread writes (a
-:class:`~.pipeline.Pipeline`, at most :data:`PIPELINE_DEPTH` blocks ahead): on two cores the
-client's parsing and the database's COPY overlap instead of taking turns. ``PIPELINE_DEPTH = 0``
-runs both in the calling thread (the bench's A/B switch).
+With :data:`PIPELINE_DEPTH` > 0, reading and encoding run on a producer thread while the calling
+thread writes (a :class:`~.pipeline.Pipeline`, where the dialect allows it: ``load_thread``). Off
+by default: on the bench's 2-core machine it bought nothing end to end (11 interleaved rounds,
+bench/README.md "Session 7"), the client being CPU-bound in one interpreter.
 """
 
 from __future__ import annotations
@@ -40,10 +40,11 @@ __all__ = ["PIPELINE_DEPTH", "SeenKeys", "load_direct", "settle_direct", "stage_
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
 _COPY_BLOCK = 2048
-#: Blocks (COPY blocks or executemany chunks) the producer thread may have ready before the writer
-#: takes them: bounds the memory a load holds (~2.7 MB per COPY block at ~1.3 KB per record).
-#: 0: no producer thread, records are read and encoded in the calling thread between writes.
-PIPELINE_DEPTH = 2
+#: Blocks (COPY blocks or executemany chunks) a producer thread may have ready before the writer
+#: takes them, bounding the memory a load holds (~2.7 MB per COPY block at ~1.3 KB per record);
+#: 0 (the default): no producer thread, records are read and encoded in the calling thread between
+#: writes. 2 was measured against 0 (bench ``BENCH_PIPELINE_DEPTH``): no difference on 2 cores.
+PIPELINE_DEPTH = 0
 # Staged rows a direct load holds in memory before it pauses the target's COPY to stage them (~2 MB;
 # at a million records the filter's ~1.5% false positives alone would otherwise hold ~10 MB).
 _PENDING_LIMIT = 2_000
@@ -290,7 +291,7 @@ def _direct_items(
 
 
 class _TargetCopy:
-    """The direct load's COPY into the target: opened when a block needs it, ended to stage rows
+    """The direct load's COPY into the target: started with the load and again after each staging
     (one COPY at a time per connection), its server-side row count checked at each end."""
 
     def __init__(self, cursor: Any, sql: str, destination: str) -> None:

@@ -19,7 +19,7 @@ from airflow_provider_bos.warehouse import WarehouseWriter, loads
 from airflow_provider_bos.warehouse.pipeline import Pipeline
 from airflow_provider_bos.wire import WireRecord
 
-from whhelpers import make_record, write
+from whhelpers import T2, make_record, rows_by_ref, write
 
 
 class Restarted(BaseException):  # noqa: N818 - like the stream's restart signal, not an Exception
@@ -178,3 +178,24 @@ def test_a_database_failure_stops_the_read(
     block = max(loads._COPY_BLOCK, 500)
     assert source.pulled <= block * (1 + 2 + 1) + 1
     assert _count(engine, writer.table) == 0
+
+
+def test_a_pipelined_load_with_repeated_refs_stores_what_the_one_thread_load_stores(
+    make_writer: Callable[..., WarehouseWriter], engine: sa.Engine, unique_table: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Repeated record_refs (a later, newer copy) take the direct load's staging detour, also from a
+    producer thread: same counts and same rows as the load without one."""
+    records = [make_record(i) for i in range(5000)]
+    records += [make_record(i, T2, name=f"newer {i}") for i in range(0, 5000, 7)]
+    results = []
+    for depth, table in ((0, f"{unique_table}_a"), (2, f"{unique_table}_b")):
+        monkeypatch.setattr(loads, "PIPELINE_DEPTH", depth)
+        writer = make_writer(table=table, audit_table=f"{table}_runs")
+        counts = write(writer, [WireRecord(r) for r in records])
+        rows = {ref: (row["display_name"], row["_bos_record_hash"]) for ref, row in rows_by_ref(engine, table).items()}
+        results.append((counts, rows))
+    assert results[0] == results[1]
+    counts, rows = results[1]
+    assert (counts.inserted, counts.updated + counts.duplicates) == (5000, len(records) - 5000)
+    assert rows["bos:person:000007"][0] == "newer 7"
