@@ -32,6 +32,11 @@ def _run(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         if spec.get("profile"):
             return _profiled(call, spec["profile"])
         return call()
+    if kind == "prefill":
+        from bench.ours import prefill_other
+
+        return prefill_other(spec["url"], table=spec["table"], audit_table=spec["audit_table"],
+                             scenario=spec["scenario"])
     if kind == "read":
         from bench.ours import read_once
 

@@ -7,9 +7,12 @@ raises :class:`Unavailable` and the bench prints "not available yet" for the row
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -71,6 +74,52 @@ def _load_core() -> _Core:
     return _Core(McpSession, WarehouseWriter, SyncRunInfo, hash_arguments)
 
 
+class _PipelineStats(logging.Handler):
+    """Collects the load pipeline's per-thread CPU split (``warehouse.pipeline`` logs it at DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.stats: list[dict[str, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        stats = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        if stats is not None and hasattr(stats, "producer_cpu_s"):
+            self.stats.append(asdict(stats))
+
+
+def _pipeline_depth() -> None:
+    """``BENCH_PIPELINE_DEPTH`` (an A/B switch): producer-thread blocks ahead, 0 for no thread."""
+    depth = os.environ.get("BENCH_PIPELINE_DEPTH")
+    if depth:
+        from airflow_provider_bos.warehouse import loads
+
+        loads.PIPELINE_DEPTH = int(depth)
+
+
+def _postgres_cpu_s() -> float | None:
+    """CPU seconds of every ``postgres`` process on this machine (the bench's database is local).
+
+    Read around a sync, the difference is PostgreSQL's share (other users' queries included: noise).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    try:
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            name = stat[stat.index("(") + 1: stat.rindex(")")]
+            if name.startswith("postgres"):
+                fields = stat[stat.rindex(")") + 2:].split()
+                total += int(fields[11]) + int(fields[12])  # utime, stime
+    except OSError:
+        return None
+    return total / tick
+
+
 def _sync(core: _Core, session: Any, writer: Any, run: Any, *, tool: str, via: str,
           arguments: dict[str, Any], marks: dict[str, float]) -> tuple[Any, Any]:
     """The sync itself: the operator core's steps, minus Airflow.
@@ -106,11 +155,19 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         run = core.SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="bench", tool_name=tool,
                                arguments_hash=core.hash_arguments(arguments))
         marks: dict[str, float] = {}
+        _pipeline_depth()
+        pipeline = _PipelineStats()
+        pipeline_log = logging.getLogger("airflow_provider_bos.warehouse.pipeline")
+        pipeline_log.addHandler(pipeline)
+        pipeline_log.setLevel(logging.DEBUG)
+        db_cpu_start = _postgres_cpu_s() if engine.dialect.name == "postgresql" else None
         start, cpu_start = time.perf_counter(), time.process_time()
         with core.McpSession(mcp_url, auth=BearerAuth(token), http_client=client, timeout=120.0) as session:
             result, counts = _sync(core, session, writer, run, tool=tool, via=style, arguments=arguments, marks=marks)
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
+        db_cpu_end = _postgres_cpu_s() if db_cpu_start is not None else None
+        pipeline_log.removeHandler(pipeline)
     finally:
         client.close()
         engine.dispose()
@@ -123,6 +180,10 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         # This process's CPU time in the timed part (the client's share; the database and the feed
         # run in other processes): steadier than wall time on a shared 2-core machine.
         "cpu_seconds": cpu_seconds,
+        # PostgreSQL's CPU in the timed part (all local postgres processes), and the load pipeline's
+        # per-thread split (producer: read + encode; writer: COPY / batches), when it ran.
+        "db_cpu_seconds": (db_cpu_end - db_cpu_start) if db_cpu_start is not None and db_cpu_end is not None else None,
+        "pipeline": pipeline.stats,
         # Until the final frame is streamed into the warehouse, the FinalResult arrives only after
         # the whole frame is parsed, so this splits read from write; afterwards it is ~ first byte.
         "to_final_result_s": marks.get("final_result", start) - start,
@@ -184,3 +245,27 @@ def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool =
     result = _read(core, mcp_url, token, style, hashes)
     del result["hashes"]
     return result
+
+
+def prefill_other(db_url: str, *, table: str, audit_table: str, scenario: dict[str, Any]) -> dict[str, Any]:
+    """Create our records table and fill it with the scenario's rows under OTHER record_refs (no wire
+    hashes), untimed: the table a first sync of the scenario then lands in holds as many other rows."""
+    import psycopg
+    import sqlalchemy as sa
+
+    from bench.baselines import copy_rows, other_rows, vacuum
+    from bench.data import COLUMNS, ScenarioParams, build_rows
+
+    core = _load_core()
+    engine = sa.create_engine(db_url)
+    try:
+        core.WarehouseWriter(engine, table=table, audit_table=audit_table).ensure_tables()
+    finally:
+        engine.dispose()
+    rows = build_rows(ScenarioParams(**scenario)).tuples
+    dsn = sa.make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn) as conn:
+        copy_rows(conn, table, COLUMNS, other_rows(rows))
+        conn.commit()
+    vacuum(dsn, table)
+    return {"records": len(rows), "seconds": 0.0}

@@ -10,17 +10,24 @@
 Every path encodes each record before it reaches a COPY or a batch; with ``rejects`` (a
 :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders refuse goes
 there instead of failing the run (the ``try`` costs nothing until a record is refused).
+
+With :data:`PIPELINE_DEPTH` > 0, reading and encoding run on a producer thread while the calling
+thread writes (a :class:`~.pipeline.Pipeline`, where the dialect allows it: ``load_thread``). Off
+by default: on the bench's 2-core machine it bought nothing end to end (11 interleaved rounds,
+bench/README.md "Session 7"), the client being CPU-bound in one interpreter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
+from airflow_provider_bos.warehouse.pipeline import Pipeline
 from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row, row_fields
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
@@ -29,10 +36,15 @@ if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
     from airflow_provider_bos.warehouse.rejects import Rejects
 
-__all__ = ["SeenKeys", "load_direct", "settle_direct", "stage_records"]
+__all__ = ["PIPELINE_DEPTH", "SeenKeys", "load_direct", "settle_direct", "stage_records"]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
 _COPY_BLOCK = 2048
+#: Blocks (COPY blocks or executemany chunks) a producer thread may have ready before the writer
+#: takes them, bounding the memory a load holds (~2.7 MB per COPY block at ~1.3 KB per record);
+#: 0 (the default): no producer thread, records are read and encoded in the calling thread between
+#: writes. 2 was measured against 0 (bench ``BENCH_PIPELINE_DEPTH``): no difference on 2 cores.
+PIPELINE_DEPTH = 0
 # Staged rows a direct load holds in memory before it pauses the target's COPY to stage them (~2 MB;
 # at a million records the filter's ~1.5% false positives alone would otherwise hold ~10 MB).
 _PENDING_LIMIT = 2_000
@@ -125,6 +137,15 @@ def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield chunk
 
 
+def _batches(items: Iterable[Any], size: int, *, thread: bool = True) -> AbstractContextManager[Iterable[list[Any]]]:
+    """``items`` in lists of ``size``: pulled and encoded on a producer thread (see :mod:`.pipeline`)
+    unless ``thread`` is False (the dialect's ``load_thread``) or :data:`PIPELINE_DEPTH` is 0.
+    Leaving the context stops and joins that thread."""
+    if not thread or PIPELINE_DEPTH <= 0:
+        return nullcontext(_chunks(iter(items), size))
+    return Pipeline(items, batch=size, depth=PIPELINE_DEPTH)
+
+
 # --- staging --------------------------------------------------------------------------------------
 
 
@@ -142,18 +163,18 @@ def stage_records(
     received = 0
     if copy is not None:
         raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
-        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
-            lines: list[bytes] = []
-            for line in copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects))):  # type: ignore[arg-type]
-                lines.append(line)
-                if len(lines) == _COPY_BLOCK:
-                    received += _send(out, lines)
-            received += _send(out, lines)
+        lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
+        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out, \
+                _batches(lines, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
+            for block in blocks:
+                received += _send(out, block)
         return received
     insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
-    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size):
-        tx.conn.exec_driver_sql(insert, chunk)
-        received += len(chunk)
+    with _batches(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size,
+                  thread=tx.dialect.load_thread) as chunks:
+        for chunk in chunks:
+            tx.conn.exec_driver_sql(insert, chunk)
+            received += len(chunk)
     return received
 
 
@@ -218,11 +239,28 @@ def _rows(
 # --- the direct load of an empty table --------------------------------------------------------------
 
 
-def _target_rows(
-    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, rejects: Rejects | None = None,
-) -> Iterator[tuple[Any, ...]]:
-    """(record_ref, document, observed_at, hash, wire hash, seq, content parts) of each record: the
-    document-staged tuple of :func:`_documents` (what staging takes) and the target's columns."""
+class _Staged(NamedTuple):
+    """A direct load's rows for staging (possible repeats of a loaded record_ref), as COPY text."""
+
+    text: bytes
+    rows: int
+
+
+def _direct_items(
+    tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
+    rejects: Rejects | None,
+) -> Iterator[bytes | _Staged]:
+    """The direct load's COPY lines for the target, and, every ``_PENDING_LIMIT`` possible repeats
+    and after the last record, a :class:`_Staged` block of them (in order: the writer ends the
+    target's COPY to stage it).
+
+    One loop per record (encoding, the key filter of :class:`SeenKeys` tested and set inline, the
+    line): each generator layer cost ~0.2 us per record.
+    """
+    line = copy.target_lines(synced_at=synced_at, run_id=tx.run_id).line
+    seen = SeenKeys()
+    bits, mask = seen.bits, seen.BITS - 1
+    pending: list[tuple[Any, ...]] = []  # document-staged tuples (see _documents)
     for seq, record in enumerate(records):
         if type(record) is KnownRecord:
             # A claim on a stored row, yet the table was empty under the lock: that row is gone.
@@ -237,7 +275,62 @@ def _target_rows(
             rejects.add(record, exc)
             continue
         ref, parts, observed, record_hash, document = values
-        yield (ref, document, observed, record_hash, getattr(record, "wire_hash", None), seq, parts)
+        wire_hash = getattr(record, "wire_hash", None)
+        h = hash(ref) & mask
+        byte, bit = h >> 3, 1 << (h & 7)
+        if bits[byte] & bit:  # maybe loaded already: staged, merged after the last record
+            pending.append((ref, document, observed, record_hash, wire_hash, seq))
+            if len(pending) >= _PENDING_LIMIT:
+                yield _Staged(b"".join(copy.copy_lines(pending)), len(pending))
+                pending.clear()
+            continue
+        bits[byte] |= bit
+        yield line(parts, document, observed, record_hash, wire_hash)
+    if pending:
+        yield _Staged(b"".join(copy.copy_lines(pending)), len(pending))
+
+
+class _TargetCopy:
+    """The direct load's COPY into the target: started with the load and again after each staging
+    (one COPY at a time per connection), its server-side row count checked at each end."""
+
+    def __init__(self, cursor: Any, sql: str, destination: str) -> None:
+        self._cursor, self._sql, self._destination = cursor, sql, destination
+        self._open: Any = None  # psycopg's Copy context manager while a COPY runs
+        self._out: Any = None
+        self._sent = 0
+
+    def start(self) -> None:
+        """Start a COPY (each round has one, even if no line comes: the server counts it)."""
+        if self._open is None:
+            self._open = self._cursor.copy(self._sql)
+            self._out = self._open.__enter__()
+            self._sent = 0
+
+    def send(self, lines: list[bytes]) -> None:
+        if lines:
+            self.start()
+            self._sent += _send(self._out, lines)
+
+    def end(self) -> int:
+        """End the running COPY (if any); return how many rows it loaded."""
+        if self._open is None:
+            return 0
+        running, self._open = self._open, None
+        running.__exit__(None, None, None)
+        if 0 <= self._cursor.rowcount != self._sent:  # pragma: no cover - the server's own count
+            raise BosWarehouseError(f"COPY into {self._destination} loaded {self._cursor.rowcount} "
+                                    f"rows where {self._sent} were sent; rolled back.")
+        return self._sent
+
+    def abort(self, exc: BaseException) -> None:
+        """End a running COPY with ``exc`` (psycopg fails it on the server; the transaction is rolled back)."""
+        if self._open is not None:
+            running, self._open = self._open, None
+            try:
+                running.__exit__(type(exc), exc, exc.__traceback__)
+            except Exception:  # noqa: S110 - the original error is the one to raise
+                pass
 
 
 def load_direct(
@@ -249,42 +342,36 @@ def load_direct(
     A record whose record_ref may already have been loaded by this run (a duplicate, or a rare
     false positive of :class:`SeenKeys`) goes to staging instead, to be merged after the last
     record (:func:`settle_direct`); so the target holds each record_ref's FIRST copy and staging
-    every later one. Staged rows wait in memory while the target's COPY runs (one COPY at a time
-    per connection); past ``_PENDING_LIMIT`` that COPY is ended, they are staged, and a new one
-    starts.
+    every later one. Staged rows wait (as COPY text, at most ``_PENDING_LIMIT``) while the target's
+    COPY runs (one COPY at a time per connection); then that COPY is ended, they are staged, and a
+    new one starts with the next block.
     """
     raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
-    line = copy.target_lines(synced_at=synced_at, run_id=tx.run_id).line
-    pending: list[tuple[Any, ...]] = []
-    # One iterator across COPY rounds; it yields None when ``pending`` is full.
-    firsts = SeenKeys().watch(_target_rows(tx, records, default_obs, rejects), divert=pending, divert_limit=_PENDING_LIMIT)
+    items = _direct_items(tx, copy, records, default_obs, synced_at, rejects)
     loaded = staged = 0
     with raw.cursor() as cursor:
-        while True:
-            finished = True
-            copied = 0
-            with cursor.copy(copy.copy_target(tx.table, tx.schema)) as out:
-                lines: list[bytes] = []
-                for row in firsts:
-                    if row is None:
-                        finished = False
-                        break
-                    _ref, document, observed, record_hash, wire_hash, _seq, parts = row
-                    lines.append(line(parts, document, observed, record_hash, wire_hash))
-                    if len(lines) == _COPY_BLOCK:
-                        copied += _send(out, lines)
-                copied += _send(out, lines)
-            if 0 <= cursor.rowcount != copied:  # pragma: no cover - the server's own count
-                raise BosWarehouseError(f"COPY into {tx.destination_table} loaded {cursor.rowcount} "
-                                        f"rows where {copied} were sent; rolled back.")
-            loaded += copied
-            if pending:
-                with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
-                    out.write(b"".join(copy.copy_lines(row[:6] for row in pending)))
-                staged += len(pending)
-                pending.clear()
-            if finished:
-                return loaded, staged
+        target = _TargetCopy(cursor, copy.copy_target(tx.table, tx.schema), tx.destination_table)
+        try:
+            target.start()
+            with _batches(items, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
+                for block in blocks:
+                    lines: list[bytes] = []
+                    for item in block:
+                        if type(item) is bytes:
+                            lines.append(item)
+                            continue
+                        target.send(lines)
+                        loaded += target.end()
+                        with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+                            out.write(item.text)
+                        staged += item.rows
+                        target.start()
+                    target.send(lines)
+            loaded += target.end()
+        except BaseException as exc:
+            target.abort(exc)
+            raise
+    return loaded, staged
 
 
 def settle_direct(tx: RunTransaction, copy: CopyDialect, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:

@@ -99,6 +99,11 @@ class WarehouseDialect(abc.ABC):
     document_staging = False
     # An empty target may be loaded directly (see PostgresDialect.copy_target).
     direct_load = False
+    # Records are read and encoded on a producer thread while the connection writes (loads._batches).
+    # Pays only where the driver's writes barely need the GIL (psycopg's COPY: few large socket
+    # writes); a driver that encodes in Python (PyMySQL) or a database in this process (SQLite)
+    # contends with the producer for the GIL instead (both measured slower, see bench/README.md).
+    load_thread = False
 
     @property
     def written_columns(self) -> tuple[str, ...]:

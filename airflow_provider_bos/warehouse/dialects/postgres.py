@@ -32,6 +32,8 @@ class PostgresDialect(WarehouseDialect):
         # An empty target is loaded by COPY into the table itself while the records stream in
         # (WarehouseWriter's direct load), not staged and merged after the last one.
         self.direct_load = self.uses_copy
+        # Records are read and encoded on a producer thread while COPY blocks are sent (loads._batches).
+        self.load_thread = self.uses_copy
 
     def _temp_suffix(self) -> str:
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.
