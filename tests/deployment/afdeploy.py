@@ -3,11 +3,13 @@ processor and (CeleryExecutor) two Celery workers, all separate processes from t
 
 Its ``airflow.cfg`` is ``airflow.cfg.fragment`` (the README's copy-paste fragment) with the
 placeholders filled in; the few test-only settings are environment variables (see ``_test_env``).
-Every process runs in its own session (process group) and is stopped by that group, also on failure.
+Every process runs in its own session (process group) and is stopped by that group, also on failure;
+it gets SIGTERM if the test process dies, and a later run drops the databases a killed one left.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import secrets
@@ -55,7 +57,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, interval: floa
 
 
 def create_database(prefix: str) -> str:
-    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    """A new database ``<prefix>_<this pid>_<random>`` (the pid lets a later run spot it orphaned)."""
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     with admin.connect() as conn:
         conn.exec_driver_sql(f"CREATE DATABASE {name}")
@@ -66,6 +69,28 @@ def drop_database(name: str) -> None:
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     with admin.connect() as conn:
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def drop_orphaned_databases(prefixes: tuple[str, ...] = ("bos_af", "bos_wh")) -> list[str]:
+    """Drop the databases of earlier runs whose process is gone (a test run killed hard never
+    reached its teardown); return their names. A live run's databases are left alone."""
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        names = conn.exec_driver_sql("SELECT datname FROM pg_database").scalars().all()
+    orphaned = []
+    for name in names:
+        prefix, _, rest = name.rpartition("_")[0].rpartition("_")
+        if prefix in prefixes and rest.isdigit() and not psutil.pid_exists(int(rest)):
+            drop_database(name)
+            orphaned.append(name)
+    return orphaned
+
+
+def _die_with_the_test_run() -> None:
+    """In the child before exec: SIGTERM it when the test process dies, even by SIGKILL
+    (Linux ``PR_SET_PDEATHSIG``), so a killed run leaves no Airflow component running."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
 class Deployment:
@@ -154,7 +179,8 @@ class Deployment:
     def spawn(self, name: str, *args: str) -> None:
         out = open(self.home / "proc" / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
         self.processes[name] = subprocess.Popen([AIRFLOW, *args], env=self._test_env(), stdout=out,
-                                                stderr=subprocess.STDOUT, start_new_session=True)
+                                                stderr=subprocess.STDOUT, start_new_session=True,
+                                                preexec_fn=_die_with_the_test_run)
         out.close()
 
     def check_alive(self, *, except_: tuple[str, ...] = ()) -> None:

@@ -20,19 +20,30 @@ import os
 import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.testing.federation import plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec
 
-from afdeploy import FRAGMENT, HERE, Deployment, create_database, drop_database, wait_for
+from afdeploy import (
+    FRAGMENT,
+    HERE,
+    Deployment,
+    create_database,
+    drop_database,
+    drop_orphaned_databases,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres, pytest.mark.timeout(900)]
 
@@ -91,6 +102,7 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path,
     for name, port in (("PostgreSQL", 5432), ("Redis", 6379)):
         if not _reachable(port):
             pytest.fail(f"{name} is not reachable on 127.0.0.1:{port}; the deployment test needs it.")
+    drop_orphaned_databases()  # of an earlier run killed before its teardown
     server = bos_server_factory(scenario=SMALL, access_token_ttl_s=2)
     warehouse_db = create_database("bos_wh")
     warehouse_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{warehouse_db}"
@@ -119,6 +131,41 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path,
         dep.stop()
         engine.dispose()
         drop_database(warehouse_db)
+
+
+def test_a_killed_run_leaves_no_database_and_no_process_behind() -> None:
+    finished = subprocess.Popen(["true"])  # noqa: S607 - its pid, once reaped, belongs to no process
+    finished.wait()
+    dead_pid = finished.pid
+    orphan = f"bos_wh_{dead_pid}_{os.urandom(5).hex()}"
+    admin = sa.create_engine("postgresql+psycopg://postgres@127.0.0.1:5432/test", isolation_level="AUTOCOMMIT",
+                             poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {orphan}")
+    ours = create_database("bos_wh")
+    try:
+        assert orphan in drop_orphaned_databases()
+        with admin.connect() as conn:
+            left = set(conn.exec_driver_sql("SELECT datname FROM pg_database").scalars())
+        assert orphan not in left and ours in left  # this live run's database stays
+    finally:
+        drop_database(ours)
+        drop_database(orphan)
+
+    # A component spawned like the deployment's dies with the test process, even one killed by SIGKILL.
+    runner = subprocess.Popen(
+        [sys.executable, "-c",
+         "import subprocess, sys, time; sys.path.insert(0, sys.argv[1]); from afdeploy import _die_with_the_test_run; "
+         "p = subprocess.Popen(['sleep', '300'], start_new_session=True, preexec_fn=_die_with_the_test_run); "
+         "print(p.pid, flush=True); time.sleep(300)", str(HERE)],
+        stdout=subprocess.PIPE, text=True)
+    assert runner.stdout is not None
+    component = int(runner.stdout.readline())
+    runner.kill()
+    runner.wait()
+    wait_for("the component to die with its test process",
+             lambda: not psutil.pid_exists(component) or psutil.Process(component).status() == psutil.STATUS_ZOMBIE,
+             timeout=10)
 
 
 def test_the_readme_fragment_is_what_the_deployment_test_configures() -> None:
