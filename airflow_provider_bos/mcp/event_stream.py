@@ -116,10 +116,7 @@ class ResponseEvents:
         self.max_event_bytes = max_event_bytes
         self.stream_threshold = stream_threshold
         self.reconnect = reconnect
-        #: Streams reopened so far (GET + Last-Event-ID).
-        self.resumptions = 0
-        #: Notifications received again after a resumption and skipped.
-        self.replays_skipped = 0
+        self._resumed = False  # a stream was reopened: a notification may come twice from here on
         self._failed_attempts = 0  # reconnections in a row without a new event
         self._resumed_from: str | None = None
         self._open(response, None)
@@ -200,11 +197,12 @@ class ResponseEvents:
 
     def _frame(self, scanner: FinalFrameScanner, *, finished: bool) -> FinalStart:
         if "id" in scanner.message and not same_id(scanner.message["id"], self.call.request_id):
-            raise BosResultError(
-                f"The response id {scanner.message['id']!r} does not match the request id "
-                f"{self.call.request_id!r}; the server answered some other request."
-            )
+            raise self._wrong_id(scanner.message["id"])
         return FinalStart(scanner=scanner, finished=finished)
+
+    def _wrong_id(self, found: Any) -> BosResultError:
+        return BosResultError(f"The response id {found!r} does not match the request id {self.call.request_id!r}; "
+                              "the server answered some other request.")
 
     # --- resumption -------------------------------------------------------------------------------
 
@@ -240,7 +238,7 @@ class ResponseEvents:
             previous = self.response
             self._open(response, self.parser)
             self.reconnect.release(previous)
-            self.resumptions += 1
+            self._resumed = True
             if call.observations is not None:
                 call.observations.stream_resumptions += 1
             self._resumed_from = last_id
@@ -322,12 +320,8 @@ class ResponseEvents:
                 logger.debug("Ignoring notification %r in the response stream.", method)
             return None
         if "id" in message and ("result" in message or "error" in message):
-            request_id = self.call.request_id
-            if message["id"] != request_id:
-                raise BosResultError(
-                    f"The response id {message['id']!r} does not match the request id {request_id!r}; "
-                    "the server answered some other request."
-                )
+            if message["id"] != self.call.request_id:
+                raise self._wrong_id(message["id"])
             return message
         logger.debug("Ignoring an SSE message that is neither a request, notification nor response.")
         return None
@@ -335,8 +329,7 @@ class ResponseEvents:
     def _notify(self, params: Any) -> None:
         assert self.consumer is not None
         tracker = self.call.observations
-        if self.resumptions and tracker is not None and _replayed(params, tracker.last_sequence):
-            self.replays_skipped += 1
+        if self._resumed and tracker is not None and _replayed(params, tracker.last_sequence):
             tracker.replays_skipped += 1
             return
         self.consumer(params)

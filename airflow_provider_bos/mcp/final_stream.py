@@ -116,10 +116,6 @@ class FinalFrameStream:
             if not restarted:
                 self.close()
 
-    @property
-    def resumptions(self) -> int:
-        return self._events.resumptions
-
     def skeleton(self) -> dict[str, Any]:
         return self.scanner.finish()
 
