@@ -63,6 +63,10 @@ class KnownWireHashes(Protocol):
         """An opaque handle of the stored row(s) with this wire hash, or None if there is none."""
         ...
 
+    def __len__(self) -> int:
+        """How many hashes are stored (a read does not consult an empty set)."""
+        ...
+
 
 class KnownRecord:
     """A record NOT decoded because its wire hash is one the warehouse already stores.

@@ -525,7 +525,8 @@ class FinalFrameScanner:
         assert sep is not None
         find, parse, out, wire_record = buf.find, loads, self._out, WireRecord
         known = self.known
-        match = known.match if known is not None else None
+        # An empty set (a first sync) is not asked: 200k lookups that cannot hit cost ~0.3 s.
+        match = known.match if known else None
         pos = start = self._pos
         cut = 0
         while True:
@@ -565,7 +566,7 @@ class FinalFrameScanner:
         """One exactly delimited element (the first, the last, any the cuts missed)."""
         wire_hash = sha256(raw).hexdigest()
         known = self.known
-        handle = known.match(wire_hash) if known is not None else None
+        handle = known.match(wire_hash) if known else None
         claim = _known_record(raw, wire_hash, known, handle) if handle is not None else None
         if claim is not None:
             self.known_records += 1

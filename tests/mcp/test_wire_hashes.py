@@ -146,3 +146,27 @@ def test_wire_hash_set_membership() -> None:
     assert known.position(hashes[600]) == -1 and known.position("zz") == -1
     assert known.unique and WireHashSet().unique
     assert not WireHashSet([hashes[0], hashes[0][:16] + "0" * 48]).unique  # two stored rows, one prefix
+
+
+class _CountingHashes(WireHashSet):
+    """A WireHashSet that counts how often the read asks it."""
+
+    asked = 0
+
+    def match(self, wire_hash: str) -> int | None:
+        type(self).asked += 1
+        return super().match(wire_hash)
+
+
+def test_an_empty_set_of_stored_hashes_is_not_asked_and_a_stored_one_is() -> None:
+    # A first sync (no stored wire hash) must not pay a lookup per record that cannot hit.
+    recs = [{"record_ref": f"p{i}", "sources": [{"observed_at": "2026-10-01T00:00:00Z"}]} for i in range(50)]
+    data, elements = frame(recs, (",", ":"))
+    _CountingHashes.asked = 0
+    out, scanner = scan(data, 64, _CountingHashes())
+    assert out == recs and all(type(r) is WireRecord for r in out)
+    assert _CountingHashes.asked == 0
+    # The same read against one stored record asks for every record, and claims that one.
+    out, scanner = scan(data, 64, _CountingHashes([sha(elements[7])]))
+    assert _CountingHashes.asked == len(recs)
+    assert scanner.known_records == 1 and type(out[7]) is KnownRecord
