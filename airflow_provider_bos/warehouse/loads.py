@@ -2,9 +2,10 @@
 
 - :func:`stage_records`: every record into the run's staging table, by COPY of document-staged
   rows (PostgreSQL with psycopg 3) or by chunked ``executemany`` of column-staged rows.
-- :func:`load_direct` and :func:`settle_direct`: an empty target (locked) is loaded by COPY into
-  the table itself as the records arrive; a possible repeat of a record_ref goes to staging and
-  is merged after the last record.
+- :func:`load_direct` (COPY), :func:`load_direct_rows` (``executemany``, the dialects without
+  COPY) and :func:`settle_direct`: an empty target (locked) is loaded into the table itself as the
+  records arrive; a possible repeat of a record_ref goes to staging and is merged after the last
+  record.
 - :class:`SeenKeys`: the key filter both use (which record_refs a load has seen).
 
 Every path encodes each record before it reaches a COPY or a batch; with ``rejects`` (a
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
     from airflow_provider_bos.warehouse.rejects import Rejects
 
-__all__ = ["PIPELINE_DEPTH", "SeenKeys", "load_direct", "settle_direct", "stage_records"]
+__all__ = ["PIPELINE_DEPTH", "SeenKeys", "load_direct", "load_direct_rows", "settle_direct", "stage_records"]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
 _COPY_BLOCK = 2048
@@ -374,7 +375,59 @@ def load_direct(
     return loaded, staged
 
 
-def settle_direct(tx: RunTransaction, copy: CopyDialect, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:
+def load_direct_rows(
+    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime, *,
+    batch_size: int, rejects: Rejects | None = None,
+) -> tuple[int, int]:
+    """The direct load without COPY (SQLite, MySQL): ``executemany`` of the dialect's
+    :meth:`~.dialects.WarehouseDialect.insert_target` into the (empty, locked) target, in chunks of
+    ``batch_size``, as the records arrive; return (loaded, staged).
+
+    As :func:`load_direct`: a record whose record_ref may already have been loaded goes to staging
+    (column-staged, ``executemany``) and is merged by :func:`settle_direct`. No staging copy and no
+    merge of the other records: measured on SQLite, 200k records (bench/README.md "Session 8").
+    """
+    d = tx.dialect
+    insert_target = d.insert_target(tx.table, tx.schema).sql
+    insert_stage = d.insert_staging(tx.stage, tx.schema).sql
+    run = (d.bind_timestamp(synced_at), tx.run_id)
+    with_wire = d.wire_hash_column
+    seen = SeenKeys()
+    bits, mask = seen.bits, seen.BITS - 1
+    chunk: list[tuple[Any, ...]] = []
+    pending: list[tuple[Any, ...]] = []  # column-staged rows (STAGE_COLUMNS order)
+    loaded = staged = 0
+    execute = tx.conn.exec_driver_sql
+    for row in _rows(tx, records, default_obs, rejects):
+        if row[9] is None:  # a known row (no record hash): a claim on a stored row of an empty table
+            raise tx.unverified(1)
+        ref = row[0]
+        h = hash(ref) & mask
+        byte, bit = h >> 3, 1 << (h & 7)
+        if bits[byte] & bit:  # maybe loaded already: staged, merged after the last record
+            pending.append(row)
+            if len(pending) >= batch_size:
+                execute(insert_stage, pending)
+                staged += len(pending)
+                pending = []
+            continue
+        bits[byte] |= bit
+        # STAGE_COLUMNS -> the target's written columns: the run's two columns after observed_at.
+        chunk.append((*row[:9], *run, row[9], row[10]) if with_wire else (*row[:9], *run, row[9]))
+        if len(chunk) >= batch_size:
+            execute(insert_target, chunk)
+            loaded += len(chunk)
+            chunk = []
+    if chunk:
+        execute(insert_target, chunk)
+        loaded += len(chunk)
+    if pending:
+        execute(insert_stage, pending)
+        staged += len(pending)
+    return loaded, staged
+
+
+def settle_direct(tx: RunTransaction, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:
     """Counts of a direct load; merges what it staged (later copies of record_refs, see load_direct).
 
     The table was empty under the lock, so every row in it is this run's: a staged record_ref
@@ -388,6 +441,6 @@ def settle_direct(tx: RunTransaction, copy: CopyDialect, loaded: int, staged: in
     new, updated, _, _ = tx.classify(source)
     inserted = loaded + new
     tx.merge(source, synced_at=synced_at, new_only=False, inserted=new, updated=updated)
-    if copy.wire_hash_column:
-        tx.exec(copy.adopt_wire_hashes(source, tx.table, tx.schema))
+    if tx.dialect.wire_hash_column:
+        tx.exec(tx.dialect.adopt_wire_hashes(source, tx.table, tx.schema))
     return UpsertCounts(inserted=inserted, duplicates=loaded + staged - inserted)

@@ -21,7 +21,9 @@ from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audi
 from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes, settle_kept_claims
 from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_for
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.loads import SeenKeys, keys_distinct, load_direct, settle_direct, stage_records
+from airflow_provider_bos.warehouse.loads import (
+    SeenKeys, keys_distinct, load_direct, load_direct_rows, settle_direct, stage_records,
+)
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
@@ -271,7 +273,7 @@ class WarehouseWriter:
                 # An empty target (first run, full reload): every row will be written, so the
                 # dialect may parse JSON while staging. Only a hint: classification and merge run
                 # under the lock and are correct for either staging form.
-                empty = copy is not None and tx.target_is_empty()
+                empty = (copy is not None or d.direct_load) and tx.target_is_empty()
                 direct = False
                 if empty and d.direct_load:
                     # Load the records into the table itself as they stream in. The writers' lock
@@ -289,9 +291,11 @@ class WarehouseWriter:
                 tx.mark_records_start()
                 while True:
                     try:
-                        if direct:
-                            assert copy is not None
+                        if direct and copy is not None:
                             loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
+                        elif direct:
+                            loaded, staged = load_direct_rows(tx, records, default_obs, synced_at,
+                                                              batch_size=self.batch_size, rejects=rejects)
                         else:
                             seen = SeenKeys()
                             kept = kept_claims(tx, options.known, uses_copy=copy is not None)
@@ -309,7 +313,7 @@ class WarehouseWriter:
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 if direct:
-                    counts = settle_direct(tx, copy, loaded, staged, synced_at)
+                    counts = settle_direct(tx, loaded, staged, synced_at)
                 elif kept is not None and kept.count:
                     counts = settle_kept_claims(tx, received, seen, kept, parse_json=parse_json)
                 else:

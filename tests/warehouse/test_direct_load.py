@@ -1,10 +1,13 @@
-"""The direct load: on PostgreSQL with COPY, an EMPTY target is loaded by COPY into the table itself.
+"""The direct load: an EMPTY target is loaded into the table itself as the records arrive, by COPY on
+PostgreSQL (psycopg 3) and by ``executemany`` of INSERT ... VALUES on MySQL/MariaDB (and PostgreSQL
+without COPY). SQLite stages and merges every run (its direct load was measured slower).
 
 Whatever path a run takes, a user relies on the same outcome: the counts and the stored rows are
-exactly what staging + dedupe + merge gives (here: a writer with ``use_copy=False``), and any error
+exactly what staging + dedupe + merge gives (here: a writer with the direct load off), and any error
 leaves the table and the audit table as they were. Later copies of a record_ref (and Bloom filter
-false positives) go through staging and the guarded merge; a second writer waits for the lock and
-then sees the rows. Rollback and known-record tests run on every dialect; the rest is PostgreSQL's.
+false positives) go through staging and the guarded merge. Every test runs on every dialect except
+the COPY-specific ones and the lock-watching concurrency test (PostgreSQL's ``pg_locks``); on
+SQLite the rollback and claim tests run on its staged path.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs
 TIMEOUT_S = 30.0  # bound on every wait of the concurrency test (never a sleep standing in for sync)
-NOT_DIRECT = "the direct load is PostgreSQL COPY (psycopg 3) only; other dialects stage and merge as before"
+COPY_ONLY = "PostgreSQL's COPY (psycopg 3); the other dialects' direct load is executemany, tested alongside"
+NOT_SQLITE = "SQLite loads no table directly: executemany into the keyed table was measured slower than staging"
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -49,6 +53,18 @@ def copies_into(copies: list[str], table: str) -> list[str]:
     """The COPY statements (seen by the psycopg spy) that load ``table`` itself."""
     pattern = re.compile(rf'^\s*COPY\s+(\S+\.)?"?{re.escape(table)}"?\s*\(', re.IGNORECASE)
     return [sql for sql in copies if pattern.match(sql)]
+
+
+def inserts_values_into(seen: list[str], table: str) -> list[str]:
+    """SQLAlchemy-executed ``INSERT INTO table (...) VALUES`` statements (the executemany direct load)."""
+    pattern = re.compile(rf"^\s*INSERT\s+INTO\s+(\S+\.)?[`\"]?{re.escape(table)}[`\"]?\s*\([^)]*\)\s*VALUES",
+                         re.IGNORECASE)
+    return [sql for sql in seen if pattern.match(sql)]
+
+
+def staged_inserts(seen: list[str]) -> list[str]:
+    """Rows staged by executemany (INSERT INTO a run's staging table)."""
+    return [sql for sql in seen if re.match(r"^\s*INSERT\s+INTO\s+(\S+\.)?[`\"]?_?bos_stage", sql, re.IGNORECASE)]
 
 
 def writes_to(seen: list[str], table: str) -> list[str]:
@@ -192,24 +208,45 @@ def copies(engine: sa.Engine, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+def uses_copy(engine: sa.Engine) -> bool:
+    return engine.dialect.name == "postgresql"
+
+
 @pytest.fixture()
 def direct(make_writer: Callable[..., WarehouseWriter], engine: sa.Engine) -> WarehouseWriter:
-    """A writer that loads an empty table directly (PostgreSQL, COPY on)."""
-    if engine.dialect.name != "postgresql":
-        pytest.skip(NOT_DIRECT)
+    """A writer that loads an empty table directly (COPY on PostgreSQL, executemany elsewhere)."""
+    if engine.dialect.name == "sqlite":
+        pytest.skip(NOT_SQLITE)
     writer = make_writer()
-    assert writer.dialect.direct_load, "psycopg 3 gives COPY, and COPY gives the direct load"
+    assert writer.dialect.direct_load
+    assert writer.dialect.uses_copy == uses_copy(engine), "psycopg 3 gives COPY, and COPY gives the direct load"
     return writer
+
+
+@pytest.fixture()
+def copy_direct(direct: WarehouseWriter) -> WarehouseWriter:
+    if not direct.dialect.uses_copy:
+        pytest.skip(COPY_ONLY)
+    return direct
 
 
 @pytest.fixture()
 def reference(
-    make_writer: Callable[..., WarehouseWriter], unique_table: str, direct: WarehouseWriter,
+    make_writer: Callable[..., WarehouseWriter], unique_table: str, engine: sa.Engine, direct: WarehouseWriter,
 ) -> WarehouseWriter:
     """The same destination staged by executemany and merged: the behaviour the direct load must match."""
-    writer = make_writer(table=f"{unique_table}_ref", audit_table=f"{unique_table}_ref_runs", use_copy=False)
-    assert not writer.dialect.direct_load
+    options = {"use_copy": False} if uses_copy(engine) else {}
+    writer = make_writer(table=f"{unique_table}_ref", audit_table=f"{unique_table}_ref_runs", **options)
+    writer.ensure_tables()
+    writer.dialect.direct_load = False  # SQLite, MySQL: the same writer with the direct load off
     return writer
+
+
+def loaded_directly(engine: sa.Engine, writer: WarehouseWriter, copies: list[str], seen: list[str]) -> bool:
+    """True if the run seen (``copies``: COPY statements, ``seen``: the others) loaded the table itself."""
+    if writer.dialect.uses_copy:
+        return bool(copies_into(copies, writer.table))
+    return bool(inserts_values_into(seen, writer.table))
 
 
 def assert_same_as_reference(
@@ -218,9 +255,13 @@ def assert_same_as_reference(
 ) -> UpsertCounts:
     """Both writers load ``records`` into empty tables: same counts (returned), same rows."""
     del copies[:]
-    counts = write(direct, records)
-    assert copies_into(copies, direct.table), "the direct load did not run"
-    assert write(reference, records) == counts
+    with statements(engine) as seen:
+        counts = write(direct, records)
+    # (executemany sends nothing for no records; COPY is started anyway)
+    assert loaded_directly(engine, direct, copies, seen) or not records, "the direct load did not run"
+    with statements(engine) as seen:
+        assert write(reference, records) == counts
+    assert not inserts_values_into(seen, reference.table), "the reference must stage and merge"
     assert stored(engine, direct.table) == stored(engine, reference.table)
     return counts
 
@@ -228,8 +269,9 @@ def assert_same_as_reference(
 # --- 1. the direct load is what happens ------------------------------------------------------------
 
 
-def test_an_empty_table_is_loaded_by_copy_into_the_table_itself(direct, engine, copies):
+def test_an_empty_table_is_loaded_by_copy_into_the_table_itself(copy_direct, engine, copies):
     """A first run COPYs straight into the table: no staging, no INSERT ... SELECT into it."""
+    direct = copy_direct
     with statements(engine) as seen:
         counts = write(direct, [make_record(i) for i in range(20)])
     assert counts == UpsertCounts(inserted=20)
@@ -240,14 +282,47 @@ def test_an_empty_table_is_loaded_by_copy_into_the_table_itself(direct, engine, 
     assert len(dump(engine, direct.table)) == 20
 
 
+def test_an_empty_table_is_loaded_by_inserts_into_the_table_itself(make_writer, engine):
+    """Without COPY, a first run inserts batches straight into the table: nothing staged, no merge
+    (MySQL/MariaDB, PostgreSQL with COPY off; SQLite stages)."""
+    direct = make_writer(batch_size=7, **({"use_copy": False} if uses_copy(engine) else {}))
+    with statements(engine) as seen:
+        counts = write(direct, [make_record(i) for i in range(20)])
+    assert counts == UpsertCounts(inserted=20)
+    if engine.dialect.name == "sqlite":  # measured slower there: SQLite stages even an empty table
+        assert inserts_values_into(seen, direct.table) == [] and staged_inserts(seen)
+        return
+    # 20 records in batches of 7: three executemany calls, every write to the table one of them.
+    assert len(inserts_values_into(seen, direct.table)) == 3
+    assert writes_to(seen, direct.table) == inserts_values_into(seen, direct.table)
+    assert staged_inserts(seen) == []
+    assert len(dump(engine, direct.table)) == 20
+
+
+def test_without_copy_hostile_values_land_exactly_as_the_staged_path_lands_them(
+    make_writer, reference, engine, copies,
+):
+    """PostgreSQL without COPY loads an empty table by executemany too: the same rows as staging."""
+    if not uses_copy(engine):
+        pytest.skip("the other dialects' direct load is executemany already (the test above)")
+    direct = make_writer(use_copy=False, batch_size=3)
+    assert direct.dialect.direct_load and not direct.dialect.uses_copy
+    records = hostile_records()
+    assert_same_as_reference(engine, direct, reference, records, copies)
+    assert copies == []
+
+
 def test_a_table_with_rows_is_staged_and_merged(direct, engine, copies):
-    """Once the table has rows, a run stages and merges (no COPY into the table itself)."""
+    """Once the table has rows, a run stages and merges (nothing loaded into the table itself)."""
     write(direct, [make_record(i) for i in range(10)])
     del copies[:]
     with statements(engine) as seen:
         counts = write(direct, [make_record(i, T2, name=f"renamed {i}") for i in range(5, 15)])
     assert counts == UpsertCounts(inserted=5, updated=5)
-    assert copies and copies_into(copies, direct.table) == []  # COPY went to staging
+    if uses_copy(engine):
+        assert copies and copies_into(copies, direct.table) == []  # COPY went to staging
+    else:
+        assert staged_inserts(seen) and inserts_values_into(seen, direct.table) == []
     assert writes_to(seen, direct.table)  # the merge
     assert rows_by_ref(engine, direct.table)["bos:person:000007"]["display_name"] == "renamed 7"
 
@@ -315,14 +390,19 @@ def test_random_results_with_duplicates_load_like_the_staged_path(direct, refere
     check_random_result(engine, direct, reference, copies, result)
 
 
-def test_duplicates_beyond_the_in_memory_batch_load_like_the_staged_path(direct, reference, engine, copies,
+def test_duplicates_beyond_the_in_memory_batch_load_like_the_staged_path(make_writer, reference, engine, copies,
                                                                          monkeypatch):
     """Many later copies (several staging rounds, the table's COPY paused and resumed) change nothing."""
     monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
+    direct = make_writer(batch_size=2)  # executemany: staged every 2 later copies
     records = [make_record(k % 5, [T0, T1, T2][k * 7 % 3], name=f"copy {k}") for k in range(40)]
-    counts = assert_same_as_reference(engine, direct, reference, records, copies)
+    with statements(engine) as seen:
+        counts = assert_same_as_reference(engine, direct, reference, records, copies)
     assert counts == UpsertCounts(inserted=5, duplicates=35)
-    assert len(copies_into(copies, direct.table)) > 5  # the COPY was paused for staging, again and again
+    if uses_copy(engine):
+        assert len(copies_into(copies, direct.table)) > 5  # the COPY was paused for staging, again and again
+    else:
+        assert len(staged_inserts(seen)) > 5  # many staging rounds
     names = {ref: row["display_name"] for ref, row in rows_by_ref(engine, direct.table).items()}
     assert names == winners(records)
 
@@ -339,9 +419,13 @@ def test_bloom_false_positives_only_take_the_staged_path(
     # An 8-bit filter: of more than 8 distinct record_refs, some first occurrences must hit a set bit.
     monkeypatch.setattr(loads.SeenKeys, "BITS", 8)
     assert len({r["record_ref"] for r in records}) > 8
-    counts = assert_same_as_reference(engine, direct, reference, records, copies)
+    with statements(engine) as seen:
+        counts = assert_same_as_reference(engine, direct, reference, records, copies)
     assert counts == expected_counts(records)
-    assert len(copies) > len(copies_into(copies, direct.table))  # first occurrences went to staging too
+    if uses_copy(engine):
+        assert len(copies) > len(copies_into(copies, direct.table))  # first occurrences went to staging too
+    else:
+        assert staged_inserts(seen)  # first occurrences went to staging too
     names = {ref: row["display_name"] for ref, row in rows_by_ref(engine, direct.table).items()}
     assert names == winners(records)
 
@@ -359,14 +443,14 @@ def failing_stream(bad: Callable[[], Any]) -> Iterator[Any]:
     yield make_record(9999)
 
 
-def assert_nothing_written(engine, writer, copies, run_id) -> None:
-    if engine.dialect.name == "postgresql":
-        assert copies_into(copies, writer.table), "the failure was meant to hit the direct load"
+def assert_nothing_written(engine, writer, copies, run_id, seen: list[str]) -> None:
+    if writer.dialect.direct_load:
+        assert loaded_directly(engine, writer, copies, seen), "the failure was meant to hit the direct load"
     assert dump(engine, writer.table) == []
     assert audit_row(engine, writer, run_id) is None
 
 
-def test_a_stream_failing_midway_rolls_back_the_direct_load(writer, engine, copies, monkeypatch):
+def test_a_stream_failing_midway_rolls_back_the_direct_load(make_writer, engine, copies, monkeypatch):
     """The records iterator raising leaves an empty table and no audit row; the next run loads normally."""
     monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
 
@@ -374,9 +458,10 @@ def test_a_stream_failing_midway_rolls_back_the_direct_load(writer, engine, copi
         raise BosIncompleteStreamError("the stream ended inside the final frame")
 
     run = run_info()
-    with pytest.raises(BosIncompleteStreamError, match="final frame"):
+    writer = make_writer(batch_size=500)  # executemany: several batches are in the table when it fails
+    with statements(engine) as seen, pytest.raises(BosIncompleteStreamError, match="final frame"):
         write(writer, failing_stream(cut), run)
-    assert_nothing_written(engine, writer, copies, run.run_id)
+    assert_nothing_written(engine, writer, copies, run.run_id, seen)
     assert write(writer, [make_record(i) for i in range(10)]) == UpsertCounts(inserted=10)
     assert len(dump(engine, writer.table)) == 10
 
@@ -399,42 +484,45 @@ def _no_observed_at() -> dict[str, Any]:
     pytest.param(_no_observed_at, "no sources\\[\\].observed_at", id="no-observed_at"),
 ])
 def test_a_bad_record_midway_rolls_back_the_direct_load(
-    writer, engine, copies, monkeypatch, bad, message, kind,
+    make_writer, engine, copies, monkeypatch, bad, message, kind,
 ):
     """A record that cannot be mapped fails the run with its reason; nothing is written."""
     monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
+    writer = make_writer(batch_size=500)
     run = run_info()
-    with pytest.raises(BosWarehouseError, match=message):
+    with statements(engine) as seen, pytest.raises(BosWarehouseError, match=message):
         write(writer, failing_stream(lambda: as_kind(bad(), kind)), run)
-    assert_nothing_written(engine, writer, copies, run.run_id)
+    assert_nothing_written(engine, writer, copies, run.run_id, seen)
     assert write(writer, [make_record(i) for i in range(3)]) == UpsertCounts(inserted=3)
 
 
-def test_a_known_record_claim_on_an_empty_table_fails_the_run(writer, engine, copies):
+def test_a_known_record_claim_on_an_empty_table_fails_the_run(make_writer, engine, copies):
     """A KnownRecord for a row that no longer exists cannot be written: the run fails, asking for a re-run."""
+    writer = make_writer(batch_size=2)
     claim = KnownRecord("bos:person:000777", "f" * 64)
     records = [make_record(i) for i in range(5)] + [claim, make_record(6)]
     run = run_info()
-    with pytest.raises(BosWarehouseError, match="Re-run the task"):
+    with statements(engine) as seen, pytest.raises(BosWarehouseError, match="Re-run the task"):
         write(writer, iter(records), run)
-    assert_nothing_written(engine, writer, copies, run.run_id)
+    assert_nothing_written(engine, writer, copies, run.run_id, seen)
 
 
-def test_a_value_the_database_refuses_during_copy_is_a_warehouse_error(direct, engine, copies):
+def test_a_value_the_database_refuses_during_copy_is_a_warehouse_error(copy_direct, engine, copies):
     """PostgreSQL text cannot hold NUL: the COPY's own error arrives as BosWarehouseError, no row data in it."""
     run = run_info()
     records = [make_record(i) for i in range(3)] + [make_record(3, name="secret\x00name")]
-    with pytest.raises(BosWarehouseError, match="rolled back") as caught:
-        write(direct, records, run)
+    with statements(engine) as seen, pytest.raises(BosWarehouseError, match="rolled back") as caught:
+        write(copy_direct, records, run)
     assert "secret" not in str(caught.value)
-    assert_nothing_written(engine, direct, copies, run.run_id)
+    assert_nothing_written(engine, copy_direct, copies, run.run_id, seen)
 
 
 # --- 7. a concurrent writer waits, then takes the staged path -------------------------------------------
 
 
-def test_a_second_writer_waits_for_the_direct_load_then_finds_the_rows(direct, engine, copies):
+def test_a_second_writer_waits_for_the_direct_load_then_finds_the_rows(copy_direct, engine, copies):
     """Two runs into one empty table: the first loads it, the second (same records) finds them unchanged."""
+    direct = copy_direct
     records = [make_record(i) for i in range(20)]
     other = sa.create_engine(engine.url)  # the second writer's own connections, and one to watch pg_locks
     paused, release = threading.Event(), threading.Event()

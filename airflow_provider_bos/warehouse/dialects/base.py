@@ -60,6 +60,7 @@ STAGE_COLUMNS = (
     WIRE_HASH_COLUMN,
     "_bos_seq",
 )
+_JSON_COLUMNS = frozenset(("lifecycle", "identity_match", "attributes", "sources"))
 _KNOWN_NULLS = (None,) * (len(STAGE_COLUMNS) - 3)  # all but record_ref, the wire hash and _bos_seq
 # Document staging (PostgreSQL with COPY): the key, the guards and the hashed document; the content
 # columns are derived from the document in SQL, and only for the rows actually written.
@@ -97,8 +98,9 @@ class WarehouseDialect(abc.ABC):
     isolation_level: str | None = None
     # Stage (record_ref, document, observed_at, hash) instead of one column per field.
     document_staging = False
-    # An empty target may be loaded directly (see PostgresDialect.copy_target).
-    direct_load = False
+    # An empty target (under the writers' lock) is loaded directly: COPY into the table itself
+    # (PostgresDialect.copy_target) or executemany of :meth:`insert_target` (loads.load_direct_rows).
+    direct_load = True
     # Records are read and encoded on a producer thread while the connection writes (loads._batches).
     # Pays only where the driver's writes barely need the GIL (psycopg's COPY: few large socket
     # writes); a driver that encodes in Python (PyMySQL) or a database in this process (SQLite)
@@ -255,6 +257,27 @@ class WarehouseDialect(abc.ABC):
         cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
         marks = ", ".join([self.placeholder] * len(STAGE_COLUMNS))
         return Statement(f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) VALUES ({marks})")
+
+    def insert_target(self, target: str, schema: str | None) -> Statement:
+        """Single-row INSERT of the target's written columns, for ``executemany`` (the direct load of an
+        empty table by dialects without COPY)."""
+        cols = self.written_columns
+        marks = ", ".join(self.bind_json() if c in _JSON_COLUMNS else self.placeholder for c in cols)
+        return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) VALUES ({marks})")
+
+    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give target rows the wire hash of a staged copy with the same content (a direct load's
+        later duplicate: the merge leaves identical content alone, but the later copy is the one a
+        staged load would have kept, so its bytes are what the next run most likely sends)."""
+        q = self.quote
+        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+        t, s = self.table_ref(target, schema), self.stage_ref(source, schema)
+        # Correlated (no UPDATE ... FROM before SQLite 3.33); the staged source has one row per key.
+        match = f"s.{ref} = {t}.{ref} AND s.{h} = {t}.{h}"
+        return Statement(
+            f"UPDATE {t} SET {w} = (SELECT s.{w} FROM {s} s WHERE {match}) "
+            f"WHERE EXISTS (SELECT 1 FROM {s} s WHERE {match} AND {self._hash_differs(f'{t}.{w}', f's.{w}')})"
+        )
 
     def stage_value(self, row: Any, seq: int, wire_hash: str | None = None) -> tuple[Any, ...]:
         """The column-staged tuple of a :class:`~.records.RecordRow`, in :data:`STAGE_COLUMNS` order."""

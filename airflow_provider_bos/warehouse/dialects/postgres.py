@@ -29,9 +29,8 @@ class PostgresDialect(WarehouseDialect):
         # With COPY, each record travels as its hashed document (one serialisation per record on the
         # client instead of eight, five COPY fields instead of eleven); the merge derives the columns.
         self.document_staging = self.uses_copy
-        # An empty target is loaded by COPY into the table itself while the records stream in
-        # (WarehouseWriter's direct load), not staged and merged after the last one.
-        self.direct_load = self.uses_copy
+        # An empty target is loaded into the table itself while the records stream in (the direct
+        # load: by COPY, or by executemany without it), not staged and merged after the last one.
         # Records are read and encoded on a producer thread while COPY blocks are sent (loads._batches).
         self.load_thread = self.uses_copy
 

@@ -18,6 +18,10 @@ class SqliteDialect(WarehouseDialect):
     """SQLite: executemany staging, one ON CONFLICT merge, BEGIN IMMEDIATE as the writer lock."""
 
     name = "sqlite"
+    # Not even an empty table is loaded directly: in this process, executemany into the keyed table
+    # cost more than into a keyless temporary table plus one INSERT ... SELECT (100k records: 3.6-4.0
+    # s against 3.4 s; bench/README.md "Session 8").
+    direct_load = False
 
     def __init__(self, sa_dialect: sa.Dialect, *, busy_timeout_s: float = 30.0, wire_hash_column: bool = True) -> None:
         super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
