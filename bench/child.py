@@ -41,7 +41,7 @@ def _run(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         from bench.ours import read_once
 
         return read_once(spec["mcp_url"], os.environ["BENCH_BEARER_TOKEN"], style=spec["style"],
-                         known=bool(spec.get("known")))
+                         known=bool(spec.get("known")), hashed=bool(spec.get("hashed")))
     if kind == "drain":
         from bench.drain import drain_once
 

@@ -261,18 +261,19 @@ class Bench:
             row.result, row.note = "ERROR", f"feed: {exc}"
             return None
 
-    def read_only(self, records: int, *, known: bool = False) -> Row:
+    def read_only(self, records: int, *, known: bool = False, hashed: bool = False) -> Row:
         """Our client's streamed read with the records discarded (no database): a sync's floor.
 
         ``known``: every record's wire hash is given to the read (an unchanged re-run's floor).
+        ``hashed``: each record is also checked and canonically hashed (a first sync's floor).
         """
-        label = "ceiling: our read, every record known" if known else "ceiling: our read, records discarded"
+        label = (READ_KNOWN if known else READ_HASHED if hashed else "ceiling: our read, records discarded")
         row = Row("-", label, "-")
         params = self.config.params(records)
         feed = self._feed_for(row, params)
         if feed is None:
             return row
-        result = self._child("read", {"mcp_url": feed, "style": self.config.style, "known": known},
+        result = self._child("read", {"mcp_url": feed, "style": self.config.style, "known": known, "hashed": hashed},
                              env={"BENCH_BEARER_TOKEN": self.token or ""})
         self._fill(row, result, bytes_key="wire_bytes", expect=final_record_count(params))
         if known and result.get("known_records") != result.get("records"):
@@ -409,6 +410,10 @@ def run_p4(config: Config, bench: Bench) -> None:
     bench.rows.append(r)
 
 
+READ_KNOWN = "ceiling: our read, every record known"
+READ_HASHED = "ceiling: our read + canonical hash, nothing written"
+
+
 def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row], want: set[str]) -> Row | None:
     """Baselines, first sync and re-run on one dialect, in interleaved rounds (each round runs every
     measurement once, so a slow phase of the machine hits all of them); the median of each is kept.
@@ -463,6 +468,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
         if _ok(ceiling) and _ok(raw):  # the most any client can reach from that feed, vs COPY
             ceiling.vs_copy = ceiling.rate / raw.rate
     rows += [r for r in (first, second, other) if r is not None]
+    _floor_notes(ceilings, raw, first, second, dialect)
     inserted_all = False
     if _ok(first):
         inserted = first.raw["counts"].get("inserted")
@@ -523,6 +529,25 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
     return first
 
 
+def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second: Row | None, dialect: str) -> None:
+    """What this client's own floors allow, next to the verdicts they bound (issue 19's evidence):
+    a first sync is never faster than its read plus the canonical hash of every record, and an
+    unchanged re-run never faster than its read with every record known."""
+    is_pg = dialect == "postgres"
+    by_label = {c.name: c for c in ceilings}
+    hashed, known = by_label.get(READ_HASHED), by_label.get(READ_KNOWN)
+    if _ok(first) and _ok(hashed) and _ok(raw):
+        note = f"floor: our read + canonical hash alone (nothing written) is {hashed.rate / raw.rate:.2f}x " \
+               f"{'COPY' if is_pg else 'raw'}"
+        if dialect == "sqlite":  # the database runs in this thread: its inserts add to the read, never overlap
+            note += f"; plus SQLite's own inserts (the raw time, same thread): at most " \
+                    f"{raw.seconds / (hashed.seconds + raw.seconds):.2f}x raw"
+        _add_note(first, note)
+    if is_pg and _ok(second) and _ok(first) and _ok(known):
+        _add_note(second, f"ceiling: this first run / our read with every record known = "
+                          f"{first.seconds / known.seconds:.2f}x (the most a re-run can gain on it)")
+
+
 def run_p2(config: Config, bench: Bench, first_pg: Row | None) -> None:
     url = config.urls["postgres"]
     p2: list[Row] = []
@@ -563,6 +588,7 @@ def run(config: Config, bench: Bench) -> None:
             ceilings.append(bench.drain(config.records, replay=True))
         ceilings.append(_median([bench.read_only(config.records) for _ in range(config.repeat)]))
         ceilings.append(_median([bench.read_only(config.records, known=True) for _ in range(config.repeat)]))
+        ceilings.append(_median([bench.read_only(config.records, hashed=True) for _ in range(config.repeat)]))
         bench.rows.extend(ceilings)
     first_pg = None
     for dialect in config.dialects:

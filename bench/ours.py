@@ -198,8 +198,9 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
 
 
 def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None,
-          collect: bool = False) -> dict[str, Any]:
+          collect: bool = False, hashed: bool = False) -> dict[str, Any]:
     from airflow_provider_bos.sync import cyclic_gc_paused
+    from airflow_provider_bos.warehouse.records import json_document_values
 
     transport = CountingTransport()
     client = httpx.Client(transport=transport, timeout=httpx.Timeout(120.0), follow_redirects=False)
@@ -217,6 +218,8 @@ def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None,
                         records += 1
                         if collect:  # the priming read of known=True only (it holds them all)
                             hashes.append(record.wire_hash)
+                        elif hashed:  # what any write must compute: the check, the canonical document, its hash
+                            json_document_values(record, None)
                     completeness = result.completeness  # validates the completed frame
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
@@ -227,14 +230,18 @@ def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None,
             "known_records": result.known_records, "hashes": hashes}
 
 
-def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool = False) -> dict[str, Any]:
+def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool = False,
+              hashed: bool = False) -> dict[str, Any]:
     """Our client's read alone: the streamed read of ``sync_once`` with every record discarded.
 
     Everything a sync does before the warehouse (HTTP, SSE, page notifications, the final frame's
     scan, record checks, the final validation), nothing after it: the least any first sync from
     this feed can cost with this client. ``known=True``: an untimed read first collects every
     record's wire hash, then the timed read is given them all, as an unchanged re-run is (no
-    record decoded): the least such a re-run can cost.
+    record decoded): the least such a re-run can cost. ``hashed=True``: each record is also checked
+    and given its canonical document and record hash (``json_document_values``, the cheapest
+    encoder we have: one serialisation), then dropped: the least a first sync can cost before it
+    writes anything.
     """
     from airflow_provider_bos.warehouse.claims import WireHashSet
 
@@ -242,7 +249,7 @@ def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool =
     hashes = None
     if known:
         hashes = WireHashSet(_read(core, mcp_url, token, style, collect=True)["hashes"])
-    result = _read(core, mcp_url, token, style, hashes)
+    result = _read(core, mcp_url, token, style, hashes, hashed=hashed)
     del result["hashes"]
     return result
 
