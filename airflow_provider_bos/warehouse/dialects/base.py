@@ -271,12 +271,9 @@ class WarehouseDialect(abc.ABC):
         staged load would have kept, so its bytes are what the next run most likely sends)."""
         q = self.quote
         ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
-        t, s = self.table_ref(target, schema), self.stage_ref(source, schema)
-        # Correlated (no UPDATE ... FROM before SQLite 3.33); the staged source has one row per key.
-        match = f"s.{ref} = {t}.{ref} AND s.{h} = {t}.{h}"
         return Statement(
-            f"UPDATE {t} SET {w} = (SELECT s.{w} FROM {s} s WHERE {match}) "
-            f"WHERE EXISTS (SELECT 1 FROM {s} s WHERE {match} AND {self._hash_differs(f'{t}.{w}', f's.{w}')})"
+            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
+            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND {self._hash_differs(f't.{w}', f's.{w}')}"
         )
 
     def stage_value(self, row: Any, seq: int, wire_hash: str | None = None) -> tuple[Any, ...]:

@@ -143,17 +143,6 @@ class PostgresDialect(WarehouseDialect):
         """COPY lines of document-staged rows (for :meth:`copy_staging`)."""
         return copy_document_lines(rows)
 
-    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
-        """Give target rows the wire hash of a staged copy with the same content (a direct load's
-        later duplicate: the merge leaves identical content alone, but the later copy is the one a
-        staged load would have kept, so its bytes are what the next run most likely sends)."""
-        q = self.quote
-        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
-        return Statement(
-            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
-            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND t.{w} IS DISTINCT FROM s.{w}"
-        )
-
     def copy_target(self, target: str, schema: str | None) -> str:
         """COPY straight into the target's written columns (the direct load of an empty table)."""
         return f"COPY {self.table_ref(target, schema)} ({self._written_column_list()}) FROM STDIN"
