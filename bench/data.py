@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.testing.federation import plan_read
-from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, RECORD_JSON_COLUMNS
 from airflow_provider_bos.testing.scenario import Scenario, large_scenario
 
 __all__ = [
@@ -31,7 +31,7 @@ __all__ = [
 
 # The records table, in insert order (the warehouse's own column list).
 COLUMNS = RECORD_COLUMNS
-JSON_COLUMNS = ("lifecycle", "identity_match", "attributes", "sources")
+JSON_COLUMNS = RECORD_JSON_COLUMNS
 _CONTENT = ("attributes", "display_name", "email", "identity_match", "lifecycle", "phone", "record_ref", "sources")
 
 

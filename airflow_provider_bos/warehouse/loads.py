@@ -393,26 +393,18 @@ def load_direct_rows(
     insert_stage = d.insert_staging(tx.stage, tx.schema).sql
     run = (d.bind_timestamp(synced_at), tx.run_id)
     with_wire = d.wire_hash_column
-    seen = SeenKeys()
-    bits, mask = seen.bits, seen.BITS - 1
     chunk: list[tuple[Any, ...]] = []
-    pending: list[tuple[Any, ...]] = []  # column-staged rows (STAGE_COLUMNS order)
+    pending: list[tuple[Any, ...]] = []  # possible repeats, column-staged (STAGE_COLUMNS order)
     loaded = staged = 0
     execute = tx.conn.exec_driver_sql
-    for row in _rows(tx, records, default_obs, rejects):
+    for row in SeenKeys().watch(_rows(tx, records, default_obs, rejects), divert=pending, divert_limit=batch_size):
+        if row is None:  # ``pending`` is full: stage it, to be merged after the last record
+            execute(insert_stage, pending)
+            staged += len(pending)
+            pending.clear()
+            continue
         if row[9] is None:  # a known row (no record hash): a claim on a stored row of an empty table
             raise tx.unverified(1)
-        ref = row[0]
-        h = hash(ref) & mask
-        byte, bit = h >> 3, 1 << (h & 7)
-        if bits[byte] & bit:  # maybe loaded already: staged, merged after the last record
-            pending.append(row)
-            if len(pending) >= batch_size:
-                execute(insert_stage, pending)
-                staged += len(pending)
-                pending = []
-            continue
-        bits[byte] |= bit
         # STAGE_COLUMNS -> the target's written columns: the run's two columns after observed_at.
         chunk.append((*row[:9], *run, row[9], row[10]) if with_wire else (*row[:9], *run, row[9]))
         if len(chunk) >= batch_size:

@@ -16,6 +16,7 @@ __all__ = [
     "RECORD_COLUMNS",
     "WIRE_HASH_COLUMN",
     "AUDIT_JSON_COLUMNS",
+    "RECORD_JSON_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
     "ERROR_MESSAGE_MAX",
     "SUPPORTED_DIALECTS",
@@ -52,6 +53,8 @@ RECORD_COLUMNS = (
 # without it (add it with the ALTER TABLE in sql/ to get the fast re-runs).
 WIRE_HASH_COLUMN = "_bos_wire_hash"
 AUDIT_JSON_COLUMNS = ("source_errors", "source_summary")
+# The records table's JSON columns (JSONB / JSON / JSON text by dialect).
+RECORD_JSON_COLUMNS = ("lifecycle", "identity_match", "attributes", "sources")
 AUDIT_COUNT_COLUMNS = ("inserted", "updated", "unchanged", "skipped_stale", "duplicates")
 ERROR_MESSAGE_MAX = 4000
 

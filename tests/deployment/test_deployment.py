@@ -38,6 +38,7 @@ from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpe
 from afdeploy import (
     FRAGMENT,
     HERE,
+    PG_ADMIN_URL,
     Deployment,
     create_database,
     drop_database,
@@ -138,8 +139,7 @@ def test_a_killed_run_leaves_no_database_and_no_process_behind() -> None:
     finished.wait()
     dead_pid = finished.pid
     orphan = f"bos_wh_{dead_pid}_{os.urandom(5).hex()}"
-    admin = sa.create_engine("postgresql+psycopg://postgres@127.0.0.1:5432/test", isolation_level="AUTOCOMMIT",
-                             poolclass=sa.pool.NullPool)
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     with admin.connect() as conn:
         conn.exec_driver_sql(f"CREATE DATABASE {orphan}")
     ours = create_database("bos_wh")

@@ -242,7 +242,7 @@ def reference(
     return writer
 
 
-def loaded_directly(engine: sa.Engine, writer: WarehouseWriter, copies: list[str], seen: list[str]) -> bool:
+def loaded_directly(writer: WarehouseWriter, copies: list[str], seen: list[str]) -> bool:
     """True if the run seen (``copies``: COPY statements, ``seen``: the others) loaded the table itself."""
     if writer.dialect.uses_copy:
         return bool(copies_into(copies, writer.table))
@@ -258,7 +258,7 @@ def assert_same_as_reference(
     with statements(engine) as seen:
         counts = write(direct, records)
     # (executemany sends nothing for no records; COPY is started anyway)
-    assert loaded_directly(engine, direct, copies, seen) or not records, "the direct load did not run"
+    assert loaded_directly(direct, copies, seen) or not records, "the direct load did not run"
     with statements(engine) as seen:
         assert write(reference, records) == counts
     assert not inserts_values_into(seen, reference.table), "the reference must stage and merge"
@@ -445,7 +445,7 @@ def failing_stream(bad: Callable[[], Any]) -> Iterator[Any]:
 
 def assert_nothing_written(engine, writer, copies, run_id, seen: list[str]) -> None:
     if writer.dialect.direct_load:
-        assert loaded_directly(engine, writer, copies, seen), "the failure was meant to hit the direct load"
+        assert loaded_directly(writer, copies, seen), "the failure was meant to hit the direct load"
     assert dump(engine, writer.table) == []
     assert audit_row(engine, writer, run_id) is None
 

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, WIRE_HASH_COLUMN, column_types
+from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN, column_types
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.copy_format import TargetCopyLines
@@ -60,7 +60,6 @@ STAGE_COLUMNS = (
     WIRE_HASH_COLUMN,
     "_bos_seq",
 )
-_JSON_COLUMNS = frozenset(("lifecycle", "identity_match", "attributes", "sources"))
 _KNOWN_NULLS = (None,) * (len(STAGE_COLUMNS) - 3)  # all but record_ref, the wire hash and _bos_seq
 # Document staging (PostgreSQL with COPY): the key, the guards and the hashed document; the content
 # columns are derived from the document in SQL, and only for the rows actually written.
@@ -262,7 +261,7 @@ class WarehouseDialect(abc.ABC):
         """Single-row INSERT of the target's written columns, for ``executemany`` (the direct load of an
         empty table by dialects without COPY)."""
         cols = self.written_columns
-        marks = ", ".join(self.bind_json() if c in _JSON_COLUMNS else self.placeholder for c in cols)
+        marks = ", ".join(self.bind_json() if c in RECORD_JSON_COLUMNS else self.placeholder for c in cols)
         return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) VALUES ({marks})")
 
     def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:

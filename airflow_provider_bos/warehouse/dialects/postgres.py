@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse.copy_format import TargetCopyLines, copy_document_lines
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
-from airflow_provider_bos.warehouse.schema import WIRE_HASH_COLUMN
+from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
 __all__ = ["PostgresDialect"]
 
@@ -94,7 +94,7 @@ class PostgresDialect(WarehouseDialect):
                 return f"NULLIF({s}.bos_doc->'{col}', 'null'::jsonb)"  # JSON null is stored as NULL
             if col in ("attributes", "sources"):
                 return f"{s}.bos_doc->'{col}'"
-        elif col in ("lifecycle", "identity_match", "attributes", "sources"):
+        elif col in RECORD_JSON_COLUMNS:
             return f"CAST({s}.{self.quote(col)} AS JSONB)"  # staged as text unless parse_json
         return f"{s}.{self.quote(col)}"
 
