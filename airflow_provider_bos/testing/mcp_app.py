@@ -653,9 +653,10 @@ class _Call:
         await emitter.final(self._frame(newlines=faults.wire_mode),
                             drop_mid=faults.drop_mid_final and not resuming, event_id=self._event_id(index + 1),
                             close_after_bytes=None if resuming else faults.close_mid_final_bytes,
-                            close_after_records_bytes=None if resuming else faults.close_mid_records_bytes)
+                            close_after_records_bytes=None if resuming else faults.close_mid_records_bytes,
+                            # Counted before the event's last byte: the client may look right after it.
+                            on_complete=lambda: self.app.counters.incr("completed_streams"))
         self.final_written = True
-        self.app.counters.incr("completed_streams")  # before the last chunk: the client may look right after it
         await emitter.finish()
 
     async def _json(self) -> None:

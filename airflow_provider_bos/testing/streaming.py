@@ -17,7 +17,7 @@ one (resumable streams: every event; see :mod:`.mcp_app`), so ``Last-Event-ID`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -253,8 +253,12 @@ class SseEmitter(_Writer):
         await self.write((text + body + eol).encode(), flush=True)
 
     async def final(self, pieces: Iterator[Any], *, drop_mid: bool, event_id: str | None = None,
-                    close_after_bytes: int | None = None, close_after_records_bytes: int | None = None) -> None:
+                    close_after_bytes: int | None = None, close_after_records_bytes: int | None = None,
+                    on_complete: Callable[[], None] | None = None) -> None:
         """The final event, written incrementally from :func:`final_frame_pieces`.
+
+        ``on_complete``: called once every byte but the event's last line end is written, before
+        that last write: a client holding the complete event can never look before it ran.
 
         ``close_after_bytes``: end the response cleanly once that many bytes of this event (its
         field lines included) are out, raising :class:`StreamClosed`; ``close_after_records_bytes``:
@@ -293,4 +297,6 @@ class SseEmitter(_Writer):
         if not at_line_start:
             await self.write(eol.encode())
         self._events += 1
+        if on_complete is not None:
+            on_complete()
         await self.write(eol.encode(), flush=True)
