@@ -28,7 +28,8 @@ def _run(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 
         token = os.environ["BENCH_BEARER_TOKEN"]
         call = lambda: sync_once(spec["mcp_url"], token, spec["url"], table=spec["table"],  # noqa: E731
-                                 audit_table=spec["audit_table"], style=spec["style"])
+                                 audit_table=spec["audit_table"], style=spec["style"],
+                                 stream=spec.get("stream", True))
         if spec.get("profile"):
             return _profiled(call, spec["profile"])
         return call()

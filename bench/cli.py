@@ -234,7 +234,8 @@ class Bench:
                                          "scenario": self.config.params(records).as_dict()})
         return result.get("error")
 
-    def sync(self, dialect: str, records: int, table: str, audit: str, label: str) -> Row:
+    def sync(self, dialect: str, records: int, table: str, audit: str, label: str, *, stream: bool = True) -> Row:
+        """One sync in a child process; ``stream=False``: no opt-in, one application/json answer (read live)."""
         row = Row("-", label, dialect)
         params = self.config.params(records)
         feed = self._feed_for(row, params)
@@ -242,7 +243,7 @@ class Bench:
             return row
         misses = self._replay_misses()
         spec = {"mcp_url": feed, "url": self.config.urls[dialect], "table": table, "audit_table": audit,
-                "style": self.config.style}
+                "style": self.config.style, "stream": stream}
         if self.config.profile is not None:
             slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
             spec["profile"] = str(self.config.profile / f"{slug}-{dialect}-{records}-{secrets.token_hex(2)}")
@@ -549,21 +550,29 @@ def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second
 
 
 def run_p2(config: Config, bench: Bench, first_pg: Row | None) -> None:
-    url = config.urls["postgres"]
-    p2: list[Row] = []
-    for size in (config.records_min, config.records_max):
-        if size == config.records and first_pg is not None:
-            p2.append(first_pg)
-            continue
-        table, audit = bench._table(url, "p2"), bench._table(url, "p2audit")
-        try:
-            r = bench.sync("postgres", size, table, audit, f"sync: memory at {size:,}")
-        finally:
-            bench.drop_tables()
-        bench.rows.append(r)
-        p2.append(r)
+    # The streamed read (SSE, the extension), then the same read answered as one application/json
+    # body (no opt-in, as from a server without the extension; the replay feed passes it through
+    # to the live server, so only its memory is measured).
+    for stream, what, label in ((True, "", "sync: memory at {:,}"),
+                                (False, ", one JSON body", "sync, one JSON body (no extension): memory at {:,}")):
+        p2: list[Row] = []
+        for size in (config.records_min, config.records_max):
+            if stream and size == config.records and first_pg is not None:
+                p2.append(first_pg)
+                continue
+            table, audit = bench._table(config.urls["postgres"], "p2"), bench._table(config.urls["postgres"], "p2audit")
+            try:
+                r = bench.sync("postgres", size, table, audit, label.format(size), stream=stream)
+            finally:
+                bench.drop_tables()
+            bench.rows.append(r)
+            p2.append(r)
+        bench.rows.append(_p2_row(config, p2, what))
+
+
+def _p2_row(config: Config, p2: list[Row], what: str) -> Row:
     small, big = p2
-    row = Row("P2", f"sync peak RSS at {config.records_max:,} vs {config.records_min:,}", "postgres")
+    row = Row("P2", f"sync peak RSS at {config.records_max:,} vs {config.records_min:,}{what}", "postgres")
     row.goal = f"<={P2_MAX_RATIO}x and <={P2_MAX_MIB:.0f} MiB @1M"
     fast = False
     if _ok(small) and _ok(big) and small.rss_mib and big.rss_mib:
@@ -574,7 +583,7 @@ def run_p2(config: Config, bench: Bench, first_pg: Row | None) -> None:
         if config.records_max < P2_FULL_SIZE:
             _add_note(row, f"proxy: measured at {config.records_max:,}; the target is at 1M (--records-max 1000000)")
     _judge(row, [small, big], correct=True, fast=fast, quick=config.quick)
-    bench.rows.append(row)
+    return row
 
 
 def run(config: Config, bench: Bench) -> None:

@@ -121,7 +121,7 @@ def _postgres_cpu_s() -> float | None:
 
 
 def _sync(core: _Core, session: Any, writer: Any, run: Any, *, tool: str, via: str,
-          arguments: dict[str, Any], marks: dict[str, float]) -> tuple[Any, Any]:
+          arguments: dict[str, Any], marks: dict[str, float], stream: bool = True) -> tuple[Any, Any]:
     """The sync itself: the operator core's steps, minus Airflow.
 
     The same ``run_sync`` the operator runs (the rest of this module is plumbing: auth, byte
@@ -130,14 +130,17 @@ def _sync(core: _Core, session: Any, writer: Any, run: Any, *, tool: str, via: s
     from airflow_provider_bos.sync import run_sync
 
     outcome = run_sync(session.federated_read, writer, run, tool_name=tool, arguments=arguments,
-                       via=via, stream=True)
+                       via=via, stream=stream)
     marks["final_result"] = time.perf_counter()
     return outcome.result, outcome.counts
 
 
 def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table: str,
-              style: str = "execute", arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+              style: str = "execute", arguments: dict[str, Any] | None = None, stream: bool = True) -> dict[str, Any]:
     """One end-to-end sync; returns timings, wire bytes and the upsert counts.
+
+    ``stream=False``: the read does not opt in to the extension, so the server answers one
+    application/json body (as a server without the extension does).
 
     Timed: session open + handshake, the streamed read, the warehouse transaction, session close.
     Not timed: imports and engine creation.
@@ -163,7 +166,8 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         db_cpu_start = _postgres_cpu_s() if engine.dialect.name == "postgresql" else None
         start, cpu_start = time.perf_counter(), time.process_time()
         with core.McpSession(mcp_url, auth=BearerAuth(token), http_client=client, timeout=120.0) as session:
-            result, counts = _sync(core, session, writer, run, tool=tool, via=style, arguments=arguments, marks=marks)
+            result, counts = _sync(core, session, writer, run, tool=tool, via=style, arguments=arguments, marks=marks,
+                                   stream=stream)
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
         db_cpu_end = _postgres_cpu_s() if db_cpu_start is not None else None

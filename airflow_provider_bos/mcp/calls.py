@@ -2,7 +2,8 @@
 
 A :class:`Deadline` replaces the ``deadline`` (monotonic instant) and ``deadline_s`` (the seconds,
 for the message) pair; :class:`CallOptions` is the per-call options object of
-``McpSession._call``; :class:`StreamedCall` is a call whose answer is an event stream, and says
+``McpSession._call``; :class:`StreamedCall` is a call whose answer is read as it arrives (an event
+stream, or a large JSON body scanned as it comes), and says
 how it ends when it is cancelled, overruns its deadline or loses its connection (the same errors
 before and inside the final frame).
 """
@@ -79,7 +80,7 @@ class CallOptions:
 
 @dataclass(frozen=True)
 class StreamedCall:
-    """A call answered with an event stream: what its checks and failure messages need."""
+    """A call whose answer is read as it arrives: what its checks and failure messages need."""
 
     method: str
     request_id: str

@@ -6,27 +6,30 @@ which feeds one :class:`~.final_frame.FinalFrameScanner` per event. As soon as a
 key says the event is the response, the still-open response is handed over as a
 :class:`FinalFrameStream` (:mod:`.event_stream` routes the events before it), and :func:`streaming_result` wraps it: the caller pulls records as the
 bytes arrive (constant memory), and the result's metadata is parsed from the scanner's skeleton
-once they are consumed. A response small enough to arrive whole goes through
+once they are consumed. A large ``application/json`` answer (a read that did not opt in to the
+extension, or a server without it) is scanned the same way as its body arrives
+(:class:`JsonBodyFrame`). A response small enough to arrive whole goes through
 :func:`memory_result` (the same scanner, fed from memory), so callers see one behaviour.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from airflow_provider_bos.exceptions import BosFinalFrameRestarted
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosIncompleteStreamError, BosResultError
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, check_record
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser, StreamingFinalResult
 from airflow_provider_bos.mcp.jsonrpc import dumps
 from airflow_provider_bos.mcp.source_results import ToolStyle
 
 if TYPE_CHECKING:
+    from airflow_provider_bos.mcp.calls import StreamedCall
     from airflow_provider_bos.mcp.event_stream import ResponseEvents
 
-__all__ = ["FrameRouter", "FinalFrameStream", "streaming_result", "memory_result"]
+__all__ = ["FrameRouter", "FinalFrameStream", "JsonBodyFrame", "streaming_result", "memory_result"]
 
 
 class FrameRouter:
@@ -126,7 +129,101 @@ class FinalFrameStream:
         self._events.close()
 
 
-def streaming_result(stream: FinalFrameStream, parser: FinalResultParser) -> StreamingFinalResult:
+class JsonBodyFrame:
+    """A final response answered as one ``application/json`` body, scanned as the body arrives.
+
+    Without the extension (not advertised, or the read did not opt in) the server answers a read
+    with one JSON body: over 1 GB at 1M records, so it is not read whole (that held the body and
+    its decoded tree at once). :meth:`start` feeds the scanner until the first key that tells
+    says what the body is; a response is then handed over like a streamed SSE frame, anything
+    else (a JSON-RPC error, bytes that are not JSON) is read whole and decoded as before, so its
+    error stays the same. A POST's body cannot be resumed: a connection lost inside it raises
+    :class:`~airflow_provider_bos.exceptions.BosIncompleteStreamError` from :meth:`records`.
+    """
+
+    def __init__(self, response: httpx.Response, call: StreamedCall, scanner: FinalFrameScanner,
+                 release: Callable[[httpx.Response], None], *, read_timeout: float | None = None) -> None:
+        self._response = response
+        self._call = call
+        self.scanner = scanner
+        self._release = release
+        self._read_timeout = read_timeout  # only for the message of a read timeout
+        self._chunks: Iterator[bytes] = response.iter_bytes()
+        self._pending: list[Any] = []  # records the scanner completed, not yet handed out
+        self._finished = False  # the body's last byte has been fed
+        self._closed = False
+
+    def start(self) -> bytes | None:
+        """Feed the body until it is known to be a response: None; else all of the body, read whole."""
+        head = bytearray()
+        while self.scanner.kind is None:
+            chunk = self._next_chunk()
+            if chunk is None:
+                break
+            head += chunk
+            try:
+                self._pending.extend(self.scanner.feed(chunk))
+            except BosResultError:  # not JSON, or not an object: decoded whole, the decoding says why
+                break
+        if self.scanner.kind == "response":
+            return None
+        while (chunk := self._next_chunk()) is not None:
+            head += chunk
+        return bytes(head)
+
+    def _next_chunk(self) -> bytes | None:
+        try:
+            chunk = next(self._chunks, None)
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            interrupted = self._call.interrupted()
+            if interrupted is not None:
+                raise interrupted from exc
+            limit = (f" within the HTTP timeout of {self._read_timeout}s; raise the connection's 'HTTP timeout' "
+                     "if the server is slow to answer" if isinstance(exc, httpx.ReadTimeout) else "")
+            raise BosIncompleteStreamError(
+                f"The connection failed while reading the response to {self._call.method} "
+                f"({type(exc).__name__}){limit}; there is no confirmed result.",
+                observations=self._call.observations,
+            ) from exc
+        self._call.check()
+        if chunk is None:
+            self._finished = True
+        return chunk
+
+    def _pull(self) -> None:
+        """One more chunk of the body into the scanner (its completed records kept for :meth:`records`)."""
+        chunk = self._next_chunk()
+        records = self.scanner.feed(chunk) if chunk is not None else self.scanner.flush()
+        if records:
+            self._pending.extend(records)
+
+    def records(self) -> Iterator[Any]:
+        where = self.scanner.records_where
+        index = 0
+        try:
+            while True:
+                if self._pending:
+                    batch, self._pending = self._pending, []
+                    for raw in batch:
+                        yield check_record(raw, index, where)
+                        index += 1
+                if self._finished:
+                    break
+                self._pull()
+        finally:
+            self.close()
+
+    def skeleton(self) -> dict[str, Any]:
+        return self.scanner.finish()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._release(self._response)
+
+
+def streaming_result(stream: FinalFrameStream | JsonBodyFrame, parser: FinalResultParser) -> StreamingFinalResult:
     """The deferred result whose records are pulled from ``stream``."""
 
     def finish_stream(count: int) -> FinalResult:

@@ -59,7 +59,8 @@ from airflow_provider_bos.mcp.eras import (
 )
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
 from airflow_provider_bos.mcp.event_stream import Reconnect, ResponseEvents, ResumeRefused
-from airflow_provider_bos.mcp.final_stream import FinalFrameStream, memory_result, streaming_result
+from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner
+from airflow_provider_bos.mcp.final_stream import FinalFrameStream, JsonBodyFrame, memory_result, streaming_result
 from airflow_provider_bos.mcp.http_status import abort, error_excerpt, media_type, raise_for_status
 from airflow_provider_bos.mcp.interactive import (
     input_required_error,
@@ -117,10 +118,16 @@ class _Reply:
     request_id: str
     streamed: bool  # the server answered with text/event-stream
     raw: bytes | None = None  # the message's JSON text, when the caller streams records
-    stream: FinalFrameStream | None = None  # the final frame, still arriving (owns the response)
+    stream: FinalFrameStream | JsonBodyFrame | None = None  # the final frame, still arriving (owns the response)
 
 
 _PLAIN = CallOptions()
+
+
+def _whole_body_at_most(response: httpx.Response, limit: int) -> bool:
+    """True if the response's Content-Length says its body is at most ``limit`` bytes."""
+    length = response.headers.get("content-length", "")
+    return length.isdigit() and int(length) <= limit
 
 
 class McpSession:
@@ -601,7 +608,17 @@ class McpSession:
             if content_type == "application/json":
                 try:
                     if final_style is not None:
-                        body = self._read_body(response, method)
+                        if _whole_body_at_most(response, self.stream_threshold_bytes):
+                            body = self._read_body(response, method)
+                            return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
+                        call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
+                        scanner = FinalFrameScanner(tool_style=final_style,
+                                                    max_value_bytes=min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
+                        frame = JsonBodyFrame(response, call, scanner, self._release, read_timeout=self.timeout)
+                        body = frame.start()
+                        if body is None:
+                            handed_over = True
+                            return _Reply(None, request_id, streamed=False, stream=frame)
                         return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
                     return _Reply(self._read_json(response, method), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:

@@ -128,6 +128,27 @@ def test_a_rerun_of_a_streamed_read_decodes_no_unchanged_record(bos_airflow, run
     assert table_dump(engine, table) == before
 
 
+def test_a_read_answered_in_one_json_body_is_scanned_and_reruns_undecoded(bos_airflow, run_dag) -> None:
+    """stream=False, as with a server without the extension: the final result is one application/json
+    body over the 1 MiB threshold, scanned as it arrives like a streamed frame (read whole before, it
+    held the body and its decoded tree at once), so a re-run decodes no unchanged record either."""
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    server.set_scenario(large_scenario(2500, sources=2))
+    first = run_dag("bos_test_sync", BOS_TEST_STREAM="0")
+    assert task_states(first)["sync"] == "success"
+    assert xcom_summary(first)["inserted"] == 2500 and server.counters.streamed_calls == 0
+    before = table_dump(engine, table)
+
+    second = run_dag("bos_test_sync", BOS_TEST_STREAM="0")
+
+    assert task_states(second)["sync"] == "success"
+    summary = xcom_summary(second)
+    assert summary["records_known"] == 2500
+    assert (summary["inserted"], summary["updated"], summary["unchanged"]) == (0, 0, 2500)
+    assert table_dump(engine, table) == before
+    assert server.counters.streamed_calls == 0
+
+
 def test_older_observation_never_overwrites_newer_data(bos_airflow, run_dag) -> None:
     server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
     newer = load_scenario("complete").model_copy(update={"observed_at": "2026-10-09T12:00:00Z", "revision": 1})

@@ -25,6 +25,7 @@ from airflow_provider_bos.exceptions import (
 )
 from airflow_provider_bos.mcp import BosReadCancelled, McpSession, RetryPolicy
 from airflow_provider_bos.mcp.retry import parse_retry_after, run_with_retries
+from airflow_provider_bos.warehouse.claims import WireHashSet
 
 URL = "https://bos.example/mcp/apps/bos/platform"
 EXT = "bos/source-results/v1"
@@ -449,6 +450,90 @@ def test_json_answer_to_a_streaming_request_is_the_final_result() -> None:
     with make(fake) as session:
         result = read(session)
     assert not result.streamed and result.observations.notifications == 0
+
+
+# --- a large JSON answer is scanned as its body arrives (not read whole) ---------------------------
+
+def json_body(rid: Any, records: list[dict], *, cut_after: int | None = None,
+              pulled: list[int] | None = None) -> httpx.Response:
+    """The final result as an application/json body sent in 4 KiB chunks, with no Content-Length.
+
+    ``pulled`` counts the chunks the client has taken; ``cut_after``: the connection fails then.
+    """
+    data = json.dumps({"jsonrpc": "2.0", "id": rid, "result": final_result(records)}).encode()
+    chunks = [data[i:i + 4096] for i in range(0, len(data), 4096)]
+
+    def produce() -> Iterator[bytes]:
+        for n, chunk in enumerate(chunks):
+            if cut_after is not None and n == cut_after:
+                raise httpx.ReadError("connection reset")
+            if pulled is not None:
+                pulled.append(n)
+            yield chunk
+
+    return httpx.Response(200, headers={"content-type": "application/json"}, stream=_IterStream(produce()))
+
+
+def test_a_large_json_answer_hands_out_records_before_its_body_ends() -> None:
+    # Read whole, a 1M-record body (over 1 GB) and its decoded tree were in memory at once.
+    records = [record(f"bos:person:{i}") for i in range(600)]
+    pulled: list[int] = []
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: json_body(b["id"], records, pulled=pulled))
+    with make(fake, stream_threshold_bytes=64 * 1024) as session:
+        result = read(session, stream_records=True)
+        with result:
+            assert result.use_known_wire_hashes(WireHashSet([]))  # a scanned frame: re-runs skip known records
+            stream = result.records
+            got = [next(stream)["record_ref"]]
+            total = len(json.dumps(final_result(records))) // 4096
+            # The content text (half the body) comes first: the first record came with the next chunks,
+            # while the rest of the records were still unread.
+            assert len(pulled) < total * 0.6
+            got += [r["record_ref"] for r in stream]
+            assert got == [r["record_ref"] for r in records]
+            assert result.completeness == "complete" and result.result_count == 600 and not result.streamed
+        assert session._inflight is None
+
+
+def test_a_json_answer_cut_mid_body_raises_from_the_records() -> None:
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: json_body(b["id"], [record(f"r{i}") for i in range(600)], cut_after=40))
+    with make(fake, stream_threshold_bytes=0) as session:
+        result = read(session, stream_records=True)
+        with pytest.raises(BosIncompleteStreamError, match="while reading the response to tools/call"):
+            list(result.records)
+        with pytest.raises(BosResultError, match="record stream failed"):
+            _ = result.completeness
+        assert session._inflight is None
+
+
+def test_a_json_answer_that_is_no_result_is_decoded_whole_and_says_what_it_is() -> None:
+    # Scanned or not, a JSON-RPC error and a body that is not JSON fail as they always did.
+    for threshold in (0, 1024 * 1024):
+        fake = FakeBos()
+        fake.queue("tools/call", lambda b: httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": b["id"], "error": {"code": -32000, "message": "boom"}}))
+        fake.queue("tools/call", httpx.Response(200, text="<html>", headers={"content-type": "application/json"}))
+        with make(fake, stream_threshold_bytes=threshold) as session:
+            with pytest.raises(BosJsonRpcError, match="boom"):
+                read(session, stream_records=True)
+            with pytest.raises(BosProtocolError, match="not valid JSON"):
+                read(session, stream_records=True)
+
+
+def test_a_json_answer_is_scanned_unless_its_content_length_is_under_the_threshold() -> None:
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: json_body(b["id"], [record("bos:person:1")]))
+    with make(fake) as session:  # no Content-Length: scanned as it arrives, whatever its size
+        result = read(session, stream_records=True)
+        assert result.use_known_wire_hashes(WireHashSet([]))
+        assert [r["record_ref"] for r in result.records] == ["bos:person:1"]
+    fake = FakeBos()  # FakeBos's default answer has a Content-Length under the threshold
+    with make(fake) as session:
+        result = read(session, stream_records=True)
+        assert not result.use_known_wire_hashes(WireHashSet([]))  # read whole: nothing left to skip
+        assert [r["record_ref"] for r in result.records] == ["bos:person:1"]
 
 
 def test_no_opt_in_when_not_streaming_or_not_advertised() -> None:

@@ -157,6 +157,31 @@ def test_closing_the_result_early_releases_the_response(bos_server_factory: Any)
         assert session.get_contexts()
 
 
+@pytest.mark.parametrize("era", ERAS)
+def test_a_large_json_answer_is_scanned_as_it_arrives(bos_server_factory: Any, era: str) -> None:
+    """stream=False (as with a server without the extension): one application/json body, over the
+    threshold, is scanned like a streamed frame (same records) and can be cancelled midway."""
+    server = bos_server_factory(scenario=large_scenario(20_000))
+    session, plain = _read(server, era, "direct", stream_records=False, stream=False)
+    with session:
+        expected = [r.record_ref for r in plain.records]
+    session, result = _read(server, era, "direct", stream_records=True, threshold=64 * 1024, stream=False)
+    with session, result:
+        assert not result.streamed and result.observations.notifications == 0
+        assert [r["record_ref"] for r in result.records] == expected
+        assert result.completeness == "complete" and result.result_count == 20_000
+    session, result = _read(server, era, "direct", stream_records=True, threshold=64 * 1024, stream=False)
+    with session:
+        records = result.records
+        next(records)
+        assert session._inflight is not None  # the body is still arriving
+        threading.Thread(target=session.cancel).start()
+        with pytest.raises(BosReadCancelled):
+            for _ in records:
+                pass
+        assert session._inflight is None
+
+
 def test_default_keeps_materialised_records(bos_server: Any) -> None:
     session, result = _read(bos_server, "2025-11-25", "execute", stream_records=False)
     with session:
