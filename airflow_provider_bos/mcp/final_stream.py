@@ -61,7 +61,26 @@ class FrameRouter:
         self.current = None
 
 
-class FinalFrameStream:
+class _HandedOverFrame:
+    """A final frame whose response was handed over: its skeleton once read, and letting it go once."""
+
+    scanner: FinalFrameScanner
+    _closed = False
+
+    def skeleton(self) -> dict[str, Any]:
+        return self.scanner.finish()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._let_go()
+
+    def _let_go(self) -> None:
+        raise NotImplementedError
+
+
+class FinalFrameStream(_HandedOverFrame):
     """Pulls the rest of a streamed final frame from the open response, record by record.
 
     If the connection drops inside the frame and the stream can be resumed (:mod:`.event_stream`),
@@ -119,17 +138,11 @@ class FinalFrameStream:
             if not restarted:
                 self.close()
 
-    def skeleton(self) -> dict[str, Any]:
-        return self.scanner.finish()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _let_go(self) -> None:
         self._events.close()
 
 
-class JsonBodyFrame:
+class JsonBodyFrame(_HandedOverFrame):
     """A final response answered as one ``application/json`` body, scanned as the body arrives.
 
     Without the extension (not advertised, or the read did not opt in) the server answers a read
@@ -213,13 +226,7 @@ class JsonBodyFrame:
         finally:
             self.close()
 
-    def skeleton(self) -> dict[str, Any]:
-        return self.scanner.finish()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    def _let_go(self) -> None:
         self._release(self._response)
 
 
