@@ -22,6 +22,7 @@ import httpx
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosIncompleteStreamError, BosResultError
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, check_record
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser, StreamingFinalResult
+from airflow_provider_bos.mcp.http_status import body_too_large
 from airflow_provider_bos.mcp.jsonrpc import dumps
 from airflow_provider_bos.mcp.source_results import ToolStyle
 
@@ -166,8 +167,11 @@ class JsonBodyFrame(_HandedOverFrame):
         self._finished = False  # the body's last byte has been fed
         self._closed = False
 
-    def start(self) -> bytes | None:
-        """Feed the body until it is known to be a response: None; else all of the body, read whole."""
+    def start(self, limit: int) -> bytes | None:
+        """Feed the body until it is known to be a response: None; else all of the body, read whole.
+
+        ``limit``: the most a body read whole may hold (the session's ``max_event_bytes``).
+        """
         head = bytearray()
         while self.scanner.kind is None:
             chunk = self._next_chunk()
@@ -180,8 +184,10 @@ class JsonBodyFrame(_HandedOverFrame):
                 break
         if self.scanner.kind == "response":
             return None
-        while (chunk := self._next_chunk()) is not None:
+        while len(head) <= limit and (chunk := self._next_chunk()) is not None:
             head += chunk
+        if len(head) > limit:
+            raise body_too_large(self._call.method, limit)
         return bytes(head)
 
     def _next_chunk(self) -> bytes | None:

@@ -25,7 +25,10 @@ from airflow_provider_bos.exceptions import (
 from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error
 from airflow_provider_bos.mcp.retry import parse_retry_after
 
-__all__ = ["ERROR_BODY_LIMIT", "abort", "error_excerpt", "media_type", "raise_for_status", "read_limited"]
+__all__ = [
+    "ERROR_BODY_LIMIT", "abort", "body_too_large", "declared_length", "error_excerpt", "media_type",
+    "raise_for_status", "read_limited",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +108,21 @@ def read_limited(response: httpx.Response, limit: int) -> bytes:
     except httpx.HTTPError:
         pass
     return bytes(data[:limit])
+
+
+def declared_length(response: httpx.Response) -> int | None:
+    """The body size its Content-Length declares, or None (absent or not a number)."""
+    length = response.headers.get("content-length", "")
+    return int(length) if length.isdigit() else None
+
+
+def body_too_large(method: str, limit: int) -> BosProtocolError:
+    """A JSON body that would be held whole is over ``limit`` (the session's ``max_event_bytes``)."""
+    return BosProtocolError(
+        f"BOS answered {method} with a JSON body over the maximum size of {limit} bytes; raise "
+        "max_event_bytes if answers this large are expected (a read with stream_records=True holds no "
+        "whole body)."
+    )
 
 
 def error_excerpt(response: httpx.Response) -> str | None:

@@ -61,7 +61,14 @@ from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
 from airflow_provider_bos.mcp.event_stream import Reconnect, ResponseEvents, ResumeRefused
 from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner
 from airflow_provider_bos.mcp.final_stream import FinalFrameStream, JsonBodyFrame, memory_result, streaming_result
-from airflow_provider_bos.mcp.http_status import abort, error_excerpt, media_type, raise_for_status
+from airflow_provider_bos.mcp.http_status import (
+    abort,
+    body_too_large,
+    declared_length,
+    error_excerpt,
+    media_type,
+    raise_for_status,
+)
 from airflow_provider_bos.mcp.interactive import (
     input_required_error,
 )
@@ -126,8 +133,8 @@ _PLAIN = CallOptions()
 
 def _whole_body_at_most(response: httpx.Response, limit: int) -> bool:
     """True if the response's Content-Length says its body is at most ``limit`` bytes."""
-    length = response.headers.get("content-length", "")
-    return length.isdigit() and int(length) <= limit
+    length = declared_length(response)
+    return length is not None and length <= limit
 
 
 class McpSession:
@@ -615,7 +622,7 @@ class McpSession:
                         scanner = FinalFrameScanner(tool_style=final_style,
                                                     max_value_bytes=min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
                         frame = JsonBodyFrame(response, call, scanner, self._release, read_timeout=self.timeout)
-                        body = frame.start()
+                        body = frame.start(self.max_event_bytes)
                         if body is None:
                             handed_over = True
                             return _Reply(None, request_id, streamed=False, stream=frame)
@@ -662,8 +669,20 @@ class McpSession:
         return self._decode_json(self._read_body(response, method), method)
 
     def _read_body(self, response: httpx.Response, method: str) -> bytes:
+        """The whole body, at most ``max_event_bytes`` (the bound an SSE event has)."""
+        limit = self.max_event_bytes
+        length = declared_length(response)
+        if length is not None and length > limit:
+            raise body_too_large(method, limit)
         try:
-            return response.read()
+            if length is not None:
+                return response.read()
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    raise body_too_large(method, limit)
+            return bytes(body)
         except httpx.HTTPError as exc:
             if self._cancel.is_set():
                 raise BosReadCancelled(f"{method} was cancelled.") from exc

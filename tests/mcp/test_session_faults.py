@@ -536,6 +536,35 @@ def test_a_json_answer_is_scanned_unless_its_content_length_is_under_the_thresho
         assert [r["record_ref"] for r in result.records] == ["bos:person:1"]
 
 
+def test_a_json_reply_read_whole_is_bounded_like_an_event() -> None:
+    # An SSE event over max_event_bytes always failed (BosEventTooLarge); a JSON body read whole
+    # was read to its end, whatever its size. Now both stop at the same bound, before reading on.
+    big = {"tools": [{"name": f"tool_{i}", "description": "x" * 200, "inputSchema": {"type": "object"}}
+                     for i in range(100)]}
+    for sized in (True, False):  # with a Content-Length (refused unread) and without (stopped midway)
+        fake = FakeBos()
+
+        def answer(b: dict, sized: bool = sized) -> httpx.Response:
+            d = json.dumps({"jsonrpc": "2.0", "id": b["id"], "result": big}).encode()
+            body = {"content": d} if sized else {"stream": _IterStream(iter([d[i:i + 1024] for i in range(0, len(d), 1024)]))}
+            return httpx.Response(200, headers={"content-type": "application/json"}, **body)
+
+        fake.queue("tools/list", answer)
+        fake.queue("tools/call", lambda b: ok(b["id"], final_result([record(f"bos:person:{i}") for i in range(100)])))
+        with make(fake, max_event_bytes=10_000) as session:
+            with pytest.raises(BosProtocolError, match="over the maximum size of 10000 bytes.*max_event_bytes"):
+                session.list_tools()
+            with pytest.raises(BosProtocolError, match="over the maximum size"):
+                read(session)  # a materialised read (stream_records=False) holds its whole body
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: httpx.Response(200, headers={"content-type": "application/json"}, stream=_IterStream(
+        iter([json.dumps({"jsonrpc": "2.0", "id": b["id"], "error": {"code": -1, "message": "x" * 20_000}}).encode()]))))
+    with make(fake, max_event_bytes=10_000) as session:
+        with pytest.raises(BosProtocolError, match="over the maximum size"):  # scanned, then read whole: bounded too
+            read(session, stream_records=True)
+        assert [t["name"] for t in session.list_tools()] == ["search_people"]  # under the bound: as before
+
+
 def test_no_opt_in_when_not_streaming_or_not_advertised() -> None:
     fake = FakeBos()
     with make(fake) as session:
