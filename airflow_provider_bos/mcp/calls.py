@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,8 +20,10 @@ from airflow_provider_bos.exceptions import (
     BosDeadlineExceeded,
     BosError,
     BosReadCancelled,
+    BosResultError,
     BosStreamIdleTimeout,
 )
+from airflow_provider_bos.mcp.jsonrpc import same_id
 
 if TYPE_CHECKING:
     from airflow_provider_bos.mcp.source_results import SourceResultsTracker, ToolStyle
@@ -89,6 +91,16 @@ class StreamedCall:
     cancel: threading.Event
     #: The session's stream idle timeout: the longest silence allowed between bytes of the stream.
     idle_timeout: float | None = None
+
+    def wrong_id(self, found: Any) -> BosResultError:
+        """The error of a response that carries another request's id."""
+        return BosResultError(f"The response id {found!r} does not match the request id {self.request_id!r}; "
+                              "the server answered some other request.")
+
+    def check_id(self, message: Mapping[str, Any]) -> None:
+        """Raise :meth:`wrong_id` if ``message`` (a response, or the start of one) names another request."""
+        if "id" in message and not same_id(message["id"], self.request_id):
+            raise self.wrong_id(message["id"])
 
     def check(self) -> None:
         """Raise if the call was cancelled or its deadline reached (checked per network chunk)."""

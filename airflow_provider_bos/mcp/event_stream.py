@@ -39,14 +39,13 @@ from airflow_provider_bos.exceptions import (
     BosHttpError,
     BosIncompleteStreamError,
     BosProtocolError,
-    BosResultError,
     BosTransportError,
 )
 from airflow_provider_bos.mcp.calls import Consumer, StreamedCall
 from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner
 from airflow_provider_bos.mcp.final_stream import FrameRouter
 from airflow_provider_bos.mcp.interactive import ANSWERED_WITHOUT_A_REPLY, server_request_error
-from airflow_provider_bos.mcp.jsonrpc import dumps, loads, same_id
+from airflow_provider_bos.mcp.jsonrpc import dumps, loads
 from airflow_provider_bos.mcp.page_records import decode_source_result
 from airflow_provider_bos.mcp.source_results import ToolStyle
 from airflow_provider_bos.mcp.sse import SseParser
@@ -196,13 +195,8 @@ class ResponseEvents:
         return None
 
     def _frame(self, scanner: FinalFrameScanner, *, finished: bool) -> FinalStart:
-        if "id" in scanner.message and not same_id(scanner.message["id"], self.call.request_id):
-            raise self._wrong_id(scanner.message["id"])
+        self.call.check_id(scanner.message)
         return FinalStart(scanner=scanner, finished=finished)
-
-    def _wrong_id(self, found: Any) -> BosResultError:
-        return BosResultError(f"The response id {found!r} does not match the request id {self.call.request_id!r}; "
-                              "the server answered some other request.")
 
     # --- resumption -------------------------------------------------------------------------------
 
@@ -321,7 +315,7 @@ class ResponseEvents:
             return None
         if "id" in message and ("result" in message or "error" in message):
             if message["id"] != self.call.request_id:
-                raise self._wrong_id(message["id"])
+                raise self.call.wrong_id(message["id"])
             return message
         logger.debug("Ignoring an SSE message that is neither a request, notification nor response.")
         return None

@@ -173,7 +173,8 @@ class JsonBodyFrame(_HandedOverFrame):
         ``limit``: the most a body read whole may hold (the session's ``max_event_bytes``).
         """
         head = bytearray()
-        while self.scanner.kind is None:
+        scanned = True
+        while self.scanner.kind is None and len(head) <= limit:
             chunk = self._next_chunk()
             if chunk is None:
                 break
@@ -181,8 +182,10 @@ class JsonBodyFrame(_HandedOverFrame):
             try:
                 self._pending.extend(self.scanner.feed(chunk))
             except BosResultError:  # not JSON, or not an object: decoded whole, the decoding says why
+                scanned = False
                 break
-        if self.scanner.kind == "response":
+        if scanned and self.scanner.kind == "response":
+            self._call.check_id(self.scanner.message)  # before any record, as on the SSE path
             return None
         while len(head) <= limit and (chunk := self._next_chunk()) is not None:
             head += chunk
@@ -193,7 +196,7 @@ class JsonBodyFrame(_HandedOverFrame):
     def _next_chunk(self) -> bytes | None:
         try:
             chunk = next(self._chunks, None)
-        except (httpx.TransportError, httpx.StreamError) as exc:
+        except httpx.HTTPError as exc:  # the connection, or a body that does not decode (Content-Encoding)
             interrupted = self._call.interrupted()
             if interrupted is not None:
                 raise interrupted from exc

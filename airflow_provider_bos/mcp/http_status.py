@@ -111,7 +111,12 @@ def read_limited(response: httpx.Response, limit: int) -> bytes:
 
 
 def declared_length(response: httpx.Response) -> int | None:
-    """The body size its Content-Length declares, or None (absent or not a number)."""
+    """The size of the body as read, by its Content-Length; None if absent, not a number, or encoded.
+
+    A compressed body's Content-Length counts the compressed bytes, not what is read: unknown.
+    """
+    if response.headers.get("content-encoding", "identity").strip().lower() != "identity":
+        return None
     length = response.headers.get("content-length", "")
     return int(length) if length.isdigit() else None
 

@@ -297,6 +297,7 @@ class SseEmitter(_Writer):
         if not at_line_start:
             await self.write(eol.encode())
         self._events += 1
-        if on_complete is not None:
-            on_complete()
-        await self.write(eol.encode(), flush=True)
+        last = eol.encode()
+        if on_complete is not None and (self._close_in is None or self._close_in >= len(last)):
+            on_complete()  # unless a planned early close cuts this last write (see write())
+        await self.write(last, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import threading
 import time
@@ -563,6 +564,65 @@ def test_a_json_reply_read_whole_is_bounded_like_an_event() -> None:
         with pytest.raises(BosProtocolError, match="over the maximum size"):  # scanned, then read whole: bounded too
             read(session, stream_records=True)
         assert [t["name"] for t in session.list_tools()] == ["search_people"]  # under the bound: as before
+
+
+def gzipped_json(payload: dict, *, sized: bool) -> httpx.Response:
+    data = gzip.compress(json.dumps(payload).encode())
+    body = {"content": data} if sized else {"stream": _IterStream(iter([data[i:i + 512] for i in range(0, len(data), 512)]))}
+    return httpx.Response(200, headers={"content-type": "application/json", "content-encoding": "gzip"}, **body)
+
+
+def test_a_compressed_json_answer_is_measured_decoded() -> None:
+    # Content-Length counts the compressed bytes: it can neither waive the bound nor send a large
+    # result down the read-whole path.
+    big = {"tools": [{"name": f"tool_{i}", "description": "x" * 2000, "inputSchema": {"type": "object"}}
+                     for i in range(50)]}  # ~100 kB decoded, ~2 kB compressed
+    records = [record(f"bos:person:{i}") for i in range(300)]
+    for sized in (True, False):
+        fake = FakeBos()
+        fake.queue("tools/list", lambda b, sized=sized: gzipped_json(
+            {"jsonrpc": "2.0", "id": b["id"], "result": big}, sized=sized))
+        fake.queue("tools/call", lambda b, sized=sized: gzipped_json(
+            {"jsonrpc": "2.0", "id": b["id"], "result": final_result(records)}, sized=sized))
+        with make(fake, max_event_bytes=50_000, stream_threshold_bytes=20_000) as session:
+            with pytest.raises(BosProtocolError, match="over the maximum size of 50000 bytes"):
+                session.list_tools()
+            result = read(session, stream_records=True)
+            assert result.use_known_wire_hashes(WireHashSet([]))  # scanned: its decoded size is over the threshold
+            assert [r["record_ref"] for r in result.records] == [r["record_ref"] for r in records]
+
+
+def test_a_corrupt_compressed_json_answer_is_an_incomplete_read() -> None:
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: httpx.Response(200, headers={
+        "content-type": "application/json", "content-encoding": "gzip"}, stream=_IterStream(iter([b"not gzip at all"]))))
+    with make(fake, stream_threshold_bytes=0) as session, pytest.raises(BosIncompleteStreamError):
+        read(session, stream_records=True)
+
+
+def test_a_json_answer_for_another_request_is_refused_before_any_record() -> None:
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: json_body("someone-else", [record(f"r{i}") for i in range(600)]))
+    with make(fake) as session, pytest.raises(BosResultError, match="does not match the request id"):
+        read(session, stream_records=True)
+
+
+def test_a_json_body_that_never_says_what_it_is_is_bounded() -> None:
+    pulled: list[int] = []
+
+    def whitespace() -> Iterator[bytes]:
+        yield b'{"jsonrpc"'
+        for n in range(10_000):  # 40 MB of nothing, unless the reader stops at its bound
+            pulled.append(n)
+            yield b" " * 4096
+
+    fake = FakeBos()
+    fake.queue("tools/call", lambda b: httpx.Response(200, headers={"content-type": "application/json"},
+                                                      stream=_IterStream(whitespace())))
+    with make(fake, max_event_bytes=10_000, stream_threshold_bytes=0) as session:
+        with pytest.raises(BosProtocolError, match="over the maximum size"):
+            read(session, stream_records=True)
+    assert len(pulled) <= 3
 
 
 def test_no_opt_in_when_not_streaming_or_not_advertised() -> None:
