@@ -42,7 +42,7 @@ from airflow_provider_bos.exceptions import (
     BosTransportError,
 )
 from airflow_provider_bos.mcp.calls import Consumer, StreamedCall
-from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner
+from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, value_bound
 from airflow_provider_bos.mcp.final_stream import FrameRouter
 from airflow_provider_bos.mcp.interactive import ANSWERED_WITHOUT_A_REPLY, server_request_error
 from airflow_provider_bos.mcp.jsonrpc import dumps, loads
@@ -124,7 +124,7 @@ class ResponseEvents:
 
     def _open(self, response: httpx.Response, previous: SseParser | None) -> None:
         self.response = response
-        self.router = FrameRouter(self.final_style, min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES)) \
+        self.router = FrameRouter(self.final_style, value_bound(self.max_event_bytes)) \
             if self.final_style is not None else None
         carried: dict[str, Any] = {}
         if previous is not None:

@@ -67,9 +67,15 @@ from airflow_provider_bos.mcp.json_bytes import (
 from airflow_provider_bos.mcp.jsonrpc import loads
 from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord, check_record
 
-__all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record"]
+__all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record", "value_bound"]
 
 DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
+
+
+def value_bound(max_event_bytes: int) -> int:
+    """The most one captured value or record of a frame may hold under a session's ``max_event_bytes``."""
+    return min(max_event_bytes, DEFAULT_MAX_VALUE_BYTES)
+
 _TEXT_EXCERPT = 2048
 # With no boundary in sight, wait for this much more of the frame before delimiting the next
 # element exactly (the last record is followed by no boundary; usually the frame ends first).

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosIncompleteStreamError, BosResultError
-from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, check_record
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosResultError
+from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, check_record, value_bound
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser, StreamingFinalResult
-from airflow_provider_bos.mcp.http_status import body_too_large
+from airflow_provider_bos.mcp.http_status import body_read_failed, body_too_large
 from airflow_provider_bos.mcp.jsonrpc import dumps
 from airflow_provider_bos.mcp.source_results import ToolStyle
 
@@ -66,6 +66,7 @@ class _HandedOverFrame:
     """A final frame whose response was handed over: its skeleton once read, and letting it go once."""
 
     scanner: FinalFrameScanner
+    _let_go: Callable[[], None]  # releases the response (set by each kind of frame)
     _closed = False
 
     def skeleton(self) -> dict[str, Any]:
@@ -76,9 +77,6 @@ class _HandedOverFrame:
             return
         self._closed = True
         self._let_go()
-
-    def _let_go(self) -> None:
-        raise NotImplementedError
 
 
 class FinalFrameStream(_HandedOverFrame):
@@ -95,7 +93,7 @@ class FinalFrameStream(_HandedOverFrame):
         self.scanner = scanner
         self._call = events.call
         self._finished = finished  # the frame's last byte has been fed already
-        self._closed = False
+        self._let_go = events.close
 
     def records(self) -> Iterator[Any]:
         events, call = self._events, self._call
@@ -139,9 +137,6 @@ class FinalFrameStream(_HandedOverFrame):
             if not restarted:
                 self.close()
 
-    def _let_go(self) -> None:
-        self._events.close()
-
 
 class JsonBodyFrame(_HandedOverFrame):
     """A final response answered as one ``application/json`` body, scanned as the body arrives.
@@ -155,23 +150,21 @@ class JsonBodyFrame(_HandedOverFrame):
     :class:`~airflow_provider_bos.exceptions.BosIncompleteStreamError` from :meth:`records`.
     """
 
-    def __init__(self, response: httpx.Response, call: StreamedCall, scanner: FinalFrameScanner,
-                 release: Callable[[httpx.Response], None], *, read_timeout: float | None = None) -> None:
-        self._response = response
+    def __init__(self, response: httpx.Response, call: StreamedCall, tool_style: ToolStyle, *,
+                 max_event_bytes: int, release: Callable[[httpx.Response], None],
+                 read_timeout: float | None = None) -> None:
         self._call = call
-        self.scanner = scanner
-        self._release = release
+        self.scanner = FinalFrameScanner(tool_style=tool_style, max_value_bytes=value_bound(max_event_bytes))
+        self._limit = max_event_bytes  # the most a body read whole may hold
+        self._let_go = lambda: release(response)
         self._read_timeout = read_timeout  # only for the message of a read timeout
         self._chunks: Iterator[bytes] = response.iter_bytes()
         self._pending: list[Any] = []  # records the scanner completed, not yet handed out
         self._finished = False  # the body's last byte has been fed
-        self._closed = False
 
-    def start(self, limit: int) -> bytes | None:
-        """Feed the body until it is known to be a response: None; else all of the body, read whole.
-
-        ``limit``: the most a body read whole may hold (the session's ``max_event_bytes``).
-        """
+    def start(self) -> bytes | None:
+        """Feed the body until it is known to be a response: None; else all of the body, read whole."""
+        limit = self._limit
         head = bytearray()
         scanned = True
         while self.scanner.kind is None and len(head) <= limit:
@@ -197,16 +190,8 @@ class JsonBodyFrame(_HandedOverFrame):
         try:
             chunk = next(self._chunks, None)
         except httpx.HTTPError as exc:  # the connection, or a body that does not decode (Content-Encoding)
-            interrupted = self._call.interrupted()
-            if interrupted is not None:
-                raise interrupted from exc
-            limit = (f" within the HTTP timeout of {self._read_timeout}s; raise the connection's 'HTTP timeout' "
-                     "if the server is slow to answer" if isinstance(exc, httpx.ReadTimeout) else "")
-            raise BosIncompleteStreamError(
-                f"The connection failed while reading the response to {self._call.method} "
-                f"({type(exc).__name__}){limit}; there is no confirmed result.",
-                observations=self._call.observations,
-            ) from exc
+            raise self._call.interrupted() or body_read_failed(
+                self._call.method, exc, self._read_timeout, observations=self._call.observations) from exc
         self._call.check()
         if chunk is None:
             self._finished = True
@@ -234,9 +219,6 @@ class JsonBodyFrame(_HandedOverFrame):
                 self._pull()
         finally:
             self.close()
-
-    def _let_go(self) -> None:
-        self._release(self._response)
 
 
 def streaming_result(stream: FinalFrameStream | JsonBodyFrame, parser: FinalResultParser) -> StreamingFinalResult:

@@ -11,12 +11,14 @@ import logging
 import re
 import socket
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
 from airflow_provider_bos.exceptions import (
     BosAuthError,
     BosHttpError,
+    BosIncompleteStreamError,
     BosProtocolError,
     BosRetryableHttpError,
     BosSessionExpired,
@@ -26,8 +28,8 @@ from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error
 from airflow_provider_bos.mcp.retry import parse_retry_after
 
 __all__ = [
-    "ERROR_BODY_LIMIT", "abort", "body_too_large", "declared_length", "error_excerpt", "media_type",
-    "raise_for_status", "read_limited",
+    "ERROR_BODY_LIMIT", "abort", "body_too_large", "body_read_failed", "declared_length", "error_excerpt",
+    "media_type", "raise_for_status", "read_limited",
 ]
 
 logger = logging.getLogger(__name__)
@@ -127,6 +129,17 @@ def body_too_large(method: str, limit: int) -> BosProtocolError:
         f"BOS answered {method} with a JSON body over the maximum size of {limit} bytes; raise "
         "max_event_bytes if answers this large are expected (a read with stream_records=True holds no "
         "whole body)."
+    )
+
+
+def body_read_failed(method: str, exc: httpx.HTTPError, http_timeout: object, *,
+                     observations: Any = None) -> BosIncompleteStreamError:
+    """The error of a body that stopped arriving (or decoding) before its end: nothing is confirmed."""
+    limit = (f" within the HTTP timeout of {http_timeout}s; raise the connection's 'HTTP timeout' "
+             "if the server is slow to answer" if isinstance(exc, httpx.ReadTimeout) else "")
+    return BosIncompleteStreamError(
+        f"The connection failed while reading the response to {method} ({type(exc).__name__}){limit}.",
+        observations=observations,
     )
 
 

@@ -59,10 +59,10 @@ from airflow_provider_bos.mcp.eras import (
 )
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
 from airflow_provider_bos.mcp.event_stream import Reconnect, ResponseEvents, ResumeRefused
-from airflow_provider_bos.mcp.final_frame import DEFAULT_MAX_VALUE_BYTES, FinalFrameScanner
 from airflow_provider_bos.mcp.final_stream import FinalFrameStream, JsonBodyFrame, memory_result, streaming_result
 from airflow_provider_bos.mcp.http_status import (
     abort,
+    body_read_failed,
     body_too_large,
     declared_length,
     error_excerpt,
@@ -129,12 +129,6 @@ class _Reply:
 
 
 _PLAIN = CallOptions()
-
-
-def _whole_body_at_most(response: httpx.Response, limit: int) -> bool:
-    """True if the response's Content-Length says its body is at most ``limit`` bytes."""
-    length = declared_length(response)
-    return length is not None and length <= limit
 
 
 class McpSession:
@@ -615,17 +609,17 @@ class McpSession:
             if content_type == "application/json":
                 try:
                     if final_style is not None:
-                        if _whole_body_at_most(response, self.stream_threshold_bytes):
+                        length = declared_length(response)
+                        if length is None or length > self.stream_threshold_bytes:  # scanned as it arrives
+                            call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
+                            frame = JsonBodyFrame(response, call, final_style, max_event_bytes=self.max_event_bytes,
+                                                  release=self._release, read_timeout=self.timeout)
+                            body = frame.start()
+                            if body is None:
+                                handed_over = True
+                                return _Reply(None, request_id, streamed=False, stream=frame)
+                        else:
                             body = self._read_body(response, method)
-                            return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
-                        call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
-                        scanner = FinalFrameScanner(tool_style=final_style,
-                                                    max_value_bytes=min(self.max_event_bytes, DEFAULT_MAX_VALUE_BYTES))
-                        frame = JsonBodyFrame(response, call, scanner, self._release, read_timeout=self.timeout)
-                        body = frame.start(self.max_event_bytes)
-                        if body is None:
-                            handed_over = True
-                            return _Reply(None, request_id, streamed=False, stream=frame)
                         return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
                     return _Reply(self._read_json(response, method), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:
@@ -686,11 +680,7 @@ class McpSession:
         except httpx.HTTPError as exc:
             if self._cancel.is_set():
                 raise BosReadCancelled(f"{method} was cancelled.") from exc
-            limit = (f" within the HTTP timeout of {self.timeout}s; raise the connection's 'HTTP timeout' "
-                     "if the server is slow to answer" if isinstance(exc, httpx.ReadTimeout) else "")
-            raise BosIncompleteStreamError(
-                f"The connection failed while reading the response to {method} ({type(exc).__name__}){limit}."
-            ) from exc
+            raise body_read_failed(method, exc, self.timeout) from exc
 
     def _decode_json(self, body: bytes, method: str) -> Any:
         try:
