@@ -170,7 +170,8 @@ class BosEventTooLarge(BosSseError):
         self.limit = limit
         super().__init__(
             f"An SSE event exceeded the maximum event size of {limit} bytes; "
-            "raise max_event_bytes if results this large are expected."
+            "raise max_event_bytes (a bos Connection's 'Largest event (MiB)' field, max_event_mib) if "
+            "results this large are expected."
         )
 
 

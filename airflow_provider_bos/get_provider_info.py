@@ -112,6 +112,13 @@ def get_provider_info() -> dict[str, object]:
                         "minutes to assemble a large final result. The read's deadline still applies.",
                         "schema": {"type": ["number", "null"], "default": 300},
                     },
+                    "max_event_mib": {
+                        "label": "Largest event (MiB)",
+                        "description": "The most one event or JSON answer from BOS may hold in memory (a "
+                        "streamed final result is scanned as it arrives and not held); raise it when a read "
+                        "fails with 'exceeded the maximum event size'.",
+                        "schema": {"type": ["number", "null"], "default": 512},
+                    },
                 },
             }
         ],

@@ -17,6 +17,7 @@ from airflow.sdk import BaseHook
 
 from airflow_provider_bos.auth.grants import DEFAULT_SCOPES
 from airflow_provider_bos.exceptions import BosConfigurationError, BosError
+from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.redaction import add_secret_sink, register_secret
 
@@ -24,6 +25,10 @@ __all__ = ["BosHook", "BosConnectionConfig"]
 
 PROTOCOLS = ("auto", "2025-11-25", "2026-07-28")
 AUTH_TYPES = ("oauth", "api_key")
+MIB = 1024 * 1024
+# The "Largest event" field's ceiling: an event is held in memory whole; a larger number is most
+# likely bytes typed into a MiB field.
+MAX_EVENT_MIB = 16 * 1024
 
 
 def _install_airflow_masker() -> None:
@@ -49,6 +54,7 @@ class BosConnectionConfig:
     context_handle: str | None
     timeout: float
     stream_idle_timeout: float = 300.0
+    max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
 
     def __repr__(self) -> str:
         return (
@@ -100,6 +106,7 @@ class BosConnectionConfig:
             context_handle=extra.get("context_handle") or None,
             timeout=float(extra.get("timeout") or 30),
             stream_idle_timeout=_stream_idle_timeout(conn_id, extra.get("stream_idle_timeout")),
+            max_event_bytes=_max_event_bytes(conn_id, extra.get("max_event_mib")),
         )
 
 
@@ -115,6 +122,20 @@ def _stream_idle_timeout(conn_id: str, value: Any) -> float:
             f"of seconds, not {value!r}."
         )
     return seconds
+
+
+def _max_event_bytes(conn_id: str, value: Any) -> int:
+    """The "Largest event (MiB)" field: a positive number of MiB, 512 when empty."""
+    try:
+        mib = float(DEFAULT_MAX_EVENT_BYTES / MIB if value is None else value)
+    except (TypeError, ValueError):
+        mib = 0.0
+    if not 1 <= mib <= MAX_EVENT_MIB:  # also refuses nan
+        raise BosConfigurationError(
+            f"Connection {conn_id!r}: Largest event (max_event_mib) must be a number of MiB from 1 to "
+            f"{MAX_EVENT_MIB}, not {value!r}."
+        )
+    return int(mib * MIB)
 
 
 class BosHook(BaseHook):
@@ -192,6 +213,7 @@ class BosHook(BaseHook):
                 http_client=http_client,
                 timeout=cfg.timeout,
                 stream_idle_timeout=cfg.stream_idle_timeout,
+                max_event_bytes=cfg.max_event_bytes,
             )
             session.connect()
             self._session = session

@@ -127,8 +127,8 @@ def body_too_large(method: str, limit: int) -> BosProtocolError:
     """A JSON body that would be held whole is over ``limit`` (the session's ``max_event_bytes``)."""
     return BosProtocolError(
         f"BOS answered {method} with a JSON body over the maximum size of {limit} bytes; raise "
-        "max_event_bytes if answers this large are expected (a read with stream_records=True holds no "
-        "whole body)."
+        "max_event_bytes (a bos Connection's 'Largest event (MiB)' field, max_event_mib) if answers this "
+        "large are expected (a read with stream_records=True holds no whole body)."
     )
 
 

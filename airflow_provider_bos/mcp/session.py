@@ -161,8 +161,11 @@ class McpSession:
         self.timeout = timeout
         self.stream_idle_timeout = stream_idle_timeout
         self.retry = retry or RetryPolicy()
+        if max_event_bytes <= 0:
+            raise BosConfigurationError(f"max_event_bytes must be a positive number of bytes, not {max_event_bytes!r}.")
         self.max_event_bytes = max_event_bytes
-        self.stream_threshold_bytes = stream_threshold_bytes
+        # Below the bound, or a small max_event_bytes would refuse the events streaming exists for.
+        self.stream_threshold_bytes = min(stream_threshold_bytes, max_event_bytes // 2)
         self.client_info = {"name": client_name, "version": __version__}
         self._auth = auth
         self._own_client = http_client is None

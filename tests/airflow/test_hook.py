@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosEventTooLarge
 from airflow_provider_bos.hooks.bos import BosConnectionConfig, BosHook
-from airflow_provider_bos.testing.scenario import load_scenario
+from airflow_provider_bos.testing.scenario import large_scenario, load_scenario
 
 
 @pytest.fixture()
@@ -49,9 +49,32 @@ def test_the_stream_idle_timeout_defaults_to_300s_and_reaches_the_session(bos_se
         assert hook.get_conn().stream_idle_timeout == 45.0
 
 
+def test_the_largest_event_field_bounds_what_a_read_holds_whole(bos_server, bos_conn, monkeypatch) -> None:
+    """``max_event_mib`` reaches the session: an answer held whole (stream_records=False) over it fails
+    with the error naming the field, while the same read streamed (nothing held whole) passes."""
+    assert BosConnectionConfig.from_connection(_conn()).max_event_bytes == 512 * 1024 * 1024
+    assert BosConnectionConfig.from_connection(_conn(extra_dejson={
+        "client_id": "c", "extra__bos__max_event_mib": "1.5"})).max_event_bytes == 1536 * 1024
+    bos_server.set_scenario(large_scenario(4_000, sources=2))  # a ~5 MB final answer
+    conn = json.loads(__import__("os").environ["AIRFLOW_CONN_BOS_DEFAULT"])
+    conn["extra"]["max_event_mib"] = 1
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
+    with BosHook() as hook:
+        assert hook.get_conn().max_event_bytes == 1024 * 1024
+        with pytest.raises(BosEventTooLarge, match="Largest event .MiB.") as failed:
+            hook.federated_read("people.search", {})
+        assert failed.value.limit == 1024 * 1024
+    with BosHook() as hook:
+        streamed = hook.federated_read("people.search", {}, stream_records=True)
+        assert sum(1 for _ in streamed.records) == 4_000 and streamed.completeness == "complete"
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"extra_dejson": {"client_id": "x", "stream_idle_timeout": "0"}}, "Stream idle timeout"),
     ({"extra_dejson": {"client_id": "x", "stream_idle_timeout": "soon"}}, "Stream idle timeout"),
+    ({"extra_dejson": {"client_id": "x", "max_event_mib": "0"}}, "Largest event"),
+    ({"extra_dejson": {"client_id": "x", "max_event_mib": "lots"}}, "Largest event"),
+    ({"extra_dejson": {"client_id": "x", "max_event_mib": 536870912}}, "Largest event"),  # bytes typed in
     ({"host": ""}, "MCP resource URL"),
     ({"password": "", "extra_dejson": {"auth_type": "api_key"}}, "API key"),
     ({"extra_dejson": {}}, "client_id"),

@@ -15,6 +15,7 @@ import pytest
 
 from airflow_provider_bos.exceptions import (
     BosAuthError,
+    BosConfigurationError,
     BosDeadlineExceeded,
     BosHttpError,
     BosIncompleteStreamError,
@@ -564,6 +565,20 @@ def test_a_json_reply_read_whole_is_bounded_like_an_event() -> None:
         with pytest.raises(BosProtocolError, match="over the maximum size"):  # scanned, then read whole: bounded too
             read(session, stream_records=True)
         assert [t["name"] for t in session.list_tools()] == ["search_people"]  # under the bound: as before
+
+
+def test_a_small_event_bound_still_lets_a_large_read_stream() -> None:
+    # The stream threshold stays under max_event_bytes: at 1 MiB each (the defaults' ratio broken),
+    # a streamed final result would have hit the bound before it could switch to streaming.
+    fake = FakeBos()
+    records = [record(f"bos:person:{i}") for i in range(400)]
+    fake.queue("tools/call", lambda b: json_body(b["id"], records))
+    with make(fake, max_event_bytes=20_000) as session:
+        assert session.stream_threshold_bytes <= 10_000
+        result = read(session, stream_records=True)
+        assert [r["record_ref"] for r in result.records] == [r["record_ref"] for r in records]
+    with pytest.raises(BosConfigurationError, match="max_event_bytes must be a positive number"):
+        McpSession("http://127.0.0.1:9/mcp", max_event_bytes=0)
 
 
 def gzipped_json(payload: dict, *, sized: bool) -> httpx.Response:
