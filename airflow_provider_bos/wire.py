@@ -21,8 +21,6 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Protocol
 
-import orjson
-
 from airflow_provider_bos.exceptions import BosConfigurationError, BosResultError
 
 __all__ = [
@@ -31,7 +29,6 @@ __all__ = [
     "FederatedRead",
     "KnownRecord",
     "KnownWireHashes",
-    "RECORD_REF_PREFIX",
     "ReadObservations",
     "RecordSink",
     "RunInfo",
@@ -40,7 +37,6 @@ __all__ = [
     "WriteCounts",
     "WriteOptions",
     "check_record",
-    "leading_record_ref",
 ]
 
 
@@ -63,9 +59,8 @@ class KnownWireHashes(Protocol):
     :class:`KnownRecord`, never looking into it.
     """
 
-    def match(self, digest: bytes) -> object | None:
-        """An opaque handle of the stored row(s) whose wire hash is this SHA-256 ``digest`` (the
-        32 raw bytes, not hex: a re-run asks once per record), or None if there is none."""
+    def match(self, wire_hash: str) -> object | None:
+        """An opaque handle of the stored row(s) with this wire hash, or None if there is none."""
         ...
 
     def __len__(self) -> int:
@@ -80,74 +75,21 @@ class KnownRecord:
     before counting it unchanged (a join on ``record_ref`` and ``wire_hash``, or a table state
     unchanged since ``matched`` was read), and fail the run otherwise (the record's content is not
     here to write).
-
-    The read builds it from the record's exact bytes and SHA-256 digest (``piece``, ``digest``):
-    ``record_ref`` and ``wire_hash`` are then read from them only when asked, because a claim kept
-    out of staging (an unchanged re-run) never asks, and reading them cost ~1 us per record.
     """
 
-    __slots__ = ("_ref", "_wire_hash", "matched", "handle", "_piece", "_digest")
+    __slots__ = ("record_ref", "wire_hash", "matched", "handle")
 
     def __init__(
-        self, record_ref: str | None, wire_hash: str | None, matched: KnownWireHashes | None = None,
-        handle: object = None, piece: bytes | bytearray | None = None, digest: bytes | None = None,
+        self, record_ref: str, wire_hash: str, matched: KnownWireHashes | None = None, handle: object = None,
     ) -> None:
-        self._ref = record_ref
-        self._wire_hash = wire_hash
+        self.record_ref = record_ref
+        self.wire_hash = wire_hash
         #: The :class:`KnownWireHashes` it was matched in, and the opaque handle its ``match`` gave.
         self.matched = matched
         self.handle = handle
-        self._piece = piece  # the record's JSON bytes, until record_ref is read from them
-        self._digest = digest
-
-    @property
-    def record_ref(self) -> str:
-        ref = self._ref
-        if ref is None:
-            ref = self._ref = leading_record_ref(self._piece)
-            self._piece = None
-        return ref
-
-    @property
-    def wire_hash(self) -> str:
-        wire_hash = self._wire_hash
-        if wire_hash is None:
-            assert self._digest is not None, "a KnownRecord needs a wire hash or its digest"
-            wire_hash = self._wire_hash = self._digest.hex()
-        return wire_hash
 
     def __repr__(self) -> str:
         return f"KnownRecord({self.record_ref!r}, {self.wire_hash[:12]}...)"
-
-
-#: How a record's JSON must start for its record_ref to be read without decoding it.
-RECORD_REF_PREFIX = b'{"record_ref":"'
-
-
-def leading_record_ref(piece: bytes | bytearray | None) -> str:
-    """The record_ref of a record's JSON bytes that start with :data:`RECORD_REF_PREFIX`.
-
-    The bytes of a claim are those of a record the warehouse stored, so they hold a non-empty
-    string record_ref; anything else is reported as a broken claim.
-    """
-    if piece is not None and piece.startswith(RECORD_REF_PREFIX):
-        start = len(RECORD_REF_PREFIX)
-        end = piece.find(b'"', start)
-        if end > start and b"\\" not in piece[start:end]:
-            try:
-                return piece[start:end].decode("utf-8")
-            except UnicodeDecodeError:
-                pass
-        try:  # an escape in the ref (or odd bytes): decode the record properly
-            ref = orjson.loads(piece).get("record_ref")
-        except (ValueError, AttributeError):
-            ref = None
-        if type(ref) is str and ref:
-            return ref
-    raise BosResultError(
-        "A record whose wire hash the warehouse stores has no readable record_ref (a hash prefix "
-        "collision?); nothing was written. Re-run the sync; if it recurs, report it with the run id."
-    )
 
 
 def check_record(raw: Any, index: int, where: str) -> WireRecord:

@@ -25,9 +25,9 @@ Speed, without a per-byte Python loop:
   delimited exactly instead. So every record's exact bytes are known: their SHA-256 is the
   record's *wire hash* (:mod:`airflow_provider_bos.wire`);
 - known records: given the warehouse's stored wire hashes (:attr:`FinalFrameScanner.known`), a
-  piece whose hash is among them (and whose ``record_ref`` comes first) is not decoded at all:
-  a :class:`~airflow_provider_bos.wire.KnownRecord` claim holding its bytes is handed out (the
-  warehouse verifies it in SQL, and reads its ``record_ref`` only if it stages it);
+  piece whose hash is among them is not decoded at all: only its leading ``record_ref`` is read
+  and a :class:`~airflow_provider_bos.wire.KnownRecord` claim is handed out (the warehouse
+  verifies it in SQL);
 - the skipped text: each chunk of it is proven quote-free by orjson parsing ``"`` + chunk +
   ``"`` in one call; where that fails (the chunk holding the end), escaped backslashes and
   escaped quotes are overwritten by same-length filler (``bytes.replace``), after which the first
@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
 from airflow_provider_bos.mcp.json_bytes import (
+    BSLASH,
     COLON,
     COMMA,
     LBRACE,
@@ -64,7 +65,7 @@ from airflow_provider_bos.mcp.json_bytes import (
     text_end,
 )
 from airflow_provider_bos.mcp.jsonrpc import loads
-from airflow_provider_bos.wire import RECORD_REF_PREFIX, KnownRecord, KnownWireHashes, WireRecord, check_record
+from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord, check_record
 
 __all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record", "value_bound"]
 
@@ -79,6 +80,8 @@ _TEXT_EXCERPT = 2048
 # With no boundary in sight, wait for this much more of the frame before delimiting the next
 # element exactly (the last record is followed by no boundary; usually the frame ends first).
 _TAIL_WAIT = 1024 * 1024
+# How a KnownRecord's record_ref is read without decoding the record: it must come first.
+_REF_PREFIX = b'{"record_ref":"'
 
 # What to do with a value, by its path (tuples of keys; "*" is any array element).
 _DESCEND, _CAPTURE, _TEXT, _RECORDS = "descend", "capture", "text", "records"
@@ -115,6 +118,31 @@ class _Node:
         # arr: "first" (after "["), "value" (after ","), "next"
         self.state = "first"
         self.key: str | None = None
+
+
+def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object) -> KnownRecord | None:
+    """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
+    if not piece.startswith(_REF_PREFIX):
+        return None
+    start = len(_REF_PREFIX)
+    end = piece.find(b'"', start)
+    if end <= start:
+        return None
+    raw_ref = piece[start:end]
+    if BSLASH in raw_ref:  # an escape: decode it properly
+        end = string_end(piece, start)
+        try:
+            ref = loads(piece[start - 1 : end + 1]) if end > start else None
+        except ValueError:
+            return None
+        if type(ref) is not str or not ref:
+            return None
+    else:
+        try:
+            ref = raw_ref.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    return KnownRecord(ref, wire_hash, known, handle)
 
 
 class FinalFrameScanner:
@@ -378,8 +406,8 @@ class FinalFrameScanner:
         if end < 0:
             if len(self._buf) - scan.start > self.max_value_bytes:
                 raise BosResultError(
-                    f"A value of the final response exceeds {self.max_value_bytes} bytes "
-                    f"(at most max_event_bytes, and never over {DEFAULT_MAX_VALUE_BYTES} bytes)."
+                    f"A value of the final response exceeds {self.max_value_bytes} bytes; "
+                    "raise max_event_bytes if such values are expected."
                 )
             return False
         raw = bytes(self._buf[scan.start : end])
@@ -506,22 +534,23 @@ class FinalFrameScanner:
         # An empty set (a first sync) is not asked: 200k lookups that cannot hit cost ~0.3 s.
         match = known.match if known else None
         pos = start = self._pos
-        cut = claims = 0
+        cut = 0
         while True:
             j = find(sep, pos)
             if j < 0:
                 break
             piece = buf[pos : j + 1]
-            digest = sha256(piece).digest()
+            wire_hash = sha256(piece).hexdigest()
             if match is not None:
-                handle = match(digest)
-                # A claim's record_ref is read from its bytes only if asked: it must come first.
-                if handle is not None and piece.startswith(RECORD_REF_PREFIX):
-                    out.append(KnownRecord(None, None, known, handle, piece, digest))
-                    claims += 1
-                    pos = j + 1 + gap
-                    cut += 1
-                    continue
+                handle = match(wire_hash)
+                if handle is not None:
+                    claim = _known_record(piece, wire_hash, known, handle)
+                    if claim is not None:
+                        out.append(claim)
+                        self.known_records += 1
+                        pos = j + 1 + gap
+                        cut += 1
+                        continue
             try:
                 value = parse(piece)
             except ValueError:
@@ -529,25 +558,25 @@ class FinalFrameScanner:
                 break  # not a whole element: delimit it exactly
             if type(value) is dict:
                 value = wire_record(value)
-                value.wire_hash = digest.hex()
+                value.wire_hash = wire_hash
             out.append(value)  # anything else: check_record says what is wrong with it
             pos = j + 1 + gap
             cut += 1
         if cut:
             self.records_seen += cut
-            self.known_records += claims
             self._pos = pos
             self._record_state = "value"
         return pos != start
 
     def _emit_one(self, raw: bytes) -> None:
         """One exactly delimited element (the first, the last, any the cuts missed)."""
-        digest = sha256(raw).digest()
+        wire_hash = sha256(raw).hexdigest()
         known = self.known
-        handle = known.match(digest) if known else None
-        if handle is not None and raw.startswith(RECORD_REF_PREFIX):
+        handle = known.match(wire_hash) if known else None
+        claim = _known_record(raw, wire_hash, known, handle) if handle is not None else None
+        if claim is not None:
             self.known_records += 1
-            self._out.append(KnownRecord(None, None, known, handle, raw, digest))
+            self._out.append(claim)
             self.records_seen += 1
             return
         try:
@@ -556,6 +585,6 @@ class FinalFrameScanner:
             raise _malformed(f"record {self.records_seen} does not parse") from None
         if type(value) is dict:
             value = WireRecord(value)
-            value.wire_hash = digest.hex()
+            value.wire_hash = wire_hash
         self._out.append(value)
         self.records_seen += 1

@@ -100,16 +100,10 @@ class WireHashSet:
     def __contains__(self, wire_hash: object) -> bool:
         return self.position(wire_hash) >= 0
 
-    def match(self, digest: bytes) -> int | None:
-        """:class:`KnownWireHashes` handle: the position of the SHA-256 ``digest``'s prefix, or None.
-
-        Asked once per record of a re-run: one call, no hex (``prefix_position`` inlined).
-        """
-        key = int.from_bytes(digest[:8], "big")
-        prefixes, buckets = self.prefixes, self.buckets
-        hi = buckets[(key >> 48) + 1]
-        i = bisect_left(prefixes, key, buckets[key >> 48], hi)
-        return i if i < hi and prefixes[i] == key else None
+    def match(self, wire_hash: str) -> int | None:
+        """:class:`KnownWireHashes` handle: the position of ``wire_hash``'s prefix, or None."""
+        position = self.position(wire_hash)
+        return position if position >= 0 else None
 
     def position(self, wire_hash: object) -> int:
         """Index of ``wire_hash``'s prefix in :attr:`prefixes`, or -1 if it is not there."""
