@@ -41,6 +41,9 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     unchanged            BIGINT,
     skipped_stale        BIGINT,
     duplicates           BIGINT,
+    -- records quarantined in <table>_rejects (invalid_records="quarantine").
+    -- Tables made before it: the writer adds it, or run ALTER TABLE bos_sync_runs ADD COLUMN rejected BIGINT;
+    rejected             BIGINT,
     provisional_records  BIGINT,
     provisional_pages    BIGINT,
     source_errors        JSONB,

@@ -23,6 +23,7 @@ from airflow_provider_bos.warehouse.schema import (
     AUDIT_COUNT_COLUMNS,
     AUDIT_JSON_COLUMNS,
     ERROR_MESSAGE_MAX,
+    REJECTED_COLUMN,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 
@@ -95,8 +96,12 @@ def audit_insert(
     source_summary: Any = None,
     error_message: str | None = None,
     destination_table: str | None = None,
+    rejected_column: bool = True,
 ) -> Statement:
-    """The INSERT of one audit row (values bound, JSON serialised, timestamps in UTC)."""
+    """The INSERT of one audit row (values bound, JSON serialised, timestamps in UTC).
+
+    ``rejected_column``: the table has :data:`~.schema.REJECTED_COLUMN` (False for one made before it).
+    """
     if status not in RUN_STATUSES:
         raise BosWarehouseError(f"Audit status must be one of {RUN_STATUSES}, not {status!r}.")
     started = parse_timestamp(run.started_at) if run.started_at is not None else None
@@ -116,6 +121,7 @@ def audit_insert(
         "completeness": completeness,
         "result_count": result_count,
         **{c: counts.get(c) for c in AUDIT_COUNT_COLUMNS},
+        **({REJECTED_COLUMN: counts.get(REJECTED_COLUMN)} if rejected_column else {}),
         "provisional_records": provisional_records,
         "provisional_pages": provisional_pages,
         "source_errors": _json_text(source_errors),
@@ -158,9 +164,25 @@ class AuditReader:
         self.table = audit_table_definition(
             sa.MetaData(), self.dialect.name, validate_identifier(table, kind="audit table"), self.schema
         )
+        self._columns_checked = False
+
+    def _stored_table(self) -> sa.Table:
+        """The table as it is stored: without :data:`~.schema.REJECTED_COLUMN` if it was made before it."""
+        if not self._columns_checked:
+            try:
+                present = {c["name"] for c in sa.inspect(self.engine).get_columns(self.table.name, schema=self.schema)}
+            except sa.exc.SQLAlchemyError:  # no table yet (looked for again next time), or the query says why
+                return self.table
+            if REJECTED_COLUMN not in present:
+                self.table = audit_table_definition(
+                    sa.MetaData(), self.dialect.name, self.table.name, self.schema, rejected=False,
+                )
+            self._columns_checked = True
+        return self.table
 
     def _decode(self, row: sa.Row) -> dict[str, Any]:
         data = dict(row._mapping)
+        data.setdefault(REJECTED_COLUMN, None)  # a table made before the column
         for column in AUDIT_JSON_COLUMNS:
             if isinstance(data.get(column), str | bytes):
                 data[column] = json.loads(data[column])
@@ -175,7 +197,8 @@ class AuditReader:
 
     def get_run(self, run_id: str) -> dict[str, Any] | None:
         """The audit row of ``run_id``, or ``None`` (also when the audit table does not exist yet)."""
-        row = self._first(sa.select(self.table).where(self.table.c.run_id == run_id))
+        t = self._stored_table()
+        row = self._first(sa.select(t).where(t.c.run_id == run_id))
         return self._decode(row) if row is not None else None
 
     def _first(self, query: sa.Select) -> sa.Row | None:
@@ -213,7 +236,7 @@ class AuditReader:
             if value is None:
                 continue
             wanted.update([value] if isinstance(value, str) else value)
-        t = self.table
+        t = self._stored_table()
         query = sa.select(t)
         for column, value in ((t.c.conn_id, conn_id), (t.c.context_handle, context_handle), (t.c.tool_name, tool_name)):
             if value is not None:

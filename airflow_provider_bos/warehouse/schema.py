@@ -18,6 +18,7 @@ __all__ = [
     "AUDIT_JSON_COLUMNS",
     "RECORD_JSON_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
+    "REJECTED_COLUMN",
     "ERROR_MESSAGE_MAX",
     "SUPPORTED_DIALECTS",
     "audit_index_name",
@@ -56,6 +57,9 @@ AUDIT_JSON_COLUMNS = ("source_errors", "source_summary")
 # The records table's JSON columns (JSONB / JSON / JSON text by dialect).
 RECORD_JSON_COLUMNS = ("lifecycle", "identity_match", "attributes", "sources")
 AUDIT_COUNT_COLUMNS = ("inserted", "updated", "unchanged", "skipped_stale", "duplicates")
+# Records quarantined in <table>_rejects. An audit table made before it gets it added by the writer
+# (ALTER TABLE ... ADD COLUMN); one that cannot be altered is written and read without it.
+REJECTED_COLUMN = "rejected"
 ERROR_MESSAGE_MAX = 4000
 
 
@@ -158,9 +162,13 @@ def audit_index_name(table_name: str) -> str:
 
 
 def audit_table(
-    metadata: sa.MetaData, dialect_name: str, name: str = "bos_sync_runs", schema: str | None = None
+    metadata: sa.MetaData, dialect_name: str, name: str = "bos_sync_runs", schema: str | None = None,
+    *, rejected: bool = True,
 ) -> sa.Table:
-    """The audit table: one row per sync run (``complete``, ``partial`` or ``failed``)."""
+    """The audit table: one row per sync run (``complete``, ``partial`` or ``failed``).
+
+    ``rejected=False``: as an audit table made before :data:`REJECTED_COLUMN` is (never created so).
+    """
     t = column_types(dialect_name)
     table = sa.Table(
         name,
@@ -179,6 +187,7 @@ def audit_table(
         sa.Column("completeness", sa.String(32), nullable=True),
         sa.Column("result_count", t["int"], nullable=True),
         *(sa.Column(c, t["int"], nullable=True) for c in AUDIT_COUNT_COLUMNS),
+        *((sa.Column(REJECTED_COLUMN, t["int"], nullable=True),) if rejected else ()),
         sa.Column("provisional_records", t["int"], nullable=True),
         sa.Column("provisional_pages", t["int"], nullable=True),
         sa.Column("source_errors", t["json"], nullable=True),

@@ -28,6 +28,7 @@ from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
     GUARD_INDEX_COLUMNS,
+    REJECTED_COLUMN,
     WIRE_HASH_COLUMN,
     audit_table,
     records_table,
@@ -102,6 +103,8 @@ class WarehouseWriter:
         )
         self._tables_ready = False
         self._rejects_ready = False
+        #: The audit table has the ``rejected`` column (False: one made before it; see ensure_tables).
+        self.audit_rejected_column = True
         # The records table's covering index for the change test, when it has one (MySQL).
         self.guard_index: str | None = None
 
@@ -149,7 +152,11 @@ class WarehouseWriter:
                     if not self.dialect.wire_hash_column:
                         log.info("%s has no %s column: re-runs decode every record (see sql/ to add it).",
                                  self._qualified(table.name), WIRE_HASH_COLUMN)
-                missing = [c.name for c in table.columns if c.name not in present and c.name != WIRE_HASH_COLUMN]
+                if table is audit:
+                    # A column added after the first release: added in place (a small table).
+                    self.audit_rejected_column = REJECTED_COLUMN in present or self._add_column(audit, REJECTED_COLUMN)
+                optional = (WIRE_HASH_COLUMN, REJECTED_COLUMN)
+                missing = [c.name for c in table.columns if c.name not in present and c.name not in optional]
                 if missing:
                     raise BosWarehouseError(
                         f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
@@ -163,6 +170,28 @@ class WarehouseWriter:
                 f"{self._qualified(self.audit_table)}: {db_detail(exc)}"
             ) from exc
         self._tables_ready = True
+
+    def _add_column(self, table: sa.Table, name: str) -> bool:
+        """Add the nullable column ``name`` to ``table`` made before it, in a transaction of its own.
+
+        True once the column is there (added here, or by a writer racing this one); False if the
+        table cannot be altered (e.g. no ALTER privilege): the run then goes on without the column.
+        """
+        column = table.c[name]
+        statement = (f"ALTER TABLE {self.engine.dialect.identifier_preparer.format_table(table)} "
+                     f"ADD COLUMN {column.name} {column.type.compile(dialect=self.engine.dialect)}")
+        try:
+            with self.engine.begin() as conn:
+                conn.exec_driver_sql(statement)
+            log.info("Added the %s column to %s.", name, self._qualified(table.name))
+            return True
+        except sa.exc.SQLAlchemyError as exc:
+            present = {c["name"] for c in sa.inspect(self.engine).get_columns(table.name, schema=self.schema)}
+            if name in present:
+                return True
+            log.warning("%s has no %s column and it could not be added (%s); runs are audited without it. "
+                        "Add it with the ALTER TABLE in sql/.", self._qualified(table.name), name, db_detail(exc))
+            return False
 
     def _create_table(self, table: sa.Table) -> None:
         """Create ``table`` and its indexes if missing, in a transaction of its own.
@@ -326,7 +355,8 @@ class WarehouseWriter:
                     counts.rejected = len(rejects)
                     audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
                 tx.exec(audit_insert(d, self.audit_table, self.schema, run, finished_at=utcnow(),
-                                     counts=counts.as_dict(), destination_table=self.destination_table, **audit))
+                                     counts=counts.as_dict(), destination_table=self.destination_table,
+                                     rejected_column=self.audit_rejected_column, **audit))
                 tx.conn.commit()
             except BaseException as exc:
                 tx.rollback()
@@ -379,6 +409,7 @@ class WarehouseWriter:
             source_summary=source_summary,
             error_message=error,
             destination_table=self.destination_table,
+            rejected_column=self.audit_rejected_column,
         )
         try:
             with self.engine.begin() as conn:

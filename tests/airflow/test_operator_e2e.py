@@ -199,7 +199,7 @@ def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag
         good = {ref for ref in final_refs(scenario) if len(ref) <= 512 and "unstorable" not in ref}
         if invalid_records == "fail":  # today's behaviour: nothing lands, the run is audited failed
             assert states["sync"] == "failed"
-            assert audit["status"] == "failed" and "512" in audit["error_message"]
+            assert audit["status"] == "failed" and "512" in audit["error_message"] and audit["rejected"] is None
             assert not sa.inspect(engine).has_table(table) or table_refs(engine, table) == set()
             assert not sa.inspect(engine).has_table(rejects)
             return
@@ -208,6 +208,7 @@ def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag
         summary = xcom_summary(dag_run)
         assert summary["status"] == "partial" and summary["rejected"] == 2 and summary["inserted"] == len(good)
         assert audit["status"] == "partial" and audit["error_message"].startswith(f"2 record(s) quarantined in {rejects}")
+        assert audit["rejected"] == 2  # a number a dashboard can sum, not only a sentence
         with engine.connect() as conn:
             kept = conn.execute(sa.text(f"SELECT record_ref, reason, record FROM {rejects}")).all()
         assert {len(ref) for ref, _, _ in kept} == {len("bos:person:") + 600, len("bos:person:unstorable-shape")}

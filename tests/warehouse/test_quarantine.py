@@ -83,7 +83,7 @@ def test_quarantine_lands_the_rest_and_keeps_the_rejects(writer, engine, wire, t
         assert not reject["truncated"]
         assert json.loads(bytes(reject["record"]))["record_ref"] == reject["record_ref"]
     audit = AuditReader(engine, table=writer.audit_table).get_run(run.run_id)
-    assert audit["status"] == "partial" and audit["inserted"] == 5
+    assert audit["status"] == "partial" and (audit["inserted"], audit["rejected"]) == (5, 3)
     assert audit["error_message"].startswith("3 record(s) quarantined in " + rejects_table_name(writer.table))
 
 
@@ -91,7 +91,55 @@ def test_quarantine_without_invalid_records_is_complete_and_creates_the_rejects_
     run = run_info()
     assert write(writer, [make_record(1)], run, invalid_records="quarantine") == UpsertCounts(inserted=1)
     assert rejects_rows(engine, writer.table) == []
-    assert AuditReader(engine, table=writer.audit_table).get_run(run.run_id)["status"] == "complete"
+    audit = AuditReader(engine, table=writer.audit_table).get_run(run.run_id)
+    assert (audit["status"], audit["rejected"]) == ("complete", 0)
+
+
+def _audit_table_made_before_the_rejected_column(make_writer, engine) -> None:
+    first = make_writer()
+    first.ensure_tables()
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"ALTER TABLE {first.audit_table} DROP COLUMN rejected")
+
+
+def test_an_audit_table_made_before_the_rejected_column_gets_it(make_writer, engine, caplog) -> None:
+    _audit_table_made_before_the_rejected_column(make_writer, engine)
+    writer = make_writer()  # a writer that meets the older audit table
+    run = run_info()
+    with caplog.at_level("INFO", logger="airflow_provider_bos"):
+        assert write(writer, mixed(0, True), run, invalid_records="quarantine") == UpsertCounts(inserted=5, rejected=3)
+    assert f"Added the rejected column to {writer.audit_table}" in caplog.text
+    assert AuditReader(engine, table=writer.audit_table).get_run(run.run_id)["rejected"] == 3
+    assert make_writer().ensure_tables() is None  # the next writer finds it there
+
+
+def test_an_audit_table_that_cannot_be_altered_is_written_and_read_without_the_column(
+    make_writer, engine, caplog,
+) -> None:
+    _audit_table_made_before_the_rejected_column(make_writer, engine)
+
+    def no_alter_privilege(conn, cursor, statement, *args) -> None:
+        if statement.lstrip().upper().startswith("ALTER TABLE"):
+            raise sa.exc.OperationalError(statement, {}, Exception("permission denied to alter the table"))
+
+    sa.event.listen(engine, "before_cursor_execute", no_alter_privilege)
+    try:
+        writer = make_writer()
+        run = run_info()
+        with caplog.at_level("INFO", logger="airflow_provider_bos"):
+            counts = write(writer, mixed(0, True), run, invalid_records="quarantine")
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", no_alter_privilege)
+    assert counts == UpsertCounts(inserted=5, rejected=3)
+    assert "could not be added (permission denied" in caplog.text and "sql/" in caplog.text
+    reader = AuditReader(engine, table=writer.audit_table)
+    audit = reader.get_run(run.run_id)
+    assert (audit["status"], audit["rejected"]) == ("partial", None)
+    assert audit["error_message"].startswith("3 record(s) quarantined")  # the count is still recorded
+    assert reader.latest_run(None, None, None)["run_id"] == run.run_id
+    failed = run_info()
+    writer.record_failure(failed, error="boom")
+    assert reader.get_run(failed.run_id)["status"] == "failed"
 
 
 def test_a_huge_rejected_record_is_bounded_and_flagged(writer, engine) -> None:
