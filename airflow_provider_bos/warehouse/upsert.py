@@ -10,8 +10,9 @@ transaction back, so the records table is either the old state or the new one, n
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -292,62 +293,21 @@ class WarehouseWriter:
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
         quarantine: sa.Table | None,
     ) -> UpsertCounts:
-        d, copy = self.dialect, self._copy
+        d = self.dialect
         rejects = Rejects() if quarantine is not None else None
         tx = RunTransaction(self.engine, d, table=self.table, schema=self.schema, run_id=run.run_id,
                             lock_timeout_s=self.lock_timeout_s, guard_index=self.guard_index)
         try:
             try:
                 tx.begin()
-                # An empty target (first run, full reload): every row will be written, so the
-                # dialect may parse JSON while staging. Only a hint: classification and merge run
-                # under the lock and are correct for either staging form.
-                empty = (copy is not None or d.direct_load) and tx.target_is_empty()
-                direct = False
-                if empty and d.direct_load:
-                    # Load the records into the table itself as they stream in. The writers' lock
-                    # is taken now and the table looked at again under it: it must still be empty.
-                    tx.lock()
-                    direct = tx.target_is_empty()
-                # JSONB documents in staging (PostgreSQL): parsed while they are copied, during the
-                # stream, instead of in the merge after it. Worth it when the staged rows are mostly
-                # written: an empty table, or a read with wire hashes (unchanged records then arrive
-                # as claims, not documents). Measured: first sync into a table holding 200k other
-                # rows 11.70 s -> 8.97 s (median, bench/README "Session 7").
-                parse_json = copy is not None and not direct and (empty or options.known is not None)
-                tx.create_staging(parse_json=parse_json)
+                direct, parse_json = self._prepare_staging(tx, options)
                 synced_at = utcnow()
                 tx.mark_records_start()
-                while True:
-                    try:
-                        if direct and copy is not None:
-                            loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
-                        elif direct:
-                            loaded, staged = load_direct_rows(tx, records, default_obs, synced_at,
-                                                              batch_size=self.batch_size, rejects=rejects)
-                        else:
-                            seen = SeenKeys()
-                            kept = kept_claims(tx, options.known, uses_copy=copy is not None)
-                            received = stage_records(tx, records, default_obs, copy=copy,
-                                                     batch_size=self.batch_size, seen=seen, kept=kept, rejects=rejects)
-                        break
-                    except BosFinalFrameRestarted as restart:
-                        # The stream was resumed and the final frame comes again from its start:
-                        # nothing loaded from the cut frame may merge.
-                        tx.discard_records()
-                        records = restart.records
-                        rejects = Rejects() if rejects is not None else None
-                        log.warning("BOS run %s: the final frame restarted on a resumed stream; the records "
-                                    "loaded from the cut frame were discarded.", run.run_id)
+                rejects, settle = self._load_records(tx, records, default_obs, synced_at, options, rejects,
+                                                     direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
-                if direct:
-                    counts = settle_direct(tx, loaded, staged, synced_at)
-                elif kept is not None and kept.count:
-                    counts = settle_kept_claims(tx, received, seen, kept, parse_json=parse_json)
-                else:
-                    counts = tx.classify_and_merge(received, parse_json=parse_json,
-                                                   maybe_duplicates=not keys_distinct(tx, seen))
+                counts = settle()
                 tx.drop_staging()
                 if rejects:
                     assert quarantine is not None
@@ -374,6 +334,62 @@ class WarehouseWriter:
             counts.skipped_stale, counts.duplicates, self.staging_method,
         )
         return counts
+
+    def _prepare_staging(self, tx: RunTransaction, options: WriteOptions) -> tuple[bool, bool]:
+        """Decide how this run loads, create its staging table; return (direct, parse_json)."""
+        copy = self._copy
+        # An empty target (first run, full reload): every row will be written, so the dialect may
+        # parse JSON while staging. Only a hint: classification and merge run under the lock and
+        # are correct for either staging form.
+        empty = (copy is not None or self.dialect.direct_load) and tx.target_is_empty()
+        direct = False
+        if empty and self.dialect.direct_load:
+            # Load the records into the table itself as they stream in. The writers' lock is taken
+            # now and the table looked at again under it: it must still be empty.
+            tx.lock()
+            direct = tx.target_is_empty()
+        # JSONB documents in staging (PostgreSQL): parsed while they are copied, during the stream,
+        # instead of in the merge after it. Worth it when the staged rows are mostly written: an
+        # empty table, or a read with wire hashes (unchanged records then arrive as claims, not
+        # documents). Measured: first sync into a table holding 200k other rows 11.70 s -> 8.97 s
+        # (median, bench/README "Session 7").
+        parse_json = copy is not None and not direct and (empty or options.known is not None)
+        tx.create_staging(parse_json=parse_json)
+        return direct, parse_json
+
+    def _load_records(
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
+        options: WriteOptions, rejects: Rejects | None, *, direct: bool, parse_json: bool,
+    ) -> tuple[Rejects | None, Callable[[], UpsertCounts]]:
+        """Load every record; return the run's rejects and how to classify and merge what was loaded.
+
+        If the stream is resumed and the final frame comes again from its start
+        (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
+        discarded and the records are loaded again from the new frame.
+        """
+        copy = self._copy
+        while True:
+            try:
+                if direct:
+                    if copy is not None:
+                        loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
+                    else:
+                        loaded, staged = load_direct_rows(tx, records, default_obs, synced_at,
+                                                          batch_size=self.batch_size, rejects=rejects)
+                    return rejects, partial(settle_direct, tx, loaded, staged, synced_at)
+                seen = SeenKeys()
+                kept = kept_claims(tx, options.known, uses_copy=copy is not None)
+                received = stage_records(tx, records, default_obs, copy=copy, batch_size=self.batch_size,
+                                         seen=seen, kept=kept, rejects=rejects)
+                if kept is not None and kept.count:
+                    return rejects, partial(settle_kept_claims, tx, received, seen, kept, parse_json=parse_json)
+                return rejects, partial(_classify_and_merge, tx, received, seen, parse_json=parse_json)
+            except BosFinalFrameRestarted as restart:
+                tx.discard_records()
+                records = restart.records
+                rejects = Rejects() if rejects is not None else None
+                log.warning("BOS run %s: the final frame restarted on a resumed stream; the records "
+                            "loaded from the cut frame were discarded.", tx.run_id)
 
     # --- failures ---------------------------------------------------------------------------
 
@@ -426,6 +442,10 @@ class WarehouseWriter:
                     )
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}") from exc
+
+
+def _classify_and_merge(tx: RunTransaction, received: int, seen: SeenKeys, *, parse_json: bool) -> UpsertCounts:
+    return tx.classify_and_merge(received, parse_json=parse_json, maybe_duplicates=not keys_distinct(tx, seen))
 
 
 def _with_rejects(audit: dict[str, Any], note: str) -> dict[str, Any]:
