@@ -130,6 +130,8 @@ def _max_event_bytes(conn_id: str, value: Any) -> int:
         mib = float(DEFAULT_MAX_EVENT_BYTES / MIB if value is None else value)
     except (TypeError, ValueError):
         mib = 0.0
+    if isinstance(value, bool):  # JSON true is not a size
+        mib = 0.0
     if not 1 <= mib <= MAX_EVENT_MIB:  # also refuses nan
         raise BosConfigurationError(
             f"Connection {conn_id!r}: Largest event (max_event_mib) must be a number of MiB from 1 to "

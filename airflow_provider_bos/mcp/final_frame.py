@@ -406,8 +406,9 @@ class FinalFrameScanner:
         if end < 0:
             if len(self._buf) - scan.start > self.max_value_bytes:
                 raise BosResultError(
-                    f"A value of the final response exceeds {self.max_value_bytes} bytes; "
-                    "raise max_event_bytes if such values are expected."
+                    f"A value of a streamed {self.kind or 'message'} exceeds {self.max_value_bytes} bytes: the "
+                    "bound is max_event_bytes (a bos Connection's 'Largest event (MiB)', max_event_mib), "
+                    f"never over {DEFAULT_MAX_VALUE_BYTES} bytes."
                 )
             return False
         raw = bytes(self._buf[scan.start : end])

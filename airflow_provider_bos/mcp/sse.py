@@ -167,7 +167,21 @@ class SseParser:
         if self._closed:
             raise BosSseError("The event stream parser is closed; no more data can be fed.")
         try:
-            return self._feed(bytes(chunk))
+            data = bytes(chunk)
+            threshold = self._stream_threshold
+            if threshold is None or self._sink is not None or len(data) <= self.max_event_bytes - threshold:
+                return self._feed(data)
+            # A decompressed chunk can be far larger than what arrived. Fed in slices that fit between
+            # the stream threshold and max_event_bytes, a large event switches to streaming before
+            # its buffered bytes can pass the bound; once it streams, the rest goes in at once.
+            step = max(1, self.max_event_bytes - threshold)
+            events: list[SseEvent] = []
+            for start in range(0, len(data), step):
+                if self._sink is not None:
+                    events += self._feed(data[start:])
+                    break
+                events += self._feed(data[start : start + step])
+            return events
         except BosSseError as exc:
             self._failed = exc
             raise

@@ -173,11 +173,12 @@ class AuditReader:
                 present = {c["name"] for c in sa.inspect(self.engine).get_columns(self.table.name, schema=self.schema)}
             except sa.exc.SQLAlchemyError:  # no table yet (looked for again next time), or the query says why
                 return self.table
-            if REJECTED_COLUMN not in present:
-                self.table = audit_table_definition(
+            if REJECTED_COLUMN in present:
+                self._columns_checked = True  # for good: a column is never dropped by us
+            else:  # looked for again next time: a writer may add it meanwhile
+                return audit_table_definition(
                     sa.MetaData(), self.dialect.name, self.table.name, self.schema, rejected=False,
                 )
-            self._columns_checked = True
         return self.table
 
     def _decode(self, row: sa.Row) -> dict[str, Any]:

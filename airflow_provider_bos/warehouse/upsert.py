@@ -42,6 +42,8 @@ from airflow_provider_bos.wire import WriteOptions, check_invalid_records
 __all__ = ["UpsertCounts", "WarehouseWriter", "WriteOptions"]
 
 log = logging.getLogger(__name__)
+# How long adding a column to a table made before it waits for the table's lock (see _add_column).
+ADD_COLUMN_TIMEOUT_S = 5.0
 
 # The audit row's fields a run supplies (WriteOptions.audit); the rest are the writer's.
 _AUDIT_FIELDS = {
@@ -175,23 +177,33 @@ class WarehouseWriter:
     def _add_column(self, table: sa.Table, name: str) -> bool:
         """Add the nullable column ``name`` to ``table`` made before it, in a transaction of its own.
 
-        True once the column is there (added here, or by a writer racing this one); False if the
-        table cannot be altered (e.g. no ALTER privilege): the run then goes on without the column.
+        True once the column is there (added here, or by a writer racing this one); False if it
+        cannot be added now (no ALTER privilege, or the table stayed locked for
+        :data:`ADD_COLUMN_TIMEOUT_S`): the run then goes on without it, and the next writer tries again.
         """
-        column = table.c[name]
-        statement = (f"ALTER TABLE {self.engine.dialect.identifier_preparer.format_table(table)} "
-                     f"ADD COLUMN {column.name} {column.type.compile(dialect=self.engine.dialect)}")
+        d = self.dialect
+        type_sql = table.c[name].type.compile(dialect=self.engine.dialect)
+        statements = d.add_column(table.name, self.schema, name, type_sql, timeout_s=ADD_COLUMN_TIMEOUT_S)
         try:
-            with self.engine.begin() as conn:
-                conn.exec_driver_sql(statement)
+            with self.engine.connect() as conn:
+                try:
+                    with conn.begin():
+                        for statement in statements:
+                            execute(conn, statement)
+                finally:
+                    for statement in d.add_column_reset():
+                        execute(conn, statement)
             log.info("Added the %s column to %s.", name, self._qualified(table.name))
             return True
         except sa.exc.SQLAlchemyError as exc:
-            present = {c["name"] for c in sa.inspect(self.engine).get_columns(table.name, schema=self.schema)}
-            if name in present:
-                return True
-            log.warning("%s has no %s column and it could not be added (%s); runs are audited without it. "
-                        "Add it with the ALTER TABLE in sql/.", self._qualified(table.name), name, db_detail(exc))
+            try:
+                if name in {c["name"] for c in sa.inspect(self.engine).get_columns(table.name, schema=self.schema)}:
+                    return True
+            except sa.exc.SQLAlchemyError:
+                pass
+            log.warning("%s has no %s column and it could not be added now (%s); runs are audited without it "
+                        "until a later run adds it, or add it with the ALTER TABLE in sql/.",
+                        self._qualified(table.name), name, db_detail(exc))
             return False
 
     def _create_table(self, table: sa.Table) -> None:

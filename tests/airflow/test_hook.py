@@ -74,6 +74,7 @@ def test_the_largest_event_field_bounds_what_a_read_holds_whole(bos_server, bos_
     ({"extra_dejson": {"client_id": "x", "stream_idle_timeout": "soon"}}, "Stream idle timeout"),
     ({"extra_dejson": {"client_id": "x", "max_event_mib": "0"}}, "Largest event"),
     ({"extra_dejson": {"client_id": "x", "max_event_mib": "lots"}}, "Largest event"),
+    ({"extra_dejson": {"client_id": "x", "max_event_mib": True}}, "Largest event"),
     ({"extra_dejson": {"client_id": "x", "max_event_mib": 536870912}}, "Largest event"),  # bytes typed in
     ({"host": ""}, "MCP resource URL"),
     ({"password": "", "extra_dejson": {"auth_type": "api_key"}}, "API key"),

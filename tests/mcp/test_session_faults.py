@@ -581,6 +581,40 @@ def test_a_small_event_bound_still_lets_a_large_read_stream() -> None:
         McpSession("http://127.0.0.1:9/mcp", max_event_bytes=0)
 
 
+def test_a_compressed_event_stream_streams_under_a_small_event_bound() -> None:
+    # One 64 KiB gzip chunk decodes to megabytes of one event's data line: fed whole, the event's
+    # buffer passed max_event_bytes before it could switch to streaming (BosEventTooLarge).
+    records = [record(f"bos:person:{i}") for i in range(40_000)]
+
+    def answer(b: dict) -> httpx.Response:
+        data = gzip.compress(sse({"jsonrpc": "2.0", "id": b["id"], "result": final_result(records)}))
+        return httpx.Response(200, headers={"content-type": "text/event-stream", "content-encoding": "gzip"},
+                              stream=_IterStream(iter([data[i:i + 65536] for i in range(0, len(data), 65536)])))
+
+    fake = FakeBos()
+    fake.queue("tools/call", answer)
+    with make(fake, max_event_bytes=1024 * 1024) as session:
+        result = read(session, stream_records=True)
+        assert sum(1 for _ in result.records) == len(records) and result.completeness == "complete"
+
+
+@pytest.mark.parametrize("stream_records", [True, False])
+def test_a_page_over_the_event_bound_fails_naming_the_connection_field(stream_records: bool) -> None:
+    page = [record(f"bos:person:{i}") | {"attributes": {"blob": "x" * 12_000}} for i in range(100)]  # ~1.2 MB
+
+    def answer(b: dict) -> httpx.Response:
+        body = sse(notification(b["id"], 1, 0, records=page),
+                   {"jsonrpc": "2.0", "id": b["id"], "result": final_result([record("bos:person:a")])})
+        return sse_response(iter([body[i:i + 65536] for i in range(0, len(body), 65536)]))
+
+    fake = FakeBos()
+    fake.queue("tools/call", answer)
+    with make(fake, max_event_bytes=1024 * 1024) as session, pytest.raises(BosProtocolError) as failed:
+        result = read(session, stream_records=stream_records)
+        list(result.records)
+    assert "max_event_mib" in str(failed.value)
+
+
 def gzipped_json(payload: dict, *, sized: bool) -> httpx.Response:
     data = gzip.compress(json.dumps(payload).encode())
     body = {"content": data} if sized else {"stream": _IterStream(iter([data[i:i + 512] for i in range(0, len(data), 512)]))}

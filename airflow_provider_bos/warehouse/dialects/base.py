@@ -182,6 +182,19 @@ class WarehouseDialect(abc.ABC):
         """Serialise writers of ``target`` until the transaction ends (or :meth:`unlock`)."""
         return []
 
+    def add_column(self, table: str, schema: str | None, column: str, type_sql: str, *,
+                   timeout_s: float) -> list[Statement]:
+        """Add a nullable column to a table made before it, waiting at most ``timeout_s`` for the table.
+
+        Run in a transaction of its own; then :meth:`add_column_reset` on the same connection.
+        SQLite waits its connection's busy timeout.
+        """
+        return [Statement(f"ALTER TABLE {self.table_ref(table, schema)} ADD COLUMN {self.quote(column)} {type_sql}")]
+
+    def add_column_reset(self) -> list[Statement]:
+        """What :meth:`add_column` changed on the connection, set back (it goes back to the pool)."""
+        return []
+
     def lock_is_flag(self) -> bool:
         """True when the last :meth:`lock` statement is a SELECT whose single value must be 1."""
         return False

@@ -47,6 +47,14 @@ class MySqlDialect(WarehouseDialect):
         p = self.placeholder
         return [Statement(f"SELECT GET_LOCK({p}, {p})", (self._lock_name(target), int(max(timeout_s, 0))))]
 
+    def add_column(self, table, schema, column, type_sql, *, timeout_s):
+        # The metadata lock an ALTER waits for: the session's lock_wait_timeout (a year by default).
+        return [Statement(f"SET SESSION lock_wait_timeout = {max(1, int(timeout_s))}"),
+                *super().add_column(table, schema, column, type_sql, timeout_s=timeout_s)]
+
+    def add_column_reset(self) -> list[Statement]:
+        return [Statement("SET SESSION lock_wait_timeout = DEFAULT")]
+
     def lock_is_flag(self) -> bool:
         return True
 

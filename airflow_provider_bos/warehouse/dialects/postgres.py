@@ -170,6 +170,12 @@ class PostgresDialect(WarehouseDialect):
         # For this transaction only.
         return [Statement("SET LOCAL work_mem = '64MB'")]
 
+    def add_column(self, table, schema, column, type_sql, *, timeout_s):
+        # ALTER TABLE queues for ACCESS EXCLUSIVE behind any open reader of the table, and every
+        # writer queues behind it: give up soon instead (the caller goes on without the column).
+        return [Statement(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'"),
+                *super().add_column(table, schema, column, type_sql, timeout_s=timeout_s)]
+
     def lock(self, target: str, *, timeout_s: float) -> list[Statement]:
         # SHARE ROW EXCLUSIVE conflicts with itself and with writers, not with readers.
         return [
