@@ -67,25 +67,36 @@ def token_store_for(
     return store, make_url(target).render_as_string(hide_password=True)
 
 
-def _save_airflow_connection(conn_id: str, document: dict[str, Any]) -> None:
+def extra_of(conn: Any) -> dict[str, Any]:
+    """A Connection's extra with the legacy ``extra__bos__`` prefix removed, empty values dropped."""
+    raw = conn.extra_dejson or {}
+    return {k.removeprefix("extra__bos__"): v for k, v in raw.items() if v not in ("", None)}
+
+
+def save_bos_connection(conn_id: str, *, conn_type: str, host: str, extra: dict[str, Any]) -> None:
+    """Create the ``bos`` Connection a sign-in names, or update it in place, holding no secret.
+
+    Only what the sign-in decides is set (type, host, the given extra fields); the rest the user
+    set (description, context handle, timeouts, token store...) is kept. The connect command and
+    the Admin -> BOS page both save through here.
+    """
     from airflow.models.connection import Connection
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
-        existing = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one_or_none()
-        if existing is not None:
-            session.delete(existing)
-            session.flush()
-        session.add(
-            Connection(
-                conn_id=conn_id,
-                conn_type=document["conn_type"],
-                host=document["host"],
-                password=document["password"],
-                extra=json.dumps(document["extra"]),
-            )
-        )
+        conn = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one_or_none()
+        if conn is None:
+            conn = Connection(conn_id=conn_id, conn_type=conn_type)
+            session.add(conn)
+            merged: dict[str, Any] = {}
+        else:
+            merged = extra_of(conn)
+        merged.update(extra)
+        conn.conn_type = conn_type
+        conn.host = host
+        conn.password = None
+        conn.extra = json.dumps(merged)
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -296,7 +307,9 @@ def _cmd_connect(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     if args.save_connection:
         # The token store is the source of truth: the saved Connection holds no secret (as the
         # Admin -> BOS page writes it), so no copy of the refresh token can go stale and re-seed.
-        _save_airflow_connection(args.conn_id, {**json.loads(render(True)), "password": None})
+        document = json.loads(render(True))
+        save_bos_connection(args.conn_id, conn_type=document["conn_type"], host=document["host"],
+                            extra=document["extra"])
         print(
             f"\nSaved Airflow connection {args.conn_id!r} to the Airflow metadata database "
             "(no secret in it: tasks take the grant from the token store).",

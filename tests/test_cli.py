@@ -249,6 +249,24 @@ def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, s
     assert conn.extra_dejson["token_store_url"] == store_url
 
 
+    # A reconnect (a revoked grant, a new client) updates the Connection in place: what the user
+    # set on it since (a description, the context to read, timeouts) is kept.
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        row = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one()
+        row.description = "HR people, nightly"
+        row.extra = json.dumps({**row.extra_dejson, "context_handle": "ctx_acme_itsm_sandbox", "timeout": 90})
+    code, output = run(["connect", "--conn-id", conn_id, "--resource", bos_server.mcp_url,
+                        "--token-store-url", store_url, "--auto-follow", "--save-connection"])
+    assert code == 0, output
+    conn = Connection.get_connection_from_secrets(conn_id)
+    assert conn.description == "HR people, nightly" and conn.password is None
+    assert (conn.extra_dejson["context_handle"], conn.extra_dejson["timeout"]) == ("ctx_acme_itsm_sandbox", 90)
+    assert conn.extra_dejson["token_store_url"] == store_url and conn.extra_dejson["client_id"]
+
+
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_token_store_in_an_airflow_sql_connection(
     bos_server, tmp_path: Path, monkeypatch, request, backend: str

@@ -54,6 +54,7 @@ __all__ = [
     "request_token",
     "OAuthGrantAuth",
     "ApiKeyAuth",
+    "check_api_key",
     "DEFAULT_SCOPES",
 ]
 
@@ -218,6 +219,18 @@ def request_token(
     return TokenSet.from_response(payload, now=started, default_scope=default_scope)
 
 
+def check_api_key(api_key: str, where: str = "The BOS API key") -> None:
+    """Refuse a key that cannot be sent as a header, without quoting it.
+
+    httpx would refuse the header and quote it, key included, in its error; a secrets masker
+    registered with a raw line break does not match the escaped ``\\n`` of a traceback.
+    """
+    if not all("\x21" <= char <= "\x7e" for char in api_key):
+        raise BosConfigurationError(
+            f"{where} holds whitespace or control characters (a pasted line break?); store it again without them."
+        )
+
+
 class ApiKeyAuth(httpx.Auth):
     """``Authorization: Bearer <api key>`` (the contract's API-key alternative: no refresh)."""
 
@@ -225,6 +238,7 @@ class ApiKeyAuth(httpx.Auth):
         if not api_key:
             raise BosConfigurationError("The BOS API key is empty.")
         register_secret(api_key)
+        check_api_key(api_key)
         self._api_key = api_key
 
     def __repr__(self) -> str:

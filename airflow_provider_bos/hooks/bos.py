@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from airflow.sdk import BaseHook
 
-from airflow_provider_bos.auth.grants import DEFAULT_SCOPES
+from airflow_provider_bos.auth.grants import DEFAULT_SCOPES, check_api_key
 from airflow_provider_bos.exceptions import BosConfigurationError, BosError
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import BosContext
@@ -65,26 +65,26 @@ class BosConnectionConfig:
     @classmethod
     def from_connection(cls, conn: Any) -> BosConnectionConfig:
         raw_extra = conn.extra_dejson or {}
-        # The UI form may store custom fields under the legacy ``extra__bos__<name>`` key.
-        extra = {k.removeprefix("extra__bos__"): v for k, v in raw_extra.items() if v not in ("", None)}
+        # The UI form may store custom fields under the legacy ``extra__bos__<name>`` key. Pasted
+        # values lose their edge whitespace (a client_id with a trailing space would be sent as is).
+        extra = {k.removeprefix("extra__bos__"): v.strip() if isinstance(v, str) else v for k, v in raw_extra.items()}
+        extra = {k: v for k, v in extra.items() if v not in ("", None)}
         conn_id = conn.conn_id
-        host = (conn.host or "").strip()
+        host = _resource_url(conn)
         if not host:
             raise BosConfigurationError(f"Connection {conn_id!r}: host must be the BOS MCP resource URL.")
-        if "://" not in host:
-            # Airflow's URI form splits the scheme off into the schema field.
-            scheme = conn.schema or "https"
-            port = f":{conn.port}" if conn.port else ""
-            host = f"{scheme}://{host}{port}"
-        auth_type = (extra.get("auth_type") or "oauth").lower()
+        auth_type = str(extra.get("auth_type") or "oauth").lower()
         if auth_type not in AUTH_TYPES:
             raise BosConfigurationError(f"Connection {conn_id!r}: auth_type must be one of {AUTH_TYPES}.")
-        protocol = extra.get("protocol") or "auto"
+        protocol = str(extra.get("protocol") or "auto").lower()
         if protocol not in PROTOCOLS:
             raise BosConfigurationError(f"Connection {conn_id!r}: protocol must be one of {PROTOCOLS}.")
-        secret = conn.password or ""
+        register_secret(conn.password or "")
+        secret = (conn.password or "").strip()  # a pasted key or token with its line break
         if not secret and auth_type == "api_key":
             raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the API key.")
+        if auth_type == "api_key":
+            check_api_key(secret, f"Connection {conn_id!r}: the API key in the password field")
         # OAuth: an empty or masked password is not an error here. The grant layer uses the grant
         # already in the token store (and says how to fix the Connection), or fails if there is none.
         client_id = extra.get("client_id") or None
@@ -104,22 +104,37 @@ class BosConnectionConfig:
             token_store_conn_id=extra.get("token_store_conn_id") or None,
             token_store_url=extra.get("token_store_url") or None,
             context_handle=extra.get("context_handle") or None,
-            timeout=float(extra.get("timeout") or 30),
-            stream_idle_timeout=_stream_idle_timeout(conn_id, extra.get("stream_idle_timeout")),
+            timeout=_seconds(conn_id, "HTTP timeout (timeout)", extra.get("timeout"), 30.0),
+            stream_idle_timeout=_seconds(conn_id, "Stream idle timeout (stream_idle_timeout)",
+                                         extra.get("stream_idle_timeout"), 300.0),
             max_event_bytes=_max_event_bytes(conn_id, extra.get("max_event_mib")),
         )
 
 
-def _stream_idle_timeout(conn_id: str, value: Any) -> float:
-    """The "Stream idle timeout" field: positive seconds, 300 when empty (the MCP SDK's default)."""
+def _resource_url(conn: Any) -> str:
+    """The MCP resource URL from the host field, or from Airflow's URI form of the Connection.
+
+    ``bos://dfsm.ai/mcp/apps/bos/platform`` is parsed by Airflow into host ``dfsm.ai`` and schema
+    ``mcp/apps/bos/platform`` (the path); a schema of ``http`` or ``https`` is the scheme instead.
+    """
+    host = (conn.host or "").strip()
+    if not host or "://" in host:
+        return host
+    schema = (conn.schema or "").strip().strip("/")
+    scheme, path = (schema.lower(), "") if schema.lower() in ("http", "https") else ("https", schema)
+    port = f":{conn.port}" if conn.port else ""
+    return f"{scheme}://{host}{port}" + (f"/{path}" if path else "")
+
+
+def _seconds(conn_id: str, label: str, value: Any, default: float) -> float:
+    """A positive number of seconds from a Connection field, ``default`` when it is empty."""
     try:
-        seconds = float(300 if value is None else value)
+        seconds = float(default if value is None else value)
     except (TypeError, ValueError):
         seconds = 0.0
-    if not seconds > 0:
+    if isinstance(value, bool) or not 0 < seconds < float("inf"):  # also refuses nan
         raise BosConfigurationError(
-            f"Connection {conn_id!r}: Stream idle timeout (stream_idle_timeout) must be a positive number "
-            f"of seconds, not {value!r}."
+            f"Connection {conn_id!r}: {label} must be a positive number of seconds, not {value!r}."
         )
     return seconds
 

@@ -7,22 +7,15 @@ refresh token left there would re-seed the row with a rotated, dead token).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from airflow_provider_bos.auth.connect import ConnectOutcome
 from airflow_provider_bos.auth.token_store import SqlTokenStore
-from airflow_provider_bos.cli import connection_document, token_store_for
+from airflow_provider_bos.cli import connection_document, extra_of, save_bos_connection, token_store_for
 from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 from airflow_provider_bos.plugins.pending import ConnectTarget
 
 __all__ = ["bos_connections", "extra_of", "open_token_store", "save_connected", "target_of"]
-
-
-def extra_of(conn: Any) -> dict[str, Any]:
-    """A Connection's extra with the legacy ``extra__bos__`` prefix removed, empty values dropped."""
-    raw = conn.extra_dejson or {}
-    return {k.removeprefix("extra__bos__"): v for k, v in raw.items() if v not in ("", None)}
 
 
 def bos_connections() -> list[Any]:
@@ -79,26 +72,10 @@ def token_store_label(target: ConnectTarget) -> str:
 
 def save_connected(target: ConnectTarget, outcome: ConnectOutcome) -> None:
     """Create or update the ``bos`` Connection for a finished sign-in, with no secret in it."""
-    from airflow.models.connection import Connection
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
     document = connection_document(
         outcome, token_store_url=None, token_store_conn_id=target.token_store_conn_id, show_secrets=False
     )
     ours = dict(document["extra"])
     if target.token_store_url:
         ours["token_store_url"] = target.token_store_url  # as configured, not the printable form
-    with create_session() as session:
-        conn = session.scalars(select(Connection).where(Connection.conn_id == target.conn_id)).one_or_none()
-        if conn is None:
-            conn = Connection(conn_id=target.conn_id, conn_type=document["conn_type"])
-            session.add(conn)
-            extra: dict[str, Any] = {}
-        else:
-            extra = extra_of(conn)  # keep what the user set (context handle, timeout...)
-        extra.update(ours)
-        conn.conn_type = document["conn_type"]
-        conn.host = document["host"]
-        conn.password = None
-        conn.extra = json.dumps(extra)
+    save_bos_connection(target.conn_id, conn_type=document["conn_type"], host=document["host"], extra=ours)

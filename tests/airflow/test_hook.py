@@ -76,6 +76,10 @@ def test_the_largest_event_field_bounds_what_a_read_holds_whole(bos_server, bos_
     ({"extra_dejson": {"client_id": "x", "max_event_mib": "lots"}}, "Largest event"),
     ({"extra_dejson": {"client_id": "x", "max_event_mib": True}}, "Largest event"),
     ({"extra_dejson": {"client_id": "x", "max_event_mib": 536870912}}, "Largest event"),  # bytes typed in
+    ({"extra_dejson": {"client_id": "x", "timeout": "abc"}}, "HTTP timeout"),
+    ({"extra_dejson": {"client_id": "x", "timeout": 0}}, "HTTP timeout"),  # was silently 30
+    ({"extra_dejson": {"client_id": "x", "timeout": "nan"}}, "HTTP timeout"),
+    ({"password": "bos_key one", "extra_dejson": {"auth_type": "api_key"}}, "whitespace or control characters"),
     ({"host": ""}, "MCP resource URL"),
     ({"password": "", "extra_dejson": {"auth_type": "api_key"}}, "API key"),
     ({"extra_dejson": {}}, "client_id"),
@@ -124,8 +128,32 @@ def test_federated_read_hands_progress_to_the_callback_and_returns_the_final_res
     assert len(records) == result.result_count == 60
 
 
-def test_api_key_connections_read_without_refreshing(bos_server, monkeypatch) -> None:
+def test_pasted_values_lose_their_edge_whitespace() -> None:
+    cfg = BosConnectionConfig.from_connection(_conn(password=" refresh-token-value\n", extra_dejson={
+        "client_id": "client-1 ", "auth_type": " OAuth", "protocol": "AUTO", "context_handle": "ctx_a\n"}))
+    assert (cfg.secret, cfg.client_id, cfg.auth_type, cfg.protocol, cfg.context_handle) == (
+        "refresh-token-value", "client-1", "oauth", "auto", "ctx_a")
+
+
+def test_the_uri_form_of_a_connection_keeps_the_path() -> None:
+    from airflow.models.connection import Connection
+
+    conn = Connection(conn_id="c", uri="bos://dfsm.ai/mcp/apps/bos/platform?client_id=c1")
+    assert BosConnectionConfig.from_connection(conn).resource_url == "https://dfsm.ai/mcp/apps/bos/platform"
+    assert BosConnectionConfig.from_connection(_conn(host="bos.local", schema="http", port=8080)).resource_url == (
+        "http://bos.local:8080")
+
+
+def test_api_key_connections_read_without_refreshing(bos_server, monkeypatch, caplog) -> None:
     key = bos_server.create_api_key()
+    # Pasted with its line break (kubectl create secret --from-file keeps one): it still works, and
+    # the key never reaches a log or an error (httpx would quote the bad header, key and all).
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_KEYED", json.dumps({
+        "conn_type": "bos", "host": bos_server.mcp_url, "password": key + "\n", "extra": {"auth_type": "api_key"}}))
+    with caplog.at_level("DEBUG"):
+        ok, message = BosHook("bos_keyed").test_connection()
+    assert ok, message
+    assert key not in caplog.text and key not in message
     monkeypatch.setenv("AIRFLOW_CONN_BOS_KEYED", json.dumps({
         "conn_type": "bos", "host": bos_server.mcp_url, "password": key, "extra": {"auth_type": "api_key"}}))
     ok, message = BosHook("bos_keyed").test_connection()
