@@ -193,7 +193,12 @@ def run_sync(
     result: StreamingRead | None = None
     try:
         with cyclic_gc_paused(), _known_wire_hashes(writer) as known:
-            streaming: StreamingRead = read(tool_name, arguments, stream_records=True, **read_options)
+            # The context is noted on the run as soon as the read knows it: a read that fails
+            # before its final result is then audited under it (a sensor watching that context
+            # sees the failure).
+            streaming: StreamingRead = read(tool_name, arguments, stream_records=True,
+                                            on_context=lambda handle: setattr(run, "context_handle", handle),
+                                            **read_options)
             result = streaming
             # Records arriving byte-identical to stored ones are not decoded (the writer verifies
             # each such claim in SQL before it counts the record unchanged).

@@ -290,6 +290,7 @@ class BosHook(BaseHook):
         on_progress: Callable[[Any], None] | None = None,
         deadline_s: float | None = None,
         stream_records: bool = False,
+        on_context: Callable[[str], None] | None = None,
     ) -> Any:
         """Run a federated read; returns the authoritative ``FinalResult``.
 
@@ -308,6 +309,7 @@ class BosHook(BaseHook):
             on_progress=on_progress,
             deadline_s=deadline_s,
             stream_records=stream_records,
+            on_context=on_context,
         )
 
     def test_connection(self) -> tuple[bool, str]:

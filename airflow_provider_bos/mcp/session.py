@@ -317,6 +317,7 @@ class McpSession:
         on_progress: Callable[[SourceProgress], None] | None = None,
         deadline_s: float | None = None,
         stream_records: bool = False,
+        on_context: Callable[[str], None] | None = None,
     ) -> FinalResult:
         """Run a federated read and return its authoritative :class:`FinalResult`.
 
@@ -334,6 +335,10 @@ class McpSession:
         failure mid-frame raises :class:`BosIncompleteStreamError` from the iterator. Consume or
         close the result before the next call on this session (:meth:`cancel` still works). A
         JSON or small SSE answer behaves the same (its records are iterated from memory).
+
+        ``on_context``: called with the context the read runs in as soon as it is known, before the
+        call (``bos_execute``: the resolved handle; a direct tool: ``context_handle`` if given), so
+        a failure's audit row can name it too.
         """
         check_via(via)
         deadline = Deadline.after(deadline_s)
@@ -344,6 +349,7 @@ class McpSession:
                 style = "direct" if tool_name in self._tool_name_set(deadline) else "execute"
             else:
                 style = "direct" if via == "direct" else "execute"
+            handle: str | None = context_handle
             if style == "execute":
                 handle = resolve_context_handle(context_handle, contexts=lambda: self._get_contexts(deadline))
                 params: dict[str, Any] = {
@@ -352,6 +358,8 @@ class McpSession:
                 }
             else:
                 params = {"name": tool_name, "arguments": arguments}
+            if on_context is not None and handle:
+                on_context(handle)
             opt_in = stream and self.source_results is not None
             if stream and not opt_in:
                 logger.info("The server does not advertise %s; reading without streaming.", SOURCE_RESULTS_EXTENSION)

@@ -70,6 +70,7 @@ with DAG(
         task_id="watch",
         destination_conn_id="bos_warehouse",
         bos_conn_id="bos_default",
+        context_handle=env("BOS_TEST_MONITOR_CONTEXT") or None,
         tool_name=env("BOS_TEST_TOOL", "people.search"),
         max_age=timedelta(seconds=float(env("BOS_TEST_MAX_AGE_S", "3600"))),
         on_partial=env("BOS_TEST_ON_PARTIAL", "fail"),
