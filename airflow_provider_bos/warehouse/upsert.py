@@ -67,7 +67,8 @@ class WarehouseWriter:
     :param schema: PostgreSQL schema / MySQL database; SQLite: ``None`` or ``"main"``.
     :param audit_table: audit table name, in the same schema.
     :param batch_size: rows per staging ``executemany`` chunk (memory bound; ignored by COPY).
-    :param lock_timeout_s: how long to wait for another writer of the same table.
+    :param lock_timeout_s: how long to wait for another writer of the same table (SQLite: of the
+        same database file, whose busy timeout it also is unless ``sqlite_busy_timeout_s`` is given).
     :param use_copy: force COPY on/off on PostgreSQL; default: on when the driver is psycopg 3.
     """
 
@@ -80,13 +81,16 @@ class WarehouseWriter:
         audit_table: str = "bos_sync_runs",
         batch_size: int = 5000,
         lock_timeout_s: float = 300.0,
-        sqlite_busy_timeout_s: float = 30.0,
+        sqlite_busy_timeout_s: float | None = None,
         use_copy: bool | None = None,
     ) -> None:
         self.engine = engine
         self._dialect_options: dict[str, Any] = {}
         if engine.dialect.name == "sqlite":
-            self._dialect_options["busy_timeout_s"] = sqlite_busy_timeout_s
+            # A SQLite writer holds the whole file for its run: waiting for it IS the lock wait.
+            self._dialect_options["busy_timeout_s"] = (
+                lock_timeout_s if sqlite_busy_timeout_s is None else sqlite_busy_timeout_s
+            )
         elif engine.dialect.name == "postgresql":
             self._dialect_options["use_copy"] = use_copy
         #: Built again by :meth:`ensure_tables` if the records table turns out to lack the wire-hash
