@@ -208,8 +208,16 @@ def audit_table(
 
 
 def rejects_table_name(records_table_name: str) -> str:
-    """``<table>_rejects``: where ``invalid_records="quarantine"`` puts the records the table cannot store."""
-    return f"{records_table_name}_rejects"
+    """``<table>_rejects``: where ``invalid_records="quarantine"`` puts the records the table cannot store.
+
+    A table name too long for the suffix (over 55 characters) keeps its first 38 characters and a
+    hash of the whole name: ``<first 38>_<16 hex>_rejects``, 63 characters, one per table.
+    """
+    name = f"{records_table_name}_rejects"
+    if len(name) <= 63:
+        return name
+    digest = hashlib.sha256(records_table_name.encode()).hexdigest()[:16]
+    return f"{records_table_name[:38]}_{digest}_rejects"
 
 
 def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:

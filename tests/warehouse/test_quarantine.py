@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -171,6 +172,17 @@ def test_adding_the_rejected_column_gives_up_soon_behind_an_open_reader(
         assert "rejected" in {c["name"] for c in sa.inspect(engine).get_columns(later.audit_table)}
     finally:
         reader.dispose()
+
+
+def test_a_table_name_too_long_for_the_suffix_quarantines_into_a_hashed_rejects_table(make_writer, engine) -> None:
+    table = "t_" + "q" * 53 + uuid.uuid4().hex[:8]  # 63 characters: valid, but "<table>_rejects" is not
+    writer = make_writer(table=table, audit_table=f"{table[:50]}_runs")
+    counts = write(writer, mixed(0, True), invalid_records="quarantine")
+    assert counts == UpsertCounts(inserted=5, rejected=3)
+    rejects = rejects_table_name(table)
+    assert len(rejects) == 63 and rejects.startswith(table[:38]) and rejects.endswith("_rejects")
+    assert len(rejects_rows(engine, table)) == 3
+    assert rejects_table_name(table[:-1] + "x") != rejects  # one per table
 
 
 def test_a_huge_rejected_record_is_bounded_and_flagged(writer, engine) -> None:
