@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias, BaseOperator
 
-from airflow_provider_bos.exceptions import BosPartialReadError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosPartialReadError
 from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.reads import check_via
 from airflow_provider_bos.operators.progress import ProgressLogger
@@ -119,6 +119,7 @@ class BosFederatedReadOperator(BaseOperator):
         if self.destination_schema:
             validate_identifier(self.destination_schema, what="destination_schema")
         validate_identifier(self.audit_table, what="audit_table")
+        _check_json_arguments(self.arguments)
 
         engine = engine_for_connection(self.destination_conn_id)
         try:
@@ -260,3 +261,30 @@ class BosFederatedReadOperator(BaseOperator):
         )
         return OperatorLineage(inputs=[bos_input], outputs=[output])
 
+
+def _check_json_arguments(value: Any, path: str = "arguments") -> None:
+    """Refuse a read's arguments that are not JSON values, naming the first one that is not.
+
+    With ``render_template_as_native_obj=True`` a template such as ``{{ data_interval_start }}``
+    renders to a DateTime object, which BOS (JSON) cannot be sent.
+    """
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise BosConfigurationError(f"{path} is {value!r}, which JSON cannot hold.")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise BosConfigurationError(f"{path} has the key {key!r}: JSON object keys must be strings.")
+            _check_json_arguments(item, f"{path}[{key!r}]")
+        return
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            _check_json_arguments(item, f"{path}[{index}]")
+        return
+    raise BosConfigurationError(
+        f"{path} is a {type(value).__name__}, not a JSON value; render it as text (e.g. "
+        "'{{ data_interval_start.isoformat() }}' under render_template_as_native_obj=True)."
+    )

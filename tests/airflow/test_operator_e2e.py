@@ -218,6 +218,21 @@ def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
 
 
+def test_an_argument_rendered_as_a_python_object_is_refused_by_name(bos_airflow, run_dag, capsys) -> None:
+    # render_template_as_native_obj=True renders {{ data_interval_start }} to a DateTime, which BOS
+    # (JSON) cannot be sent: a typed error naming the argument, before any read or write.
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    server.set_scenario(load_scenario("complete"))
+    calls = server.counters.tool_calls
+    dag_run = run_dag("bos_test_sync", BOS_TEST_NATIVE="1",
+                      BOS_TEST_ARGUMENTS='{"updated_since": "{{ data_interval_start }}"}')
+    assert task_states(dag_run)["sync"] == "failed"
+    captured = capsys.readouterr()  # the task log (structlog writes it to stdout under dag.test)
+    assert "arguments['updated_since'] is a DateTime, not a JSON value" in captured.out + captured.err
+    assert not sa.inspect(engine).has_table(table)  # nothing read, nothing written
+    assert server.counters.tool_calls == calls
+
+
 @pytest.mark.parametrize("mode", ["skip", "Quarantine", None])
 def test_an_unknown_invalid_records_mode_is_refused_at_parse_time(mode) -> None:
     from airflow_provider_bos.exceptions import BosConfigurationError

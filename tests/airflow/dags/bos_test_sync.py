@@ -23,6 +23,7 @@ with DAG(
     start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
     catchup=False,
     tags=["bos-test"],
+    render_template_as_native_obj=env("BOS_TEST_NATIVE", "0") == "1",
 ):
     sync = BosFederatedReadOperator(
         task_id="sync",
