@@ -365,3 +365,22 @@ def test_paste_mode_needs_an_https_redirect_uri(bos_server, store_url: str) -> N
                        "--redirect-uri", redirect, "--no-browser"])
         assert code == 1, redirect
     assert bos_server.counters.unauthorized == 0  # refused before discovery began
+
+
+def test_connect_says_what_to_do_about_a_busy_port_and_a_trailing_slash(bos_server, store_url: str, capsys) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _ = run(["connect", "--resource", bos_server.mcp_url, "--token-store-url", store_url,
+                       "--no-browser", "--port", str(port)])
+    error = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in error  # a BosError, said in one line
+    assert f"Cannot listen for the OAuth callback on 127.0.0.1:{port}" in error and "--port" in error
+
+    code, _ = run(["connect", "--resource", bos_server.mcp_url + "/", "--token-store-url", store_url,
+                   "--auto-follow"])
+    error = capsys.readouterr().err
+    assert code == 1 and "got 307 (a redirect to" in error and "trailing slash" in error

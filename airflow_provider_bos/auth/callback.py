@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-from airflow_provider_bos.exceptions import BosCallbackError
+from airflow_provider_bos.exceptions import BosCallbackError, BosConfigurationError
 
 __all__ = ["LoopbackCallbackListener", "RULE_CALLBACK_TIMEOUT"]
 
@@ -93,7 +93,13 @@ class LoopbackCallbackListener:
         self._lock = threading.Lock()
         self._callback_url: str | None = None
         self._expected_state: str | None = None
-        self._server = _Server((host, port), self)
+        try:
+            self._server = _Server((host, port), self)
+        except OSError as exc:
+            raise BosConfigurationError(
+                f"Cannot listen for the OAuth callback on {host}:{port} ({exc.strerror or exc}); "
+                "pass another --port (or 0 for any free one), or stop what holds it."
+            ) from None
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(
             target=self._server.serve_forever,

@@ -217,8 +217,11 @@ def _resource_metadata_url(client: httpx.Client, resource_url: str) -> str:
             f"Could not reach the MCP resource {resource_url}: {type(exc).__name__}"
         ) from exc
     if response.status_code != 401:
+        moved = response.headers.get("location") if response.is_redirect else None
+        hint = (f" (a redirect to {excerpt(moved, 200)}: use the MCP resource URL exactly as BOS publishes it, "
+                "e.g. without a trailing slash; redirects are not followed)") if moved else ""
         raise BosDiscoveryError(
-            f"an unauthenticated initialize must be answered with HTTP 401, got {response.status_code}.",
+            f"an unauthenticated initialize must be answered with HTTP 401, got {response.status_code}{hint}.",
             url=resource_url,
             rule=RULE_CHALLENGE_STATUS,
         )
