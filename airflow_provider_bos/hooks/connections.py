@@ -53,8 +53,15 @@ def engine_for_connection(conn_id: str) -> Engine:
     type is asked for its hook's engine, and the warehouse dialect then says if it is supported.
     """
     from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
 
-    conn = BaseHook.get_connection(conn_id)
+    try:
+        conn = BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise BosConfigurationError(
+            f"The Airflow connection {conn_id!r} does not exist; create it (Admin -> Connections or "
+            f"AIRFLOW_CONN_{conn_id.upper()}) or name another one."
+        ) from None
     conn_type = (conn.conn_type or "").lower()
     if conn_type == "sqlite" or conn_type in _FALLBACK_DRIVERS:
         return create_engine(url_from_connection(conn), pool_pre_ping=True)

@@ -159,3 +159,11 @@ def test_api_key_connections_read_without_refreshing(bos_server, monkeypatch, ca
     ok, message = BosHook("bos_keyed").test_connection()
     assert ok, message
     assert bos_server.counters.refreshes == 0
+
+
+def test_test_connection_reports_a_missing_token_store_connection(bos_server, bos_conn, monkeypatch) -> None:
+    conn = json.loads(__import__("os").environ["AIRFLOW_CONN_BOS_DEFAULT"])
+    conn["extra"] = {"client_id": conn["extra"]["client_id"], "token_store_conn_id": "no_such_store"}
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
+    ok, message = BosHook().test_connection()  # an answer for the UI's Test button, not an exception
+    assert not ok and "'no_such_store' does not exist" in message
