@@ -67,22 +67,21 @@ def token_store_for(
     return store, make_url(target).render_as_string(hide_password=True)
 
 
-def extra_of(conn: Any) -> dict[str, Any]:
-    """A Connection's extra with the legacy ``extra__bos__`` prefix removed, empty values dropped."""
-    raw = conn.extra_dejson or {}
-    return {k.removeprefix("extra__bos__"): v for k, v in raw.items() if v not in ("", None)}
+_TOKEN_STORE_KEYS = ("token_store_conn_id", "token_store_url")
 
 
 def save_bos_connection(conn_id: str, *, conn_type: str, host: str, extra: dict[str, Any]) -> None:
     """Create the ``bos`` Connection a sign-in names, or update it in place, holding no secret.
 
-    Only what the sign-in decides is set (type, host, the given extra fields); the rest the user
-    set (description, context handle, timeouts, token store...) is kept. The connect command and
-    the Admin -> BOS page both save through here.
+    Only what the sign-in decides is set (type, host, the token store the grant went to, the given
+    extra fields); the rest the user set (description, context handle, timeouts...) is kept. The
+    connect command and the Admin -> BOS page both save through here.
     """
     from airflow.models.connection import Connection
     from airflow.utils.session import create_session
     from sqlalchemy import select
+
+    from airflow_provider_bos.hooks.bos import extra_of
 
     with create_session() as session:
         conn = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one_or_none()
@@ -92,6 +91,10 @@ def save_bos_connection(conn_id: str, *, conn_type: str, host: str, extra: dict[
             merged: dict[str, Any] = {}
         else:
             merged = extra_of(conn)
+            # The grant is in the store this sign-in used (named in ``extra``, or the default):
+            # an older store setting left beside it would send tasks to a grant that is not there.
+            for key in _TOKEN_STORE_KEYS:
+                merged.pop(key, None)
         merged.update(extra)
         conn.conn_type = conn_type
         conn.host = host

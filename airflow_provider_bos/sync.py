@@ -185,7 +185,8 @@ def run_sync(
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
 
-    ``read_options`` go to ``read`` (context_handle, via, stream, on_progress, deadline_s). On any
+    ``read_options`` go to ``read`` (context_handle, via, stream, on_progress, deadline_s), with
+    ``on_context`` (notes the read's context on ``run`` as soon as it is known). On any
     failure the records table is untouched, a ``failed`` audit row is written, and the error is
     re-raised. ``invalid_records``: ``"fail"`` or ``"quarantine"`` (see :class:`~..wire.WriteOptions`);
     a run that quarantined records is ``partial``.

@@ -183,7 +183,8 @@ class FederatedRead(Protocol):
     """``McpSession.federated_read`` (or ``BosHook``'s), as run_sync calls it."""
 
     def __call__(self, tool_name: str, arguments: dict[str, Any], *, stream_records: bool, **options: Any) -> Any:
-        """A :class:`StreamingRead` when ``stream_records`` is True."""
+        """A :class:`StreamingRead` when ``stream_records`` is True; ``options`` include ``on_context``
+        (called once with the context the read runs in, as soon as it is known)."""
         ...
 
 

@@ -257,7 +257,8 @@ def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, s
     with create_session() as session:
         row = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one()
         row.description = "HR people, nightly"
-        row.extra = json.dumps({**row.extra_dejson, "context_handle": "ctx_acme_itsm_sandbox", "timeout": 90})
+        row.extra = json.dumps({**row.extra_dejson, "context_handle": "ctx_acme_itsm_sandbox", "timeout": 90,
+                                "token_store_conn_id": "store_used_before"})
     code, output = run(["connect", "--conn-id", conn_id, "--resource", bos_server.mcp_url,
                         "--token-store-url", store_url, "--auto-follow", "--save-connection"])
     assert code == 0, output
@@ -265,6 +266,8 @@ def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, s
     assert conn.description == "HR people, nightly" and conn.password is None
     assert (conn.extra_dejson["context_handle"], conn.extra_dejson["timeout"]) == ("ctx_acme_itsm_sandbox", 90)
     assert conn.extra_dejson["token_store_url"] == store_url and conn.extra_dejson["client_id"]
+    # The grant went to the store this sign-in named: an older store setting would send tasks elsewhere.
+    assert "token_store_conn_id" not in conn.extra_dejson
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -64,13 +64,9 @@ class BosConnectionConfig:
 
     @classmethod
     def from_connection(cls, conn: Any) -> BosConnectionConfig:
-        raw_extra = conn.extra_dejson or {}
-        # The UI form may store custom fields under the legacy ``extra__bos__<name>`` key. Pasted
-        # values lose their edge whitespace (a client_id with a trailing space would be sent as is).
-        extra = {k.removeprefix("extra__bos__"): v.strip() if isinstance(v, str) else v for k, v in raw_extra.items()}
-        extra = {k: v for k, v in extra.items() if v not in ("", None)}
+        extra = extra_of(conn)
         conn_id = conn.conn_id
-        host = _resource_url(conn)
+        host = resource_url_of(conn)
         if not host:
             raise BosConfigurationError(f"Connection {conn_id!r}: host must be the BOS MCP resource URL.")
         auth_type = str(extra.get("auth_type") or "oauth").lower()
@@ -111,19 +107,40 @@ class BosConnectionConfig:
         )
 
 
-def _resource_url(conn: Any) -> str:
-    """The MCP resource URL from the host field, or from Airflow's URI form of the Connection.
+def extra_of(conn: Any) -> dict[str, Any]:
+    """A ``bos`` Connection's extra as every reader of it sees it (the hook, the connect command,
+    the Admin -> BOS page): the legacy ``extra__bos__`` prefix removed, pasted values' edge
+    whitespace removed (a client_id with a trailing space would be sent as is), empty values dropped.
+    """
+    raw = conn.extra_dejson or {}
+    extra = {k.removeprefix("extra__bos__"): v.strip() if isinstance(v, str) else v for k, v in raw.items()}
+    return {k: v for k, v in extra.items() if v not in ("", None)}
 
-    ``bos://dfsm.ai/mcp/apps/bos/platform`` is parsed by Airflow into host ``dfsm.ai`` and schema
-    ``mcp/apps/bos/platform`` (the path); a schema of ``http`` or ``https`` is the scheme instead.
+
+def resource_url_of(conn: Any) -> str:
+    """The MCP resource URL of a ``bos`` Connection: its host field, or Airflow's URI form of it.
+
+    Airflow parses ``bos://dfsm.ai/mcp/apps/bos/platform`` into host ``dfsm.ai`` and schema
+    ``mcp/apps/bos/platform`` (the path), and ``bos://http://127.0.0.1:8765/mcp/...`` into host
+    ``http://127.0.0.1``, port 8765 and that schema; a schema of just ``http`` or ``https`` is the
+    scheme. A host that is a whole URL with no port or schema beside it is taken as it is.
     """
     host = (conn.host or "").strip()
-    if not host or "://" in host:
-        return host
-    schema = (conn.schema or "").strip().strip("/")
-    scheme, path = (schema.lower(), "") if schema.lower() in ("http", "https") else ("https", schema)
-    port = f":{conn.port}" if conn.port else ""
-    return f"{scheme}://{host}{port}" + (f"/{path}" if path else "")
+    if not host:
+        return ""
+    path = (conn.schema or "").strip()
+    if "://" not in host:
+        scheme = "https"
+        if path.lower() in ("http", "https"):
+            scheme, path = path.lower(), ""
+        host = f"{scheme}://{host}"
+    authority = host.split("://", 1)[1]
+    has_port = ":" in authority.rsplit("]", 1)[-1]  # after an IPv6 literal's "]", if any
+    if conn.port and "/" not in authority and not has_port:
+        host = f"{host}:{conn.port}"
+    if path:
+        host = f"{host.rstrip('/')}/{path.lstrip('/')}"
+    return host
 
 
 def _seconds(conn_id: str, label: str, value: Any, default: float) -> float:

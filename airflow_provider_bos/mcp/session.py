@@ -109,12 +109,22 @@ DEFAULT_STREAM_THRESHOLD = 1024 * 1024
 class _ReadConsumer:
     """Feeds a read's notifications to its tracker, then to ``on_progress`` (same thread, wire order)."""
 
-    def __init__(self, tracker: SourceResultsTracker, on_progress: Callable[[SourceProgress], None] | None) -> None:
+    def __init__(
+        self, tracker: SourceResultsTracker, on_progress: Callable[[SourceProgress], None] | None,
+        on_context: Callable[[str], None] | None = None,
+    ) -> None:
         self.tracker = tracker
         self._on_progress = on_progress
+        self._on_context = on_context  # told the first page's context (a direct read names none)
 
     def __call__(self, params: Any) -> None:
         progress = self.tracker.observe(params)
+        if self._on_context is not None:
+            context = params.get("context") if isinstance(params, dict) else None
+            handle = context.get("context_handle") if isinstance(context, dict) else None
+            if isinstance(handle, str) and handle:
+                on_context, self._on_context = self._on_context, None
+                on_context(handle)
         if self._on_progress is not None:
             self._on_progress(progress)
 
@@ -336,9 +346,9 @@ class McpSession:
         close the result before the next call on this session (:meth:`cancel` still works). A
         JSON or small SSE answer behaves the same (its records are iterated from memory).
 
-        ``on_context``: called with the context the read runs in as soon as it is known, before the
-        call (``bos_execute``: the resolved handle; a direct tool: ``context_handle`` if given), so
-        a failure's audit row can name it too.
+        ``on_context``: called once with the context the read runs in as soon as it is known, so a
+        failure's audit row can name it too: ``bos_execute``, the resolved handle before the call; a
+        direct tool (sent no context), the context of its first page notification.
         """
         check_via(via)
         deadline = Deadline.after(deadline_s)
@@ -349,17 +359,19 @@ class McpSession:
                 style = "direct" if tool_name in self._tool_name_set(deadline) else "execute"
             else:
                 style = "direct" if via == "direct" else "execute"
-            handle: str | None = context_handle
+            page_context = None
             if style == "execute":
                 handle = resolve_context_handle(context_handle, contexts=lambda: self._get_contexts(deadline))
                 params: dict[str, Any] = {
                     "name": "bos_execute",
                     "arguments": {"context_handle": handle, "tool_name": tool_name, "arguments": arguments},
                 }
+                if on_context is not None:
+                    on_context(handle)
             else:
+                # A direct tool is sent no context: BOS picks it, and says which on every page.
                 params = {"name": tool_name, "arguments": arguments}
-            if on_context is not None and handle:
-                on_context(handle)
+                page_context = on_context
             opt_in = stream and self.source_results is not None
             if stream and not opt_in:
                 logger.info("The server does not advertise %s; reading without streaming.", SOURCE_RESULTS_EXTENSION)
@@ -369,7 +381,7 @@ class McpSession:
             consumers: list[_ReadConsumer] = []
 
             def make_consumer(request_id: str) -> _ReadConsumer:
-                consumers.append(_ReadConsumer(SourceResultsTracker(request_id), on_progress))
+                consumers.append(_ReadConsumer(SourceResultsTracker(request_id), on_progress, page_context))
                 return consumers[-1]
 
             options = CallOptions(deadline, make_consumer, final_style=style if stream_records else None)

@@ -194,7 +194,7 @@ class BosFederatedReadOperator(BaseOperator):
         }
         if status == "partial" and self.fail_on_partial:
             rejected = (
-                f"; {summary['rejected']} record(s) quarantined in {writer.destination_table}_rejects"
+                f"; {summary['rejected']} record(s) quarantined in {writer.rejects_destination}"
                 if summary["rejected"] else ""
             )
             raise BosPartialReadError(

@@ -11,7 +11,8 @@ from typing import Any
 
 from airflow_provider_bos.auth.connect import ConnectOutcome
 from airflow_provider_bos.auth.token_store import SqlTokenStore
-from airflow_provider_bos.cli import connection_document, extra_of, save_bos_connection, token_store_for
+from airflow_provider_bos.cli import connection_document, save_bos_connection, token_store_for
+from airflow_provider_bos.hooks.bos import extra_of, resource_url_of
 from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 from airflow_provider_bos.plugins.pending import ConnectTarget
 
@@ -48,7 +49,7 @@ def target_of(conn: Any) -> ConnectTarget:
     extra = extra_of(conn)
     return ConnectTarget(
         conn_id=conn.conn_id,
-        resource_url=(conn.host or "").strip(),
+        resource_url=resource_url_of(conn),  # as the hook reads it (the URI form too)
         token_store_conn_id=extra.get("token_store_conn_id"),
         token_store_url=extra.get("token_store_url"),
     )

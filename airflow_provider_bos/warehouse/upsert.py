@@ -121,6 +121,11 @@ class WarehouseWriter:
         return self._qualified(self.table)
 
     @property
+    def rejects_destination(self) -> str:
+        """``schema.<table>_rejects`` (or the hashed name of a long table), where quarantine puts records."""
+        return self._qualified(rejects_table_name(self.table))
+
+    @property
     def staging_method(self) -> str:
         """``"copy"`` or ``"executemany"``: how rows reach the staging table."""
         return "copy" if self.use_copy else "executemany"

@@ -138,8 +138,13 @@ def test_pasted_values_lose_their_edge_whitespace() -> None:
 def test_the_uri_form_of_a_connection_keeps_the_path() -> None:
     from airflow.models.connection import Connection
 
+    from airflow_provider_bos.plugins.connections import target_of
+
     conn = Connection(conn_id="c", uri="bos://dfsm.ai/mcp/apps/bos/platform?client_id=c1")
     assert BosConnectionConfig.from_connection(conn).resource_url == "https://dfsm.ai/mcp/apps/bos/platform"
+    assert target_of(conn).resource_url == "https://dfsm.ai/mcp/apps/bos/platform"  # the Admin page reads it alike
+    local = Connection(conn_id="c", uri="bos://http://127.0.0.1:8765/mcp/apps/bos/platform?client_id=c1")
+    assert BosConnectionConfig.from_connection(local).resource_url == "http://127.0.0.1:8765/mcp/apps/bos/platform"
     assert BosConnectionConfig.from_connection(_conn(host="bos.local", schema="http", port=8080)).resource_url == (
         "http://bos.local:8080")
 

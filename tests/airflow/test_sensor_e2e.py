@@ -72,21 +72,23 @@ def test_failed_sync_is_judged_failed_by_a_monitor(bos_airflow, run_dag) -> None
     assert task_states(monitor) == {"watch": "failed", "after_watch": "upstream_failed"}
 
 
-def test_a_monitor_naming_the_context_sees_a_sync_that_failed_before_its_result(bos_airflow, run_dag) -> None:
+@pytest.mark.parametrize("tool", ["people.search", "search_people"], ids=["bos_execute", "direct"])
+def test_a_monitor_naming_the_context_sees_a_sync_that_failed_before_its_result(bos_airflow, run_dag, tool) -> None:
     # The sync names no context (BOS's default is used); a complete run, then one whose stream drops
     # before the final result. The failed row used to have no context_handle, so a monitor that
-    # names the context passed on the older complete run.
+    # names the context passed on the older complete run. Through bos_execute the client resolves
+    # the context itself; a direct tool is sent none, and its pages say which one BOS used.
     server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
     server.set_scenario(load_scenario("complete"))
-    assert task_states(run_dag("bos_test_sync"))["sync"] == "success"
+    assert task_states(run_dag("bos_test_sync", BOS_TEST_TOOL=tool))["sync"] == "success"
     server.set_scenario(load_scenario("complete").model_copy(
         update={"revision": 2, "faults": FaultSpec(drop_before_final=True)}))
-    assert task_states(run_dag("bos_test_sync"))["sync"] == "failed"
+    assert task_states(run_dag("bos_test_sync", BOS_TEST_TOOL=tool))["sync"] == "failed"
 
     complete, failed = audit_rows(engine, table)
     assert (complete["status"], failed["status"]) == ("complete", "failed")
     assert failed["context_handle"] == complete["context_handle"] is not None
-    monitor = run_dag("bos_test_monitor", BOS_TEST_MONITOR_CONTEXT=complete["context_handle"])
+    monitor = run_dag("bos_test_monitor", BOS_TEST_TOOL=tool, BOS_TEST_MONITOR_CONTEXT=complete["context_handle"])
     assert task_states(monitor) == {"watch": "failed", "after_watch": "upstream_failed"}
 
 
