@@ -97,7 +97,9 @@ def save_bos_connection(conn_id: str, *, conn_type: str, host: str, extra: dict[
                 merged.pop(key, None)
         merged.update(extra)
         conn.conn_type = conn_type
-        conn.host = host
+        conn.host = host  # the whole resource URL: the URI form's path (schema) and port go
+        conn.schema = None
+        conn.port = None
         conn.password = None
         conn.extra = json.dumps(merged)
 

@@ -6,6 +6,7 @@ what one context may see, so contexts are not merged into one table.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime, timezone
 
@@ -17,9 +18,12 @@ WAREHOUSE_CONN_ID = "bos_warehouse"
 
 
 def table_for_context(context_handle: str) -> str:
-    """A safe table name for a context handle (lowercase, [a-z0-9_], bounded length)."""
+    """A safe table name for a context handle: readable ([a-z0-9_], 40 characters) and one per handle
+    (a hash of the whole handle: handles that differ only after 40 characters, in case or in
+    punctuation would otherwise share a table)."""
     slug = re.sub(r"[^a-z0-9_]+", "_", context_handle.lower()).strip("_")[:40] or "default"
-    return f"bos_people_{slug}"
+    digest = hashlib.sha256(context_handle.encode("utf-8")).hexdigest()[:8]
+    return f"bos_people_{slug}_{digest}"
 
 
 with DAG(

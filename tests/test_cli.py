@@ -257,6 +257,9 @@ def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, s
     with create_session() as session:
         row = session.scalars(select(Connection).where(Connection.conn_id == conn_id)).one()
         row.description = "HR people, nightly"
+        # As Airflow stores bos://http://127.0.0.1:<port>/mcp/... : the path in schema, the port apart.
+        url = make_url(bos_server.mcp_url)
+        row.host, row.port, row.schema = f"http://{url.host}", url.port, url.database
         row.extra = json.dumps({**row.extra_dejson, "context_handle": "ctx_acme_itsm_sandbox", "timeout": 90,
                                 "token_store_conn_id": "store_used_before"})
     code, output = run(["connect", "--conn-id", conn_id, "--resource", bos_server.mcp_url,
@@ -264,6 +267,10 @@ def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, s
     assert code == 0, output
     conn = Connection.get_connection_from_secrets(conn_id)
     assert conn.description == "HR people, nightly" and conn.password is None
+    from airflow_provider_bos.hooks.bos import resource_url_of
+
+    assert (conn.host, conn.schema, conn.port) == (bos_server.mcp_url, None, None)  # no path added twice
+    assert resource_url_of(conn) == bos_server.mcp_url
     assert (conn.extra_dejson["context_handle"], conn.extra_dejson["timeout"]) == ("ctx_acme_itsm_sandbox", 90)
     assert conn.extra_dejson["token_store_url"] == store_url and conn.extra_dejson["client_id"]
     # The grant went to the store this sign-in named: an older store setting would send tasks elsewhere.

@@ -175,6 +175,15 @@ def create_app() -> FastAPI:
     _feed_api_server_masker()
     app = FastAPI(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
 
+    @app.middleware("http")
+    async def _mask_callback_codes(request: Request, call_next: Any) -> Response:
+        # Before any dependency can refuse the callback (an expired session, no edit right): the
+        # access log line of a refused request carries the authorization code too.
+        if request.url.path.endswith("/callback"):
+            for code in request.query_params.getlist("code"):
+                register_secret(code)
+        return await call_next(request)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == status.HTTP_401_UNAUTHORIZED and request.method == "GET":
@@ -279,8 +288,6 @@ def create_app() -> FastAPI:
 
     @app.get("/callback", name="bos_callback", dependencies=[edit])
     def callback(request: Request, user: GetUserDep) -> RedirectResponse:
-        for code in request.query_params.getlist("code"):
-            register_secret(code)  # before anything can fail: the access log line comes after us
         with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
             try:
                 target, outcome, grant = finish_web_connect(

@@ -28,6 +28,16 @@ def test_example_dags_import_without_errors(airflow_db) -> None:
 
 
 @pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
+def test_a_quiet_hour_passes_the_incremental_example(bos_airflow, run_dag) -> None:
+    # The example reads what changed since its interval began: an hour with no change is a complete,
+    # empty read, not a broken one (the sensor used to fail it with min_records=1).
+    bos_airflow["server"].set_scenario(load_scenario("empty"))
+    dag_run = run_dag("bos_sync_people", filename="bos_sync_people.py")
+    assert task_states(dag_run) == {"sync_people": "success", "check_completeness": "success",
+                                    "summarize_people": "success"}
+
+
+@pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
 def test_bos_sync_people_runs_end_to_end(bos_airflow, run_dag) -> None:
     bos_airflow["server"].set_scenario(load_scenario("complete"))
 
@@ -52,6 +62,20 @@ def test_bos_sync_all_contexts_maps_one_read_per_context(bos_airflow, run_dag) -
     inspector = sa.inspect(bos_airflow["engine"])
     tables = [t for t in inspector.get_table_names() if t.startswith("bos_people_")]
     assert len(tables) == 2
+
+
+def test_each_context_gets_a_table_of_its_own() -> None:
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "dags" / "bos_sync_all_contexts.py"
+    spec = importlib.util.spec_from_file_location("example_all_contexts", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    long = "ctx_contoso_corporate_people_directory_emea_"
+    handles = [long + "production", long + "sandbox", "ctx-a", "CTX-A", "ctx_a"]
+    tables = [module.table_for_context(h) for h in handles]
+    assert len(set(tables)) == len(handles)  # once, the first two (and the last three) shared a table
+    assert all(len(t) <= 63 and t == t.lower() for t in tables)
 
 
 @pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)

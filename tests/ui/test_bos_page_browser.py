@@ -7,6 +7,7 @@ Connect through the reference server's sign-in, see "connected", check the conte
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -276,4 +277,10 @@ def test_a_viewer_cannot_connect_or_check_either(api_server) -> None:
     with httpx.Client(base_url=api_server.base_url, headers=headers) as client:
         assert client.get("/bos/").status_code == 403
         assert client.post("/bos/connections/bos_default/check").status_code == 403
-        assert client.get("/bos/callback", params={"state": "s", "code": "c", "iss": "i"}).status_code == 403
+        code = "LEAKCODE-" + "x7Qz" * 8  # refused before the handler runs: still never logged in clear
+        assert client.get("/bos/callback", params={"state": "s", "code": code, "iss": "i"}).status_code == 403
+    # The access log line is written after the response: wait for it, then look.
+    deadline = time.monotonic() + 30
+    while "path=/bos/callback" not in api_server.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert "path=/bos/callback" in api_server.log() and code not in api_server.log()
