@@ -244,7 +244,7 @@ def create_app() -> FastAPI:
             )
         return RedirectResponse(url, status_code=status.HTTP_303_SEE_OTHER)
 
-    @app.post("/connections/{connection_id}/connect", dependencies=[edit, CsrfDep])
+    @app.post("/connections/{connection_id:path}/connect", dependencies=[edit, CsrfDep])
     def reconnect(request: Request, connection_id: str, user: GetUserDep) -> RedirectResponse:
         conn = airflow_conns.find_connection(connection_id)
         if conn is None or conn.conn_type != "bos":
@@ -314,7 +314,7 @@ def create_app() -> FastAPI:
             f"{home}?{httpx.QueryParams(connected=target.conn_id)}", status_code=status.HTTP_303_SEE_OTHER
         )
 
-    @app.post("/connections/{connection_id}/check", dependencies=[edit, CsrfDep], response_class=HTMLResponse)
+    @app.post("/connections/{connection_id:path}/check", dependencies=[edit, CsrfDep], response_class=HTMLResponse)
     def check(request: Request, connection_id: str) -> HTMLResponse:
         from airflow_provider_bos.hooks.bos import BosHook
 

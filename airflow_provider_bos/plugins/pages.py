@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
+from urllib.parse import quote
 
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.plugins.grant_status import API_KEY_MODE, NOT_CONNECTED, GrantStatus
@@ -54,16 +55,18 @@ def _hidden_csrf(csrf: str) -> str:
 
 def _row(status: GrantStatus, csrf: str, home: str) -> str:
     conn = escape(status.conn_id)
+    # In a URL path: Airflow allows "/" and "#" in a conn_id (the routes take the rest of the path).
+    conn_path = escape(quote(status.conn_id, safe=""))
     slug = status.state.replace(" ", "-").lower()
     actions = ""
     if status.state != API_KEY_MODE:
         label = "Connect" if status.state == NOT_CONNECTED else "Reconnect"
         actions += (
-            f'<form class="inline" method="post" action="{escape(home)}connections/{conn}/connect">'
+            f'<form class="inline" method="post" action="{escape(home)}connections/{conn_path}/connect">'
             f'{_hidden_csrf(csrf)}<button type="submit" data-action="connect">{label}</button></form> '
         )
     actions += (
-        f'<form class="inline" method="post" action="{escape(home)}connections/{conn}/check">'
+        f'<form class="inline" method="post" action="{escape(home)}connections/{conn_path}/check">'
         f'{_hidden_csrf(csrf)}<button class="secondary" type="submit" data-action="check">Check</button>'
         "</form>"
     )

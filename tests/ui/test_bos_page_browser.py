@@ -284,3 +284,32 @@ def test_a_viewer_cannot_connect_or_check_either(api_server) -> None:
     while "path=/bos/callback" not in api_server.log() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert "path=/bos/callback" in api_server.log() and code not in api_server.log()
+
+
+def test_a_conn_id_with_a_slash_or_a_hash_can_be_checked(api_server, reference_server) -> None:
+    # Airflow allows "/" and "#" in a conn_id; the page listed such Connections with Check and
+    # Connect links that answered 404.
+    import html
+    import json
+    from urllib.parse import quote
+
+    import httpx
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+
+    ids = ["bos/prod_page", "bos#eu_page"]
+    with create_session() as session:
+        for conn_id in ids:
+            session.add(Connection(conn_id=conn_id, conn_type="bos", host=reference_server.mcp_url,
+                                   password=reference_server.create_api_key(),
+                                   extra=json.dumps({"auth_type": "api_key"})))
+    with httpx.Client(base_url=api_server.base_url, cookies={"_token": api_server.token("admin")}) as client:
+        page = client.get("/bos/").text
+        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+        for conn_id in ids:
+            path = html.escape(quote(conn_id, safe=""))
+            action = re.search(rf'action="([^"]*connections/{re.escape(path)}/check)"', page).group(1)
+            checked = client.post(html.unescape(action), data={"csrf_token": csrf},
+                                  headers={"Origin": api_server.base_url})
+            assert checked.status_code == 200, checked.text
+            assert "ctx_acme_people_prod" in checked.text  # the contexts BOS answered for that Connection
