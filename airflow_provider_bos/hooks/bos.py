@@ -143,32 +143,27 @@ def resource_url_of(conn: Any) -> str:
     return host
 
 
+def _number_field(conn_id: str, label: str, value: Any, default: float, ok: Callable[[float], bool], must: str) -> float:
+    """A number from a Connection field (``default`` when it is empty), refused unless ``ok`` (nan never is)."""
+    try:
+        number = float(default if value is None else value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not ok(number):  # JSON true is not a number here
+        raise BosConfigurationError(f"Connection {conn_id!r}: {label} must be {must}, not {value!r}.")
+    return number
+
+
 def _seconds(conn_id: str, label: str, value: Any, default: float) -> float:
     """A positive number of seconds from a Connection field, ``default`` when it is empty."""
-    try:
-        seconds = float(default if value is None else value)
-    except (TypeError, ValueError):
-        seconds = 0.0
-    if isinstance(value, bool) or not 0 < seconds < float("inf"):  # also refuses nan
-        raise BosConfigurationError(
-            f"Connection {conn_id!r}: {label} must be a positive number of seconds, not {value!r}."
-        )
-    return seconds
+    return _number_field(conn_id, label, value, default, lambda s: 0 < s < float("inf"),
+                         "a positive number of seconds")
 
 
 def _max_event_bytes(conn_id: str, value: Any) -> int:
-    """The "Largest event (MiB)" field: a positive number of MiB, 512 when empty."""
-    try:
-        mib = float(DEFAULT_MAX_EVENT_BYTES / MIB if value is None else value)
-    except (TypeError, ValueError):
-        mib = 0.0
-    if isinstance(value, bool):  # JSON true is not a size
-        mib = 0.0
-    if not 1 <= mib <= MAX_EVENT_MIB:  # also refuses nan
-        raise BosConfigurationError(
-            f"Connection {conn_id!r}: Largest event (max_event_mib) must be a number of MiB from 1 to "
-            f"{MAX_EVENT_MIB}, not {value!r}."
-        )
+    """The "Largest event (MiB)" field: a number of MiB, 512 when empty."""
+    mib = _number_field(conn_id, "Largest event (max_event_mib)", value, DEFAULT_MAX_EVENT_BYTES / MIB,
+                        lambda m: 1 <= m <= MAX_EVENT_MIB, f"a number of MiB from 1 to {MAX_EVENT_MIB}")
     return int(mib * MIB)
 
 
