@@ -15,7 +15,7 @@ there instead of failing the run (the ``try`` costs nothing until a record is re
 With :data:`PIPELINE_DEPTH` > 0, reading and encoding run on a producer thread while the calling
 thread writes (a :class:`~.pipeline.Pipeline`, where the dialect allows it: ``load_thread``). Off
 by default: on the bench's 2-core machine it bought nothing end to end (11 interleaved rounds,
-bench/README.md "Session 7"), the client being CPU-bound in one interpreter.
+bench/README.md), the client being CPU-bound in one interpreter.
 """
 
 from __future__ import annotations
@@ -385,7 +385,7 @@ def load_direct_rows(
 
     As :func:`load_direct`: a record whose record_ref may already have been loaded goes to staging
     (column-staged, ``executemany``) and is merged by :func:`settle_direct`. No staging copy and no
-    merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/README.md "Session 8").
+    merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/README.md).
     SQLite does not use it (measured slower there, see ``SqliteDialect.direct_load``).
     """
     d = tx.dialect

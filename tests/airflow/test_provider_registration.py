@@ -37,7 +37,10 @@ def test_package_name_equals_distribution() -> None:
 def test_airflow_providers_list_shows_bos() -> None:
     providers = {p["package_name"]: p for p in _airflow_json("providers", "list")}
     assert "airflow-provider-bos" in providers
-    assert providers["airflow-provider-bos"]["version"] == "0.1.0"
+    from importlib.metadata import version
+
+    assert providers["airflow-provider-bos"]["version"] == version("airflow-provider-bos")
+    assert get_provider_info()["versions"] == [version("airflow-provider-bos")]
 
 
 def test_airflow_providers_hooks_shows_bos_connection_type() -> None:

@@ -1,7 +1,7 @@
 """A real Airflow deployment for one test module: PostgreSQL metadata DB, API server, scheduler, DAG
 processor and (CeleryExecutor) two Celery workers, all separate processes from the project venv.
 
-Its ``airflow.cfg`` is ``airflow.cfg.fragment`` (the README's copy-paste fragment) with the
+Its ``airflow.cfg`` is ``airflow.cfg.fragment`` (the copy-paste fragment of docs/deployment.md) with the
 placeholders filled in; the few test-only settings are environment variables (see ``_test_env``).
 Every process runs in its own session (process group) and is stopped by that group, also on failure;
 it gets SIGTERM if the test process dies, and a later run drops the databases a killed one left.

@@ -1,7 +1,7 @@
 """BOS on a real Airflow deployment: API server, scheduler, DAG processor, Local or Celery executor.
 
 Every component is its own process from the project venv, on a fresh PostgreSQL metadata DB, with
-the README's ``airflow.cfg`` fragment. The reference server runs in this process (2 s access
+the ``airflow.cfg`` fragment of docs/deployment.md. The reference server runs in this process (2 s access
 tokens); the grant lives in a PostgreSQL token store every task shares. Three phases per executor:
 
 1. 8 mapped reads into 8 new tables at once, then a sensor per table: all succeed on the first
@@ -168,9 +168,9 @@ def test_a_killed_run_leaves_no_database_and_no_process_behind() -> None:
              timeout=10)
 
 
-def test_the_readme_fragment_is_what_the_deployment_test_configures() -> None:
-    readme = (HERE.parent.parent / "README.md").read_text()
-    assert f"```ini\n{FRAGMENT.read_text()}```" in readme
+def test_the_documented_fragment_is_what_the_deployment_test_configures() -> None:
+    guide = (HERE.parent.parent / "docs" / "deployment.md").read_text()
+    assert f"```ini\n{FRAGMENT.read_text()}```" in guide
 
 
 def test_bos_on_a_real_airflow_deployment(deployment: tuple[Deployment, Any, sa.Engine, str]) -> None:

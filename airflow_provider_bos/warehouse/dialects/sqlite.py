@@ -20,7 +20,7 @@ class SqliteDialect(WarehouseDialect):
     name = "sqlite"
     # Not even an empty table is loaded directly: in this process, executemany into the keyed table
     # cost more than into a keyless temporary table plus one INSERT ... SELECT (100k records: 3.6-4.0
-    # s against 3.4 s; bench/README.md "Session 8").
+    # s against 3.4 s; bench/README.md).
     direct_load = False
 
     def __init__(self, sa_dialect: sa.Dialect, *, busy_timeout_s: float = 30.0, wire_hash_column: bool = True) -> None:
