@@ -225,6 +225,11 @@ class PlannedRead:
         elif contradiction == "hidden_source_errors":
             metadata["completeness"], self.is_error = "complete", False
             metadata.pop("source_errors", None)
+        elif contradiction == "result_count_mismatch":
+            metadata["result_count"] += 1
+        self._unfinished = contradiction == "unfinished_source" and bool(self._sources)
+        if self._unfinished:
+            self.notification_count -= 1
         self.final_metadata = metadata
 
     # --- notifications ------------------------------------------------------------------------
@@ -232,6 +237,8 @@ class PlannedRead:
     def iter_notifications(self) -> Iterator[tuple[float, dict]]:
         """``(at_ms, params)`` per notification, in simulated-time order (see module docstring)."""
         events = heapq.merge(*(self._source_events(s) for s in self._sources))
+        if self._unfinished:  # FaultSpec.final_contradiction: the first source never finishes
+            events = (e for e in events if e[3].index != 0 or e[4] == "page")
         request_id, context = self.request_id, self.context
         for sequence, (at_ms, _index, _k, source, status, page_index, records) in enumerate(events, 1):
             params: dict[str, Any] = {

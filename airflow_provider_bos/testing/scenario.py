@@ -172,7 +172,10 @@ class FaultSpec(_Strict):
     - ``final_contradiction``: the final result contradicts itself (server input, not transport):
       ``"error_flag_on_complete"`` sends ``isError: true`` with ``completeness: "complete"``;
       ``"hidden_source_errors"`` claims ``complete`` with no ``source_errors`` although the
-      stream showed sources ending in error (use it with a scenario whose sources fail).
+      stream showed sources ending in error (use it with a scenario whose sources fail);
+      ``"result_count_mismatch"`` claims one record more in ``result_count`` than the result holds;
+      ``"unfinished_source"`` never sends the first source's terminal notification, and the final
+      result still claims ``complete``.
     - ``unstorable_final_records``: the final result ends with two records that are well-formed
       on the wire but that no warehouse table can store (a 600-character ``record_ref``, a
       ``display_name`` that is an object); ``result_count`` counts them.
@@ -198,7 +201,9 @@ class FaultSpec(_Strict):
     final_id_override: str | int | None = None
     malformed_final: bool = False
     unstorable_final_records: bool = False
-    final_contradiction: Literal["error_flag_on_complete", "hidden_source_errors"] | None = None
+    final_contradiction: Literal[
+        "error_flag_on_complete", "hidden_source_errors", "result_count_mismatch", "unfinished_source"
+    ] | None = None
 
     @field_validator("final_error")
     @classmethod
