@@ -10,6 +10,10 @@ source's own people (the only ones days pick; shared people never change), and b
 key for joiners and merged records. Those keys live in the shared people's key space above
 bit 39 (:func:`new_key`), where no base identity can be, so ``mix(seed_key ^ key)`` never
 collides with a base person's id.
+
+Merged pairs are one person seen twice: from day 1 on, the second part's records carry the first
+part's name (not its email, which is why the two were not matched before), so a merge in a demo
+joins two records of the same name. A person merged more than once is named after the first merge.
 """
 
 from __future__ import annotations
@@ -116,6 +120,7 @@ class DayState:
     sources: tuple[SourceDay, ...]
     merged: tuple[Merged, ...]  # in effect on the day, oldest first
     changes: DayChanges
+    twins: Mapping[tuple[int, int], tuple[int, int]] = field(default_factory=dict)  # person -> name giver
 
 
 class _Population:
@@ -131,6 +136,7 @@ class _Population:
         self.bumps: list[dict[int, int]] = [{} for _ in range(n)]
         self.stamps: list[dict[int, int]] = [{} for _ in range(n)]
         self.merged: list[Merged] = []
+        self.twins: dict[tuple[int, int], tuple[int, int]] = {}  # over ALL days: the first merge's
         self.index: dict[str, list[int]] = {}
         for i, spec in enumerate(scenario.sources):
             self.index.setdefault(spec.source_identity, []).append(i)
@@ -212,6 +218,7 @@ class _Population:
                 number += 1
                 self.in_merge[a].add(ia)
                 self.in_merge[b].add(ib)
+                self.twins.setdefault((b, ib), self.twins.get((a, ia), (a, ia)))
                 self.merged.append(m)
                 made.append(m)
         number = 0
@@ -260,9 +267,17 @@ def resolve_day(scenario: Scenario, day: int) -> DayState:
     if scenario.days and scenario.shared_people >= _KEY_BIT:
         raise DayPlanError(f"a scenario with days takes fewer than {_KEY_BIT} shared_people")
     population = _Population(scenario)
-    changes = DayChanges()
-    for spec in scenario.days[: max(day - 1, 0)]:
+    state = _snapshot(scenario, population, 1, DayChanges()) if day == 1 else None
+    for spec in scenario.days:  # every day: later merges name their people from day 1 on
         changes = population.apply(spec, keep=spec.day == day)
+        if spec.day == day:
+            state = _snapshot(scenario, population, day, changes)
+    assert state is not None, "Scenario.check_day admits only days the scenario has"
+    return DayState(day=state.day, observed_at=state.observed_at, sources=state.sources, merged=state.merged,
+                    changes=state.changes, twins=dict(population.twins))
+
+
+def _snapshot(scenario: Scenario, population: _Population, day: int, changes: DayChanges) -> DayState:
     if day == 1:
         errors = {i: (spec.error, spec.error_after_pages) for i, spec in enumerate(scenario.sources)}
     else:

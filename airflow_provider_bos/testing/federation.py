@@ -135,6 +135,7 @@ class _SourcePlan:
     stamp_days: dict[int, int]
     cutoff: int  # base indices below it were delivered (the left ones aside)
     joiners_delivered: int
+    name_hids: dict[int, int]  # base index -> the id whose name it carries (a later merge's twin)
 
     def ext(self, i: int) -> str:
         return f"{self.ext_prefix}{self.ext_base + i}"
@@ -274,7 +275,7 @@ class PlannedRead:
         seed_key, record = self._seed_key, self._record
         salt_key = s.salt << _INDEX_BITS
         shared, total = s.shared, s.records
-        bumps, stamps = s.bumps, s.stamp_days
+        bumps, stamps, names = s.bumps, s.stamp_days, s.name_hids or None
         left = iter(s.left)
         next_left = next(left, -1)
         j = 0
@@ -291,7 +292,8 @@ class PlannedRead:
             else:
                 hid = _mix(seed_key ^ salt_key ^ i)
             ext = s.ext(i)
-            yield record(hid, s.ref_prefix + ext, ((s, ext),), is_shared, False, bumps.get(i, 0), stamps.get(i, 1))
+            yield record(hid, s.ref_prefix + ext, ((s, ext),), is_shared, False, bumps.get(i, 0), stamps.get(i, 1),
+                         names.get(i) if names else None)
         for joiner in s.joiners:
             ext = s.joiner_ext(joiner)
             yield record(_mix(seed_key ^ joiner.key), s.ref_prefix + ext, ((s, ext),), False, False, 0, joiner.day)
@@ -313,7 +315,7 @@ class PlannedRead:
         for s in self._sources:
             salt_key = s.salt << _INDEX_BITS
             shared, total = s.shared, s.records
-            gone, bumps, stamps = set(s.left) | s.merged_away, s.bumps, s.stamp_days
+            gone, bumps, stamps, names = set(s.left) | s.merged_away, s.bumps, s.stamp_days, s.name_hids or None
             j = 0
             next_shared = 0 if shared else -1
             for i in range(s.cutoff):
@@ -325,7 +327,7 @@ class PlannedRead:
                     continue
                 hid = _mix(seed_key ^ salt_key ^ i)
                 yield record(hid, f"bos:person:{hid:016x}", ((s, s.ext(i)),), False, False,
-                             bumps.get(i, 0), stamps.get(i, 1))
+                             bumps.get(i, 0), stamps.get(i, 1), names.get(i) if names else None)
             for joiner in s.joiners[: s.joiners_delivered]:
                 hid = _mix(seed_key ^ joiner.key)
                 yield record(hid, f"bos:person:{hid:016x}", ((s, s.joiner_ext(joiner)),), False, False, 0,
@@ -338,7 +340,7 @@ class PlannedRead:
             hid = _mix(seed_key ^ (first.salt << _INDEX_BITS) ^ i)
             ref_hid = _mix(seed_key ^ m.key)
             yield record(hid, f"bos:person:{ref_hid:016x}", provs, True, len(provs) > 1,
-                         first.bumps.get(i, 0), m.day)
+                         first.bumps.get(i, 0), m.day, first.name_hids.get(i))
         if self._unstorable:
             source = self._sources[0]
             for n, (ref, fields) in enumerate(_UNSTORABLE):
@@ -349,11 +351,12 @@ class PlannedRead:
 
     def _record(
         self, hid: int, ref: str, provs: tuple[tuple[_SourcePlan, str], ...], shared: bool, merged: bool,
-        bump: int = 0, stamp_day: int = 1,
+        bump: int = 0, stamp_day: int = 1, name_hid: int | None = None,
     ) -> dict:
         """One FederatedRecord dict (``merged``: more than one provenance entry).
 
-        Identity fields (name, email) come from ``hid`` alone; content from ``hid`` and the
+        Identity fields (name, email) come from ``hid`` alone (the name and the email's local part
+        from ``name_hid`` when given: a later merge's twin); content from ``hid`` and the
         revision: each person's content changes every ``period`` (1..4, from ``hid``) revisions,
         and once more per ``bump`` (a day's ``change``). Provenance ``observed_at`` is the
         source's observation on ``stamp_day``, the day the record last changed.
@@ -361,14 +364,15 @@ class PlannedRead:
         epoch = self._revision // ((hid >> 62) + 1) + bump
         hc = _mix(hid ^ ((epoch + 1) * _REV_KEY & _M64))
 
-        if (hid >> 16) & 7 == 0:
-            fam, fam_slug = _EAST_FAMILY[(hid >> 3) & 7]
-            giv, giv_slug = _EAST_GIVEN[(hid >> 6) & 7]
+        nh = hid if name_hid is None else name_hid
+        if (nh >> 16) & 7 == 0:
+            fam, fam_slug = _EAST_FAMILY[(nh >> 3) & 7]
+            giv, giv_slug = _EAST_GIVEN[(nh >> 6) & 7]
             display: str | None = fam + giv
             slug = f"{fam_slug}.{giv_slug}"
         else:
-            first, first_slug = _FIRST[hid & 31]
-            last, last_slug = _LAST[(hid >> 5) & 31]
+            first, first_slug = _FIRST[nh & 31]
+            last, last_slug = _LAST[(nh >> 5) & 31]
             display = f"{first} {last}"
             slug = f"{first_slug}.{last_slug}"
         flags = (hid >> 19) & 63
@@ -508,8 +512,11 @@ def _plan_sources(scenario: Scenario, seed_key: int, state: DayState) -> tuple[_
                 stamp_days=dict(day.stamp_days),
                 cutoff=cutoff,
                 joiners_delivered=max(0, delivered - base_kept),
+                name_hids={},
             )
         )
+    for (s, i), (giver, gi) in state.twins.items():
+        plans[s].name_hids[i] = _mix(seed_key ^ (plans[giver].salt << _INDEX_BITS) ^ gi)
     return tuple(plans)
 
 

@@ -84,6 +84,9 @@ def test_day_two_merges_pairs_into_new_refs_and_drops_leavers(bos_server_factory
         olds = {owner1[k] for k in keys(record)}
         assert len(olds) == 2, "the merged record joins two records of day 1"
         assert all(len(by_ref1[old]["sources"]) == 1 for old in olds)
+        names = {by_ref1[old]["display_name"] for old in olds} - {None}
+        assert len(names) == 1 and record["display_name"] in names, "one person seen twice, by name"
+        assert record["email"] is not None
         merged_away |= olds
     assert not merged_away & by_ref2.keys(), "a merged-away ref is not returned any more"
 
