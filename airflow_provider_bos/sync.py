@@ -92,7 +92,8 @@ def contradiction_message(result: StreamingRead) -> str | None:
     """The audit row's note naming what a self-contradicting result claimed, or ``None``."""
     if not result.contradictions:
         return None
-    return "The final result contradicts itself, so the run is partial: " + " ".join(result.contradictions)
+    return "The final result contradicts itself or cannot be checked, so the run is partial: " + " ".join(
+        result.contradictions)
 
 
 def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | Any = log) -> dict[str, Any]:

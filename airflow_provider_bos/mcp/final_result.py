@@ -4,9 +4,11 @@
 ``bos_execute`` envelope) into a :class:`FinalResult`: the authoritative records plus metadata,
 cross-checked against what the stream showed. Mismatches are warnings, not failures: the final
 result is authoritative (contract §5). Mismatches that would let a result pass as complete when
-it is not (``isError`` on a ``complete`` result, a source that ended in error in the stream but is
-missing from ``source_errors``) are also its ``contradictions``: a sync lands such a run as
-``partial``, never ``complete`` (fail closed). It works on decoded JSON; the bytes of a streamed final
+it is not are also its ``contradictions``: ``isError`` on a ``complete`` result, a source that
+ended in error in the stream but is missing from ``source_errors``, a ``result_count`` that
+disagrees with the records, a final that arrived before a source's terminal status, and a stream
+that named more sources than the tracker keeps (so the others cannot be checked). A sync lands
+such a run as ``partial``, never ``complete`` (fail closed). Server text in warnings is escaped. It works on decoded JSON; the bytes of a streamed final
 frame are :class:`~.final_frame.FinalFrameScanner`'s, which leaves the parser a skeleton.
 
 :class:`StreamingFinalResult` is the constant-memory form (``McpSession.federated_read(...,
@@ -32,8 +34,14 @@ from airflow_provider_bos.exceptions import (
 )
 from airflow_provider_bos.mcp.interactive import input_required_error
 from airflow_provider_bos.mcp.jsonrpc import loads, rpc_error, same_id
-from airflow_provider_bos.mcp.source_results import SourceResultsTracker, ToolStyle, describe_validation_error
+from airflow_provider_bos.mcp.source_results import (
+    SourceResultsTracker,
+    ToolStyle,
+    describe_validation_error,
+    source_label,
+)
 from airflow_provider_bos.models import BosContext, FederatedRecord, ReadMetadata, SourceErrorEntry
+from airflow_provider_bos.redaction import printable
 from airflow_provider_bos.wire import KnownWireHashes
 
 if TYPE_CHECKING:
@@ -42,6 +50,13 @@ if TYPE_CHECKING:
 __all__ = ["FinalResult", "StreamingFinalResult", "FinalResultParser", "parse_final_response"]
 
 logger = logging.getLogger(__name__)
+
+_NAMED_SOURCES = 10  # a warning lists this many unfinished sources, then counts the rest
+
+
+def _quoted(value: object) -> str:
+    """A server-supplied value for a warning: its repr, escaped and cut."""
+    return printable(repr(value), limit=80)
 
 
 @dataclass
@@ -360,42 +375,57 @@ class FinalResultParser:
         """``(warnings, contradictions)``; every contradiction is also a warning."""
         warnings: list[str] = []
         contradictions: list[str] = []
+        completeness = _quoted(metadata.completeness)
         if metadata.completeness not in ("complete", "partial"):
-            warnings.append(f"Unknown completeness {metadata.completeness!r}.")
+            warnings.append(f"Unknown completeness {completeness}.")
         elif is_error != (metadata.completeness == "partial"):
-            warnings.append(f"isError={is_error} is inconsistent with completeness {metadata.completeness!r}.")
+            warnings.append(f"isError={is_error} is inconsistent with completeness {completeness}.")
             if is_error:  # the server flags an error yet calls the result complete
                 contradictions.append(warnings[-1])
         if metadata.completeness == "partial" and not metadata.source_errors:
             warnings.append("The result is partial but metadata.source_errors is empty.")
         if metadata.result_count is not None and metadata.result_count != record_count:
+            # Records lost or invented on the way: the count the server vouches for is not what came.
             warnings.append(
                 f"metadata.result_count is {metadata.result_count} but the result holds {record_count} records."
             )
+            contradictions.append(warnings[-1])
         reported = {e.source.key: e.error.code for e in metadata.source_errors}
-        for key, code in self.observations.errored_sources.items():
+        observations = self.observations
+        for key, code in observations.errored_sources.items():
             if key not in reported:
                 warnings.append(
-                    f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
+                    f"Source {source_label(*key)} ended in error {_quoted(code)} in the stream "
                     "but is missing from metadata.source_errors."
                 )
                 contradictions.append(warnings[-1])
             elif reported[key] != code:
                 warnings.append(
-                    f"Source {key[0]}/{key[1]} ended in error {code!r} in the stream "
-                    f"but metadata.source_errors says {reported[key]!r}."
+                    f"Source {source_label(*key)} ended in error {_quoted(code)} in the stream "
+                    f"but metadata.source_errors says {_quoted(reported[key])}."
                 )
         if self.streamed:
             for key in reported:
-                stats = self.observations.sources.get(key)
+                stats = observations.sources.get(key)
                 if stats is not None and stats.status != "error":
                     warnings.append(
-                        f"metadata.source_errors names {key[0]}/{key[1]}, which the stream reported {stats.status!r}."
+                        f"metadata.source_errors names {source_label(*key)}, which the stream reported "
+                        f"{stats.status!r}."
                     )
-            running = self.observations.running_sources
+            running = observations.running_sources
             if running:
-                names = ", ".join(str(s) for s in running)
-                warnings.append(f"The final response arrived before these sources finished: {names}.")
+                names = ", ".join(source_label(s.source_type, s.source_identity) for s in running[:_NAMED_SOURCES])
+                more = f" and {len(running) - _NAMED_SOURCES} more" if len(running) > _NAMED_SOURCES else ""
+                # Whatever such a source still had is missing from a result that may call itself complete.
+                warnings.append(f"The final response arrived before these sources finished: {names}{more}.")
+                contradictions.append(warnings[-1])
+        if observations.untracked_notifications:
+            warnings.append(
+                f"The stream named {observations.untracked_reason}, more than this client tracks: "
+                f"{observations.untracked_notifications} notification(s) of the sources beyond were only "
+                "counted, so whether each of them finished, or failed, cannot be checked."
+            )
+            contradictions.append(warnings[-1])
         return warnings, contradictions
 
 

@@ -3,6 +3,14 @@
 :class:`SourceResultsTracker` checks every ``notifications/bos/source_result`` against the
 contract (§4-§5) and keeps per-source progress. Pages are provisional observations, never data;
 the authoritative final result is :mod:`.final_result`'s.
+
+Source names are the server's: the tracker keeps at most :data:`MAX_TRACKED_SOURCES` sources,
+whose names total at most :data:`MAX_TRACKED_SOURCE_CHARS` characters, so a server inventing
+sources cannot grow the task's memory or the audit row's ``source_summary`` without bound.
+Notifications of sources beyond the bound are still checked one by one and counted (one
+``"untracked"`` entry closes the summary), but their per-source story cannot be followed, so such
+a read cannot be checked as complete (:mod:`.final_result` makes it a contradiction: ``partial``).
+Names shown in messages and logs go through :func:`source_label` (escaped, cut).
 """
 
 from __future__ import annotations
@@ -18,18 +26,40 @@ from airflow_provider_bos.exceptions import BosStreamValidationError
 from airflow_provider_bos.mcp.jsonrpc import same_id
 from airflow_provider_bos.mcp.page_records import PageRecords
 from airflow_provider_bos.models import SOURCE_ERROR_CODES, BosContext, SourceErrorInfo, SourceRef
+from airflow_provider_bos.redaction import printable
 
 __all__ = [
-    "SourceStats",
+    "MAX_TRACKED_SOURCES",
+    "MAX_TRACKED_SOURCE_CHARS",
+    "UNTRACKED_STATUS",
     "SourceNotification",
     "SourceProgress",
     "SourceResultsTracker",
+    "SourceStats",
     "ToolStyle",
     "describe_validation_error",
+    "source_label",
 ]
 
 ToolStyle = Literal["execute", "direct"]
 _STATUSES = ("page", "complete", "error")
+
+#: Sources one read tracks in detail; later sources are counted, not tracked.
+MAX_TRACKED_SOURCES = 1_000
+#: Characters of ``source_type`` + ``source_identity`` the tracked sources may total.
+MAX_TRACKED_SOURCE_CHARS = 256 * 1024
+#: The ``status`` of the summary entry that counts the untracked sources' notifications.
+UNTRACKED_STATUS = "untracked"
+_LABEL_CHARS = 200
+
+
+def source_label(source_type: str, source_identity: str) -> str:
+    """``type/identity`` of a server-named source, safe for a log line or a message.
+
+    Control and format characters are escaped (no forged log lines, no terminal escapes), secrets
+    redacted, and the label cut to 200 characters.
+    """
+    return printable(f"{source_type}/{source_identity}", limit=_LABEL_CHARS)
 
 
 def _violation(rule: str, message: str) -> BosStreamValidationError:
@@ -114,7 +144,7 @@ class SourceProgress:
     only then, so a callback that only counts never pays for them.
     """
 
-    __slots__ = ("_notification", "_build", "stats", "sequence", "page_records")
+    __slots__ = ("_build", "_notification", "page_records", "sequence", "stats", "tracked")
 
     def __init__(
         self,
@@ -124,6 +154,7 @@ class SourceProgress:
         sequence: int,
         page_records: int | None = None,
         build: Callable[[], SourceNotification] | None = None,
+        tracked: bool = True,
     ) -> None:
         if (notification is None) == (build is None):
             raise TypeError("SourceProgress needs a notification or a way to build one, not both.")
@@ -131,6 +162,8 @@ class SourceProgress:
         self._build = build
         self.stats = stats  # a copy: later pages do not change it
         self.sequence = sequence
+        #: False for a source beyond the tracker's bound: ``stats`` then covers this notification only.
+        self.tracked = tracked
         if page_records is None:
             assert notification is not None
             page_records = len(notification.records)
@@ -153,7 +186,9 @@ class SourceResultsTracker:
     Every contract rule that fails raises :class:`BosStreamValidationError` whose ``rule``
     attribute names it: ``shape``, ``request-id``, ``sequence``, ``status``, ``source``,
     ``after-terminal``, ``page-index``, ``terminal-page-index``, ``error-code``,
-    ``error-without-status``, ``error-records``, ``records``.
+    ``error-without-status``, ``error-records``, ``records``. A source beyond the bound (see the
+    module docstring) gets every rule but the per-source ones (``after-terminal``, and
+    ``page-index`` / ``terminal-page-index`` continuity).
     """
 
     def __init__(self, request_id: str | int) -> None:
@@ -167,6 +202,27 @@ class SourceResultsTracker:
         self.stream_resumptions = 0
         #: Notifications a resumed stream sent again, skipped (never counted twice).
         self.replays_skipped = 0
+        #: Notifications (pages, records) of sources beyond the bound, and why the bound was hit.
+        self.untracked_notifications = 0
+        self.untracked_pages = 0
+        self.untracked_records = 0
+        self.untracked_reason: str | None = None
+        self._tracked_chars = 0
+
+    def _admit(self, key: tuple[str, str]) -> bool:
+        """Whether a new source may be tracked. Once one is refused no later one is admitted, so a
+        source never turns from untracked into tracked halfway through its pages."""
+        if self.untracked_reason is not None:
+            return False
+        chars = len(key[0]) + len(key[1])
+        if len(self.sources) >= MAX_TRACKED_SOURCES:
+            self.untracked_reason = f"more than {MAX_TRACKED_SOURCES} sources"
+        elif self._tracked_chars + chars > MAX_TRACKED_SOURCE_CHARS:
+            self.untracked_reason = f"more than {MAX_TRACKED_SOURCE_CHARS} characters of source names"
+        else:
+            self._tracked_chars += chars
+            return True
+        return False
 
     def observe(self, params: Any) -> SourceProgress:
         """Validate one notification's ``params``; update and return the source's progress."""
@@ -206,11 +262,15 @@ class SourceResultsTracker:
         error = params.get("error")
 
         stats = self.sources.get(key)
-        where = f"source {key[0]}/{key[1]}"
+        tracked = stats is not None or self.untracked_reason is None  # (admitted at commit time)
+        where = f"source {source_label(*key)}"
         if stats is not None and stats.status != "running":
             raise _violation("after-terminal", f"{where} sent {status!r} after its terminal {stats.status!r}.")
         last = stats.last_page_index if stats is not None else 0
-        if status == "page":
+        if not tracked:  # its earlier pages are unknown: only the bounds of any page index
+            if page_index < (1 if status == "page" else 0):
+                raise _violation("page-index", f"{where} sent {status!r} with pageIndex {page_index}.")
+        elif status == "page":
             if page_index != last + 1:
                 raise _violation("page-index", f"{where} sent page {page_index}; expected page {last + 1}.")
         elif page_index != last:
@@ -259,7 +319,10 @@ class SourceResultsTracker:
         # Every check passed: commit the state change.
         if stats is None:
             stats = SourceStats(source=source_model)
-            self.sources[key] = stats
+            if self._admit(key):
+                self.sources[key] = stats
+            else:  # counted, not kept: ``stats`` then covers this notification only
+                tracked = False
         self.last_sequence = sequence
         self.notifications += 1
         count = len(records)
@@ -274,11 +337,16 @@ class SourceResultsTracker:
             if status == "error":
                 assert error_model is not None
                 stats.error_code = error_model.code
+        if not tracked:
+            self.untracked_notifications += 1
+            self.untracked_pages += status == "page"
+            self.untracked_records += count
         snapshot = dataclasses.replace(stats)
         if page is not None:
             return SourceProgress(stats=snapshot, sequence=sequence, page_records=count,
-                                  build=lambda: build(page.decode()))
-        return SourceProgress(build(records), stats=snapshot, sequence=sequence, page_records=count)
+                                  build=lambda: build(page.decode()), tracked=tracked)
+        return SourceProgress(build(records), stats=snapshot, sequence=sequence, page_records=count,
+                              tracked=tracked)
 
     # -- views ---------------------------------------------------------------------------------
 
@@ -291,8 +359,25 @@ class SourceResultsTracker:
         return {k: s.error_code or "" for k, s in self.sources.items() if s.status == "error"}
 
     def summary(self) -> list[dict[str, Any]]:
-        """Per-source statistics as JSON-able dicts, in first-seen order."""
-        return [s.as_dict() for s in self.sources.values()]
+        """Per-source statistics as JSON-able dicts, in first-seen order (bounded, see the module).
+
+        When sources went untracked, one last entry of the same shape with ``status``
+        ``"untracked"`` counts their pages and records and names the bound in ``source_identity``.
+        """
+        summary = [s.as_dict() for s in self.sources.values()]
+        if self.untracked_notifications:
+            summary.append({
+                "source_type": "(untracked)",
+                "source_identity": f"(sources beyond the first {len(self.sources)}: the stream named "
+                                   f"{self.untracked_reason}; at most {MAX_TRACKED_SOURCES} sources and "
+                                   f"{MAX_TRACKED_SOURCE_CHARS} characters of names are tracked)",
+                "pages": self.untracked_pages,
+                "records": self.untracked_records,
+                "status": UNTRACKED_STATUS,
+                "error_code": None,
+                "last_page_index": 0,
+            })
+        return summary
 
     def __repr__(self) -> str:
         return (
@@ -304,7 +389,8 @@ class SourceResultsTracker:
 def describe_validation_error(exc: ValidationError, limit: int = 3) -> str:
     parts = []
     for err in exc.errors()[:limit]:
-        loc = ".".join(str(p) for p in err["loc"]) or "(root)"
-        parts.append(f"{loc}: {err['msg']}")
+        # A location can hold a server's dict key and a message its value: both are escaped.
+        loc = printable(".".join(str(p) for p in err["loc"]), limit=200) or "(root)"
+        parts.append(f"{loc}: {printable(err['msg'], limit=300)}")
     more = len(exc.errors()) - limit
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

@@ -1,7 +1,8 @@
 """The completeness verdict on one audit row of ``bos_sync_runs`` — pure logic, no Airflow.
 
 Fail closed: only a run whose status is ``complete`` and whose result count reaches
-``min_records`` passes; anything unknown is a failure.
+``min_records`` passes; anything unknown is a failure. What the server named (sources, the
+context, error text) is escaped in the message: it is logged and sent to notifiers.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
+
+from airflow_provider_bos.mcp.source_results import source_label
+from airflow_provider_bos.redaction import printable
 
 PASS = "pass"
 PARTIAL = "partial"   # partial or failed read
@@ -38,8 +42,9 @@ def failing_sources(run: dict[str, Any]) -> list[tuple[str, str]]:
     out = []
     for entry in run.get("source_errors") or []:
         src = entry.get("source") or {}
-        name = f"{src.get('source_type', '?')}/{src.get('source_identity', '?')}"
-        out.append((name, (entry.get("error") or {}).get("code", "unknown")))
+        name = source_label(str(src.get("source_type", "?")), str(src.get("source_identity", "?")))
+        code = printable(str((entry.get("error") or {}).get("code", "unknown")), limit=80)
+        out.append((name, code))
     return out
 
 
@@ -51,7 +56,8 @@ def judge(
     now: datetime | None = None,
 ) -> Verdict:
     """Judge one audit row."""
-    ref = f"BOS sync run {run.get('run_id')} ({run.get('tool_name')} in context {run.get('context_handle')})"
+    context = printable(str(run.get("context_handle")), limit=200)
+    ref = f"BOS sync run {run.get('run_id')} ({run.get('tool_name')} in context {context})"
     status = run.get("status")
     if max_age is not None and run.get("finished_at") is not None:
         age = _aware(now or datetime.now(timezone.utc)) - _aware(run["finished_at"])
@@ -60,7 +66,7 @@ def judge(
     if status in {"partial", "failed"}:
         sources = failing_sources(run)
         detail = "; ".join(f"{name}: {code}" for name, code in sources) or "no source errors recorded"
-        reason = f" Error: {run['error_message']}" if run.get("error_message") else ""
+        reason = f" Error: {printable(str(run['error_message']))}" if run.get("error_message") else ""
         return Verdict(PARTIAL, f"{ref} is {status}. Failing sources: {detail}.{reason}", run, sources)
     if status != "complete":
         return Verdict(UNKNOWN, f"{ref} has unknown status {status!r}; failing closed.", run)

@@ -355,10 +355,11 @@ def test_source_error_missing_from_source_errors_is_a_contradiction() -> None:
 
 
 def test_harmless_mismatches_are_no_contradiction() -> None:
-    # A count mismatch or a partial result without isError cannot make a result pass as complete.
-    result = direct_result([record("a")], metadata("partial", 5, [{"source": HR, "error": {"code": "x"}}]))
-    final = FinalResultParser(RID, tool_style="direct").parse_data(frame(result))
-    assert len(final.warnings) == 2 and final.contradictions == []
+    # A partial result without isError, or without source_errors, cannot make a result pass as complete.
+    for errors in ([{"source": HR, "error": {"code": "x"}}], None):
+        result = direct_result([record("a")], metadata("partial", 1, errors))
+        final = FinalResultParser(RID, tool_style="direct").parse_data(frame(result))
+        assert len(final.warnings) == (1 if errors else 2) and final.contradictions == []
 
 
 def test_error_code_disagreement_and_context_mismatch_are_warnings() -> None:
