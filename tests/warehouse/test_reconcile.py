@@ -193,3 +193,23 @@ def test_an_unchanged_full_rerun_rewrites_and_retires_nothing(make_writer, engin
     counts = write(writer, day1(), reconcile=FULL)
     assert counts == UpsertCounts(unchanged=10)
     assert rows_by_ref(engine, writer.table) == before
+
+
+def test_tables_made_before_the_lifecycle_columns_get_them_in_place(make_writer, engine, caplog) -> None:
+    first = make_writer()
+    write(first, day1())
+    with engine.begin() as conn:
+        for column in ("retired", "superseded", "scope"):
+            conn.exec_driver_sql(f"ALTER TABLE {first.audit_table} DROP COLUMN {column}")
+        for column in ("_bos_deleted_at", "_bos_superseded_by"):
+            conn.exec_driver_sql(f"ALTER TABLE {first.table} DROP COLUMN {column}")
+    reader = AuditReader(engine, table=first.audit_table)
+    assert reader.latest_run(None, None, None)["retired"] is None  # read without the columns
+    writer = make_writer()
+    with caplog.at_level("INFO", logger="airflow_provider_bos"):
+        run = run_info()
+        counts = write(writer, day2(), run, reconcile=ReconcileOptions(sync_mode="full", adopt_unscoped_rows=True))
+    for column in ("retired", "superseded", "scope", "_bos_deleted_at", "_bos_superseded_by"):
+        assert f"Added the {column} column" in caplog.text
+    assert (counts.superseded, counts.retired) == (2, 1)  # the old rows were adopted explicitly
+    assert (reader.get_run(run.run_id)["retired"], reader.get_run(run.run_id)["superseded"]) == (1, 2)
