@@ -20,6 +20,9 @@ class MySqlDialect(WarehouseDialect):
     # lock before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
     lock_before_staging = True
+    # The anti-joins of the lifecycle steps read the run's keys from a keyed table, not the keyless
+    # staging table (MariaDB would scan it once per stored row).
+    keyed_run_keys = True
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.
