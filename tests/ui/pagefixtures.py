@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 USERS = {"admin": "admin", "viewer": "viewer"}
 BASE_URL = "http://localhost:8080"  # loopback: the callback may be plain http
+API_SECRET_KEY = "bos-ui-test-api-secret-key"  # [api] secret_key: the page's CSRF tokens derive from it
 
 
 @contextmanager
@@ -32,7 +33,7 @@ def build_page(tmp: Path, *, all_admins: bool) -> Iterator[Any]:
         patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin,viewer:viewer")
         patch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(passwords))
         patch.setenv("AIRFLOW__API_AUTH__JWT_SECRET", "bos-page-test-jwt-secret-0123456789abcdef0123456789")
-        patch.setenv("AIRFLOW__API__SECRET_KEY", "bos-page-test-secret-key")
+        patch.setenv("AIRFLOW__API__SECRET_KEY", API_SECRET_KEY)
         patch.setenv("AIRFLOW__API__BASE_URL", BASE_URL)
         patch.setenv("_AIRFLOW_PROCESS_CONTEXT", "server")  # what `airflow api-server` sets: DB connections
         from airflow.api_fastapi.app import create_app

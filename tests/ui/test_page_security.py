@@ -14,7 +14,15 @@ from urllib.parse import parse_qsl
 
 import pytest
 from localhttp import answer, drip_headers, local_server
-from pagefixtures import BASE_URL, add_connection, bearer, build_page, csrf_of, delete_connections
+from pagefixtures import (
+    API_SECRET_KEY,
+    BASE_URL,
+    add_connection,
+    bearer,
+    build_page,
+    csrf_of,
+    delete_connections,
+)
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(300)]
 
@@ -121,7 +129,7 @@ def test_connect_works_in_all_admins_mode_without_a_cookie(
         # A token for another identity does not fit.
         from airflow_provider_bos.plugins.csrf import csrf_token
 
-        forged = {**form, "csrf_token": csrf_token("viewer", key=b"bos-page-test-secret-key")}
+        forged = {**form, "csrf_token": csrf_token("viewer", key=API_SECRET_KEY.encode())}
         assert page.post("/bos/connect", data=forged, headers=ORIGIN).status_code == 403
 
 
