@@ -36,9 +36,6 @@ def test_connection_mode() -> str:
     return value if value in (TEST_CONNECTION_ENABLED, TEST_CONNECTION_HIDDEN) else TEST_CONNECTION_DISABLED
 
 
-test_connection_mode.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
-
-
 def outbound_policy() -> OutboundPolicy:
     from airflow.configuration import conf
 
