@@ -175,10 +175,18 @@ def _feed_api_server_masker() -> None:
     add_secret_sink(mask_secret)
 
 
+class _PageApp(FastAPI):
+    """The page's FastAPI app, with its headers and the callback's log scrubbing outermost, so that
+    they apply to every response, the internal-error page included (added with ``add_middleware``
+    they would sit inside Starlette's error handler)."""
+
+    def build_middleware_stack(self) -> Any:
+        return PageHeadersMiddleware(super().build_middleware_stack(), callback_path="/callback")
+
+
 def create_app() -> FastAPI:
     _feed_api_server_masker()
-    app = FastAPI(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(PageHeadersMiddleware, callback_path="/callback")
+    app = _PageApp(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
