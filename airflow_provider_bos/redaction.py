@@ -7,14 +7,23 @@ the core stays free of Airflow imports while every secret still reaches the mask
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 
-__all__ = ["register_secret", "add_secret_sink", "known_secret_count", "redact", "printable"]
+__all__ = ["MAX_SECRETS", "add_secret_sink", "known_secret_count", "printable", "redact", "register_secret"]
 
+# Sinks such as Airflow's masker keep every value forever and recompile one pattern over all of
+# them per new value: a long-lived process (the API server) must not feed them without bound.
+MAX_SECRETS = 1000
+
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _sinks: list[Callable[[str], None]] = []
-_pending: set[str] = set()  # secrets seen before any sink was installed
+_known: OrderedDict[str, None] = OrderedDict()  # the most recent MAX_SECRETS values, for redact()
+_forwarded = 0  # distinct values sent to the sinks, at most MAX_SECRETS
+_warned = False
 
 
 def add_secret_sink(sink: Callable[[str], None]) -> None:
@@ -23,31 +32,51 @@ def add_secret_sink(sink: Callable[[str], None]) -> None:
         if sink in _sinks:
             return
         _sinks.append(sink)
-        backlog = list(_pending)
+        backlog = list(_known)
     for secret in backlog:
         sink(secret)
 
 
 def register_secret(value: str | None) -> None:
-    """Tell every sink that ``value`` is a secret. Short or empty values are ignored."""
+    """Tell every sink that ``value`` is a secret. Short or empty values are ignored.
+
+    At most :data:`MAX_SECRETS` distinct values per process reach the sinks; past that, only the
+    most recent ones are kept for :func:`redact`, and one warning says so.
+    """
+    global _forwarded, _warned
     if not value or len(value) < 6:
         return
     with _lock:
-        _pending.add(value)
-        sinks = list(_sinks)
+        if value in _known:
+            _known.move_to_end(value)
+            return
+        _known[value] = None
+        if len(_known) > MAX_SECRETS:
+            _known.popitem(last=False)
+        forward = _forwarded < MAX_SECRETS
+        _forwarded += forward
+        sinks = list(_sinks) if forward else []
+        warn = not forward and not _warned
+        _warned = _warned or warn
     for sink in sinks:
         sink(value)
+    if warn:
+        _log.warning(
+            "airflow-provider-bos registered more than %d secrets in this process; later ones are no "
+            "longer sent to Airflow's secrets masker (restart long-running processes to reset).",
+            MAX_SECRETS,
+        )
 
 
 def known_secret_count() -> int:
     with _lock:
-        return len(_pending)
+        return len(_known)
 
 
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``***`` (for messages that get stored)."""
     with _lock:
-        secrets = sorted(_pending, key=len, reverse=True)
+        secrets = sorted(_known, key=len, reverse=True)
     for secret in secrets:
         if secret in text:
             text = text.replace(secret, "***")

@@ -11,8 +11,13 @@
 
 Every URL must be ``https`` without userinfo or fragment; plain ``http`` is accepted only for
 loopback hosts (127.0.0.0/8, ::1, localhost) so a local reference server works. Redirects are never
-followed, metadata documents are read with a size bound, and server-supplied text in errors is
-shown with control characters escaped.
+followed and metadata documents are read with a size bound.
+
+Until discovery has succeeded the endpoint is not a verified BOS resource, and it may be anything a
+user typed (the Admin -> BOS page runs discovery from the API server). Its errors therefore never
+repeat a response body or a redirect's ``Location``, and a metadata value is repeated only when it
+is a URL on the resource's own origin (control characters escaped): a typo is still explained, an
+internal service's answer is not relayed.
 
 Each failed check raises :class:`~airflow_provider_bos.exceptions.BosDiscoveryError` whose ``rule``
 is one of these module constants (and whose ``url`` is the URL that failed it):
@@ -45,7 +50,7 @@ import httpx
 from airflow_provider_bos.auth.bounded import BodyTooLarge, parse_json, send_bounded
 from airflow_provider_bos.auth.challenge import parse_www_authenticate
 from airflow_provider_bos.auth.urls import ParsedUrl, parse_url
-from airflow_provider_bos.exceptions import BosDiscoveryError, BosTransportError, excerpt
+from airflow_provider_bos.exceptions import BosDiscoveryError, BosTransportError
 from airflow_provider_bos.redaction import printable
 
 __all__ = [
@@ -180,9 +185,9 @@ def _get_json(client: httpx.Client, url: str, *, what: str) -> dict[str, Any]:
             f"{what} is larger than {exc.limit} bytes.", url=_shown(url), rule=RULE_METADATA_HTTP
         ) from None
     if not 200 <= response.status_code < 300:
-        redirect = "; redirects are not followed" if response.is_redirect else ""
+        redirect = " (a redirect; redirects are not followed)" if response.is_redirect else ""
         raise BosDiscoveryError(
-            f"{what} answered HTTP {response.status_code}{redirect}: {excerpt(body)!r}",
+            f"{what} answered HTTP {response.status_code}{redirect}.",
             url=_shown(url),
             rule=RULE_METADATA_HTTP,
         )
@@ -191,8 +196,7 @@ def _get_json(client: httpx.Client, url: str, *, what: str) -> dict[str, Any]:
     except ValueError:
         content_type = response.headers.get("content-type", "")
         raise BosDiscoveryError(
-            f"{what} is not JSON (HTTP {response.status_code}, content-type {_shown(content_type)}): "
-            f"{excerpt(body)!r}",
+            f"{what} is not JSON (HTTP {response.status_code}, content-type {_shown(content_type)}).",
             url=url,
             rule=RULE_METADATA_HTTP,
         ) from None
@@ -217,9 +221,7 @@ def _resource_metadata_url(client: httpx.Client, resource_url: str) -> str:
             f"Could not reach the MCP resource {resource_url}: {type(exc).__name__}"
         ) from exc
     if response.status_code != 401:
-        moved = response.headers.get("location") if response.is_redirect else None
-        hint = (f" (a redirect to {excerpt(moved, 200)}: use the MCP resource URL exactly as BOS publishes it, "
-                "e.g. without a trailing slash; redirects are not followed)") if moved else ""
+        hint = _redirect_hint(resource_url, response) if response.is_redirect else ""
         raise BosDiscoveryError(
             f"an unauthenticated initialize must be answered with HTTP 401, got {response.status_code}{hint}.",
             url=resource_url,
@@ -237,6 +239,31 @@ def _resource_metadata_url(client: httpx.Client, resource_url: str) -> str:
         url=resource_url,
         rule=RULE_CHALLENGE_HEADER,
     )
+
+
+def _redirect_hint(resource_url: str, response: httpx.Response) -> str:
+    """What to do about a redirect, without saying where it points (unless that is only the URL the
+    user typed with or without its trailing slash)."""
+    advice = "use the MCP resource URL exactly as BOS publishes it; redirects are not followed"
+    try:
+        moved = parse_url(str(httpx.URL(resource_url).join(response.headers.get("location", ""))))
+        typed = parse_url(resource_url)
+    except ValueError:
+        return f" (a redirect: {advice})"
+    if moved.origin == typed.origin and moved.path.rstrip("/") == typed.path.rstrip("/") != "":
+        slash = "without" if typed.path.endswith("/") else "with"
+        return f" (a redirect to the same URL {slash} a trailing slash: {advice})"
+    return f" (a redirect: {advice})"
+
+
+def _same_origin_value(value: Any, origin: str) -> str:
+    """A metadata value as an error may show it: only a URL on the resource's origin is repeated."""
+    try:
+        if parse_url(value).origin == origin:
+            return _shown(value)
+    except (TypeError, ValueError):
+        pass
+    return "(a value not on this origin, not shown)"
 
 
 def _string_list(value: Any) -> list[str]:
@@ -261,7 +288,8 @@ def discover(resource_url: str, *, http_client: httpx.Client | None = None) -> A
         protected = _get_json(client, metadata_url_text, what="Protected-resource metadata")
         if protected.get("resource") != resource_url:
             raise BosDiscoveryError(
-                f"metadata resource {_shown(protected.get('resource'))} is not the MCP URL {resource_url!r}.",
+                f"metadata resource {_same_origin_value(protected.get('resource'), trusted_origin)} is not "
+                f"the MCP URL {resource_url!r}.",
                 url=_shown(metadata_url_text),
                 rule=RULE_RESOURCE_MISMATCH,
             )
@@ -289,7 +317,8 @@ def discover(resource_url: str, *, http_client: httpx.Client | None = None) -> A
         expected_issuer = issuer.href.removesuffix("/")
         if metadata.get("issuer") != expected_issuer:
             raise BosDiscoveryError(
-                f"metadata issuer {_shown(metadata.get('issuer'))} is not {expected_issuer!r}.",
+                f"metadata issuer {_same_origin_value(metadata.get('issuer'), trusted_origin)} is not "
+                f"{expected_issuer!r}.",
                 url=as_url,
                 rule=RULE_ISSUER_MISMATCH,
             )

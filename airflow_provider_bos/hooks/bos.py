@@ -233,7 +233,7 @@ class BosHook(BaseHook):
             from airflow_provider_bos.mcp import McpSession
 
             cfg = self.config
-            http_client = httpx.Client(timeout=cfg.timeout, follow_redirects=False)
+            http_client = self._new_http_client(cfg.timeout)
             self._resources.append(http_client.close)
             session = McpSession(
                 cfg.resource_url,
@@ -247,6 +247,10 @@ class BosHook(BaseHook):
             session.connect()
             self._session = session
         return self._session
+
+    def _new_http_client(self, timeout: float) -> httpx.Client:
+        """The session's HTTP client (the Admin -> BOS page's hook narrows where it may connect)."""
+        return httpx.Client(timeout=timeout, follow_redirects=False)
 
     def close(self) -> None:
         """End the MCP session, then release the HTTP client and the token store's connections."""

@@ -1,15 +1,19 @@
 """The BOS page: a FastAPI app the API server mounts at ``/bos`` (see :mod:`.plugin`).
 
-Routes (all behind Airflow's auth manager, connection *edit* permission):
+Routes (all behind Airflow's auth manager: connection *edit* permission, and per connection id):
 
-- ``GET /``: every ``bos`` Connection with its grant state (store facts + a live probe).
+- ``GET /``: every ``bos`` Connection the user may edit, with its grant state (store facts, and a
+  live probe when ``[core] test_connection`` is Enabled).
 - ``POST /connections/{id}/connect``: Connect / Reconnect an existing Connection (303 to BOS sign-in).
 - ``POST /connect``: Connect a new Connection (also needs connection *create* permission).
 - ``GET /callback``: the OAuth redirect URI; finishes the sign-in, stores the grant, saves the Connection.
 - ``POST /connections/{id}/check``: discovery + ``bos_get_context``, shows the contexts.
 
 POSTs need the page's CSRF token (and a same-origin ``Origin`` when sent); the callback is bound to
-its pending sign-in (state, single use, expiry) and to the user who started it.
+its pending sign-in (state, single use, expiry) and to the user who started it. Every request the
+page makes to BOS follows :mod:`.outbound` (allowed hosts, public addresses, one deadline per action);
+token stores are opened only as :func:`.access.check_token_store` allows. Responses forbid framing
+and carry a strict Content-Security-Policy; the callback's query never reaches the access log.
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import httpx
-from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_connection
 from fastapi import Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
@@ -28,12 +31,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from airflow_provider_bos.exceptions import BosError, BosTransportError
 from airflow_provider_bos.plugins import connections as airflow_conns
-from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, same_origin
+from airflow_provider_bos.plugins.access import check_token_store, is_authorized
+from airflow_provider_bos.plugins.checks import check_contexts, probe
+from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, page_csrf_key, same_origin
 from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status
+from airflow_provider_bos.plugins.headers import PageHeadersMiddleware
+from airflow_provider_bos.plugins.outbound import Deadline, OutboundPolicy, page_client
 from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, message_page, status_page
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
+from airflow_provider_bos.plugins.settings import (
+    TEST_CONNECTION_ENABLED,
+    outbound_policy,
+    test_connection_mode,
+)
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
-from airflow_provider_bos.redaction import add_secret_sink, register_secret
+from airflow_provider_bos.redaction import add_secret_sink
 
 __all__ = ["URL_PREFIX", "create_app"]
 
@@ -41,7 +53,6 @@ URL_PREFIX = "/bos"
 log = logging.getLogger(__name__)
 # Airflow's own rule for connection ids (airflow.utils.helpers.validate_key).
 _CONN_ID = re.compile(r"^[\w.-]{1,250}$")
-_HTTP_TIMEOUT_S = 30.0
 
 
 # --- request helpers ------------------------------------------------------------------------------
@@ -68,20 +79,15 @@ def _callback_uri(request: Request) -> str:
     return str(request.url_for("bos_callback"))
 
 
-def _credential(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    if header.lower().startswith("bearer "):
-        return header[7:].strip()
-    return request.cookies.get(COOKIE_NAME_JWT_TOKEN)
-
-
-async def _require_csrf(request: Request, csrf_token: Annotated[str | None, Form()] = None) -> None:
+async def _require_csrf(
+    request: Request, user: GetUserDep, csrf_token: Annotated[str | None, Form()] = None
+) -> None:
     if not same_origin(request.headers.get("origin"), _server_url(request)):
         raise HTTPException(status.HTTP_403_FORBIDDEN, "This form was posted from another site (CSRF).")
-    if not csrf_valid(_credential(request), csrf_token):
+    if not csrf_valid(str(user.get_id()), csrf_token, key=page_csrf_key()):
         raise HTTPException(
             status.HTTP_403_FORBIDDEN,
-            "The form's CSRF token is missing or stale (your Airflow session changed); reload the page.",
+            "The form's CSRF token is missing or expired, or was issued to another user; reload the page.",
         )
 
 
@@ -89,13 +95,18 @@ CsrfDep = Depends(_require_csrf)
 
 
 def _authorize(user: Any, conn_id: str, method: str) -> None:
-    from airflow.api_fastapi.app import get_auth_manager
-    from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
-
-    if not get_auth_manager().is_authorized_connection(
-        method=method, details=ConnectionDetails(conn_id=conn_id), user=user
-    ):
+    if not is_authorized(user, conn_id, method):
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"Forbidden: {PERMISSION_NOTE}")
+
+
+def _require_test_connection() -> None:
+    # Airflow's own connection test answers the same way when [core] test_connection is not Enabled.
+    if test_connection_mode() != TEST_CONNECTION_ENABLED:
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            "Testing connections is disabled in Airflow configuration ([core] test_connection). "
+            "Contact your deployment admin to enable it.",
+        )
 
 
 def _pending_store() -> PendingConnectStore:
@@ -113,19 +124,7 @@ def _html(content: str, status_code: int = 200) -> HTMLResponse:
 # --- grant state ----------------------------------------------------------------------------------
 
 
-def _probe(conn_id: str) -> BaseException | None:
-    """Open an MCP session the way a task does (refreshing under the store lock if needed)."""
-    from airflow_provider_bos.hooks.bos import BosHook
-
-    try:
-        with BosHook(conn_id) as hook:
-            hook.get_conn()
-    except Exception as exc:  # noqa: BLE001 - reported on the page, not raised
-        return exc
-    return None
-
-
-def _status_of(conn: Any) -> GrantStatus:
+def _status_of(conn: Any, user: Any, *, probed: bool, policy: OutboundPolicy, deadline: Deadline) -> GrantStatus:
     target = airflow_conns.target_of(conn)
     extra = airflow_conns.extra_of(conn)
     auth_type = str(extra.get("auth_type") or "oauth").lower()
@@ -135,6 +134,7 @@ def _status_of(conn: Any) -> GrantStatus:
             conn.conn_id, target.resource_url, auth_type=auth_type, row=None, token_store=label
         )
     try:
+        check_token_store(user, target)
         store = airflow_conns.open_token_store(target)
         try:
             row = store.raw_row(conn.conn_id)
@@ -149,7 +149,10 @@ def _status_of(conn: Any) -> GrantStatus:
             token_store=label,
             store_error=exc,
         )
-    probe_error = _probe(conn.conn_id) if row is not None and row.get("refresh_token") else None
+    live = probed and row is not None and bool(row.get("refresh_token"))
+    probe_error = (
+        probe(conn.conn_id, target.resource_url, policy=policy, deadline=deadline) if live else None
+    )
     return grant_status(
         conn.conn_id,
         target.resource_url,
@@ -157,6 +160,7 @@ def _status_of(conn: Any) -> GrantStatus:
         row=row,
         token_store=label,
         probe_error=probe_error,
+        probed=probed,
     )
 
 
@@ -171,27 +175,30 @@ def _feed_api_server_masker() -> None:
     add_secret_sink(mask_secret)
 
 
+class _PageApp(FastAPI):
+    """The page's FastAPI app, with its headers and the callback's log scrubbing outermost, so that
+    they apply to every response, the internal-error page included (added with ``add_middleware``
+    they would sit inside Starlette's error handler)."""
+
+    def build_middleware_stack(self) -> Any:
+        return PageHeadersMiddleware(super().build_middleware_stack(), callback_path="/callback")
+
+
 def create_app() -> FastAPI:
     _feed_api_server_masker()
-    app = FastAPI(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.middleware("http")
-    async def _mask_callback_codes(request: Request, call_next: Any) -> Response:
-        # Before any dependency can refuse the callback (an expired session, no edit right): the
-        # access log line of a refused request carries the authorization code too.
-        if request.url.path.endswith("/callback"):
-            for code in request.query_params.getlist("code"):
-                register_secret(code)
-        return await call_next(request)
+    app = _PageApp(title="BOS connections", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         if exc.status_code == status.HTTP_401_UNAUTHORIZED and request.method == "GET":
             from airflow.api_fastapi.app import get_auth_manager
 
-            return RedirectResponse(
-                get_auth_manager().get_url_login(next_url=str(request.url)), status_code=303
-            )
+            # Back to the page after the login, but never to the callback: its query (the code)
+            # would travel through the login page's URL and its access log line.
+            back = f"{_server_url(request)}{_home(request)}" if request.url.path.rstrip("/").endswith(
+                "/callback"
+            ) else str(request.url)
+            return RedirectResponse(get_auth_manager().get_url_login(next_url=back), status_code=303)
         title = "Not allowed" if exc.status_code in (401, 403) else "Request failed"
         detail = exc.detail if isinstance(exc.detail, str) else "The request was refused."
         if (
@@ -219,13 +226,21 @@ def create_app() -> FastAPI:
     edit = Depends(requires_access_connection(method="PUT"))
 
     @app.get("/", dependencies=[edit], response_class=HTMLResponse)
-    def index(request: Request, connected: str | None = None) -> HTMLResponse:
-        conns = airflow_conns.bos_connections()
+    def index(request: Request, user: GetUserDep, connected: str | None = None) -> HTMLResponse:
+        conns = [c for c in airflow_conns.bos_connections() if is_authorized(user, c.conn_id, "PUT")]
+        mode = test_connection_mode()
+        policy, deadline = outbound_policy(), Deadline()  # one deadline for every probe of this view
+
+        def status_of(conn: Any) -> GrantStatus:
+            return _status_of(
+                conn, user, probed=mode == TEST_CONNECTION_ENABLED, policy=policy, deadline=deadline
+            )
+
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(conns)))) as pool:
-            statuses = list(pool.map(_status_of, conns))
-        credential = _credential(request) or ""
+            statuses = list(pool.map(status_of, conns))
         notice = f"Connected {connected!r}: the grant is in the token store." if connected else None
-        return _html(status_page(statuses, csrf=csrf_token(credential), home=_home(request), notice=notice))
+        csrf = csrf_token(str(user.get_id()), key=page_csrf_key())
+        return _html(status_page(statuses, csrf=csrf, home=_home(request), notice=notice, check_mode=mode))
 
     def _start(request: Request, user: Any, target: ConnectTarget) -> RedirectResponse:
         log.info(
@@ -234,7 +249,8 @@ def create_app() -> FastAPI:
             user.get_id(),
             target.resource_url,
         )
-        with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
+        check_token_store(user, target)
+        with page_client(outbound_policy(), Deadline()) as client:
             url = begin_web_connect(
                 target,
                 redirect_uri=_callback_uri(request),
@@ -246,6 +262,7 @@ def create_app() -> FastAPI:
 
     @app.post("/connections/{connection_id:path}/connect", dependencies=[edit, CsrfDep])
     def reconnect(request: Request, connection_id: str, user: GetUserDep) -> RedirectResponse:
+        _authorize(user, connection_id, "PUT")
         conn = airflow_conns.find_connection(connection_id)
         if conn is None or conn.conn_type != "bos":
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"No bos Connection {connection_id!r}.")
@@ -288,7 +305,11 @@ def create_app() -> FastAPI:
 
     @app.get("/callback", name="bos_callback", dependencies=[edit])
     def callback(request: Request, user: GetUserDep) -> RedirectResponse:
-        with httpx.Client(timeout=_HTTP_TIMEOUT_S, follow_redirects=False) as client:
+        def authorize(target: ConnectTarget) -> None:
+            _authorize(user, target.conn_id, "PUT")
+            check_token_store(user, target)
+
+        with page_client(outbound_policy(), Deadline()) as client:
             try:
                 target, outcome, grant = finish_web_connect(
                     str(request.url),
@@ -296,7 +317,7 @@ def create_app() -> FastAPI:
                     pending=_pending_store(),
                     open_token_store=airflow_conns.open_token_store,
                     http_client=client,
-                    authorize=lambda target: _authorize(user, target.conn_id, "PUT"),
+                    authorize=authorize,
                 )
             except BosError as exc:
                 log.warning("BOS connect failed for user %r: %s", user.get_id(), exc)
@@ -315,14 +336,18 @@ def create_app() -> FastAPI:
         )
 
     @app.post("/connections/{connection_id:path}/check", dependencies=[edit, CsrfDep], response_class=HTMLResponse)
-    def check(request: Request, connection_id: str) -> HTMLResponse:
-        from airflow_provider_bos.hooks.bos import BosHook
-
+    def check(request: Request, connection_id: str, user: GetUserDep) -> HTMLResponse:
+        _authorize(user, connection_id, "PUT")
+        _require_test_connection()
         conn = airflow_conns.find_connection(connection_id)
         if conn is None or conn.conn_type != "bos":
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"No bos Connection {connection_id!r}.")
-        with BosHook(connection_id) as hook:
-            contexts = hook.list_contexts()
+        target = airflow_conns.target_of(conn)
+        if str(airflow_conns.extra_of(conn).get("auth_type") or "oauth").lower() != "api_key":
+            check_token_store(user, target)
+        contexts = check_contexts(
+            connection_id, target.resource_url, policy=outbound_policy(), deadline=Deadline()
+        )
         return _html(contexts_page(connection_id, contexts, home=_home(request)))
 
     return app

@@ -1,32 +1,66 @@
-"""CSRF protection for the BOS page's forms: a token only the signed-in browser's page can know.
+"""CSRF protection for the BOS page's forms: a token only a page this server rendered can know.
 
-The token is an HMAC keyed by the request's own Airflow credential (the JWT in the ``_token``
-cookie or the ``Authorization`` header), so another site cannot compute it, and every api-server
-worker derives the same one without shared state. A POST must carry it and, when the browser sends
-an ``Origin``, come from this server's origin.
+The token is ``v2.<expiry>.<mac>``: an HMAC, under a key derived from a server-side secret (the API
+server's ``[api] secret_key``, the same on every api-server instance), of the signed-in user's id
+and the expiry. Another site cannot compute it, another user's token does not fit, and it does not
+depend on the session credential: it works without a session cookie
+(``simple_auth_manager_all_admins``) and keeps working when the auth manager re-issues the JWT.
+A POST must carry it and, when the browser sends an ``Origin``, come from this server's origin.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 
 from airflow_provider_bos.auth.pkce import b64url
 from airflow_provider_bos.auth.urls import parse_url
 
-__all__ = ["csrf_token", "csrf_valid", "same_origin"]
+__all__ = ["CSRF_TTL_S", "csrf_token", "csrf_valid", "page_csrf_key", "same_origin"]
 
-_PURPOSE = b"airflow-provider-bos/ui/csrf/v1"
-
-
-def csrf_token(credential: str) -> str:
-    return b64url(hmac.new(credential.encode("utf-8"), _PURPOSE, hashlib.sha256).digest())
+CSRF_TTL_S = 12 * 3600.0
+_PURPOSE = b"airflow-provider-bos/ui/csrf/v2"
+_VERSION = "v2"
 
 
-def csrf_valid(credential: str | None, submitted: str | None) -> bool:
-    if not credential or not submitted:
+def _mac(key: bytes, user_id: str, expires: int) -> str:
+    subkey = hmac.new(key, _PURPOSE, hashlib.sha256).digest()
+    message = f"{len(user_id)}:{user_id}:{expires}".encode()
+    return b64url(hmac.new(subkey, message, hashlib.sha256).digest())
+
+
+def csrf_token(user_id: str, *, key: bytes, now: float | None = None) -> str:
+    """A token for ``user_id``'s forms, valid for :data:`CSRF_TTL_S` from ``now``."""
+    expires = int((time.time() if now is None else now) + CSRF_TTL_S)
+    return f"{_VERSION}.{expires}.{_mac(key, user_id, expires)}"
+
+
+def csrf_valid(user_id: str, submitted: str | None, *, key: bytes, now: float | None = None) -> bool:
+    if not submitted:
         return False
-    return hmac.compare_digest(csrf_token(credential).encode(), submitted.encode())
+    parts = submitted.split(".")
+    if len(parts) != 3 or parts[0] != _VERSION or not parts[1].isdigit():
+        return False
+    expires = int(parts[1])
+    current = time.time() if now is None else now
+    if expires < current or expires > current + CSRF_TTL_S:
+        return False
+    return hmac.compare_digest(_mac(key, user_id, expires).encode(), parts[2].encode())
+
+
+def page_csrf_key() -> bytes:
+    """The server-side secret: ``[api] secret_key`` (else ``[api_auth] jwt_secret``)."""
+    from airflow.configuration import conf
+
+    secret = conf.get("api", "secret_key", fallback="") or conf.get("api_auth", "jwt_secret", fallback="")
+    if not secret:
+        from airflow_provider_bos.exceptions import BosConfigurationError
+
+        raise BosConfigurationError(
+            "The BOS page needs [api] secret_key (the same on every api-server) to protect its forms."
+        )
+    return secret.encode("utf-8")
 
 
 def same_origin(origin_header: str | None, server_url: str) -> bool:

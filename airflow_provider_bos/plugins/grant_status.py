@@ -17,6 +17,7 @@ __all__ = [
     "API_KEY_MODE",
     "CONNECTED",
     "NOT_CONNECTED",
+    "NOT_PROBED",
     "RECONNECT_NEEDED",
     "UNAVAILABLE",
     "GrantStatus",
@@ -28,6 +29,10 @@ NOT_CONNECTED = "not connected"
 RECONNECT_NEEDED = "reconnect needed"
 API_KEY_MODE = "API key mode"
 UNAVAILABLE = "check failed"
+NOT_PROBED = (
+    "From the token store only: the page checks grants with BOS when Airflow's [core] test_connection "
+    "is Enabled."
+)
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,10 @@ def grant_status(
     token_store: str,
     probe_error: BaseException | None = None,
     store_error: BaseException | None = None,
+    probed: bool = True,
 ) -> GrantStatus:
-    """Combine the Connection, its raw token store row and the probe's outcome (``None``: it worked)."""
+    """Combine the Connection, its raw token store row and the probe's outcome (``None``: it worked;
+    ``probed=False``: no probe was made, the state is the row's alone)."""
     if auth_type == "api_key":
         return GrantStatus(conn_id, resource, API_KEY_MODE, "The Connection holds a BOS identity API key.")
     if store_error is not None:
@@ -91,4 +98,6 @@ def grant_status(
     if probe_error is not None:
         detail = str(probe_error) if isinstance(probe_error, BosError) else type(probe_error).__name__
         return GrantStatus(conn_id, resource, UNAVAILABLE, detail, **facts)
+    if not probed:
+        return GrantStatus(conn_id, resource, CONNECTED, NOT_PROBED, **facts)
     return GrantStatus(conn_id, resource, CONNECTED, "", **facts)

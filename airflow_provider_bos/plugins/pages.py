@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
@@ -10,12 +12,13 @@ from urllib.parse import quote
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.plugins.grant_status import API_KEY_MODE, NOT_CONNECTED, GrantStatus
 
-__all__ = ["PERMISSION_NOTE", "contexts_page", "message_page", "status_page"]
+__all__ = ["CHECK_DISABLED_NOTE", "PERMISSION_NOTE", "contexts_page", "message_page", "status_page", "style_hash"]
 
 PERMISSION_NOTE = (
     "Only users whom Airflow's auth manager allows to edit Connections can use this page "
-    "(is_authorized_connection with method PUT; creating a new Connection also needs POST). "
-    "With the default SimpleAuthManager that is the Op and Admin roles."
+    "(is_authorized_connection with method PUT, per connection; creating a new Connection also needs "
+    "POST, and a token store connection needs GET). With the default SimpleAuthManager that is the Op "
+    "and Admin roles."
 )
 
 _STYLE = """
@@ -53,7 +56,31 @@ def _hidden_csrf(csrf: str) -> str:
     return f'<input type="hidden" name="csrf_token" value="{escape(csrf)}">'
 
 
-def _row(status: GrantStatus, csrf: str, home: str) -> str:
+def style_hash() -> str:
+    """The CSP source of the page's one inline style sheet (no other inline content is allowed)."""
+    digest = base64.b64encode(hashlib.sha256(_STYLE.encode("utf-8")).digest()).decode("ascii")
+    return f"'sha256-{digest}'"
+
+
+CHECK_DISABLED_NOTE = "Checking is off: Airflow's [core] test_connection is not Enabled."
+
+
+def _check_button(csrf: str, home: str, conn_path: str, check_mode: str) -> str:
+    if check_mode == "hidden":
+        return ""
+    if check_mode != "enabled":
+        return (
+            f'<button class="secondary" type="button" data-action="check" disabled '
+            f'title="{escape(CHECK_DISABLED_NOTE)}">Check</button>'
+        )
+    return (
+        f'<form class="inline" method="post" action="{escape(home)}connections/{conn_path}/check">'
+        f'{_hidden_csrf(csrf)}<button class="secondary" type="submit" data-action="check">Check</button>'
+        "</form>"
+    )
+
+
+def _row(status: GrantStatus, csrf: str, home: str, check_mode: str) -> str:
     conn = escape(status.conn_id)
     # In a URL path: Airflow allows "/" and "#" in a conn_id (the routes take the rest of the path).
     conn_path = escape(quote(status.conn_id, safe=""))
@@ -65,11 +92,7 @@ def _row(status: GrantStatus, csrf: str, home: str) -> str:
             f'<form class="inline" method="post" action="{escape(home)}connections/{conn_path}/connect">'
             f'{_hidden_csrf(csrf)}<button type="submit" data-action="connect">{label}</button></form> '
         )
-    actions += (
-        f'<form class="inline" method="post" action="{escape(home)}connections/{conn_path}/check">'
-        f'{_hidden_csrf(csrf)}<button class="secondary" type="submit" data-action="check">Check</button>'
-        "</form>"
-    )
+    actions += _check_button(csrf, home, conn_path, check_mode)
     detail = f'<div class="detail">{escape(status.detail)}</div>' if status.detail else ""
     generation = "-" if status.generation is None else str(status.generation)
     return (
@@ -82,8 +105,15 @@ def _row(status: GrantStatus, csrf: str, home: str) -> str:
     )
 
 
-def status_page(statuses: Sequence[GrantStatus], *, csrf: str, home: str, notice: str | None = None) -> str:
-    rows = "".join(_row(s, csrf, home) for s in statuses) or (
+def status_page(
+    statuses: Sequence[GrantStatus],
+    *,
+    csrf: str,
+    home: str,
+    notice: str | None = None,
+    check_mode: str = "enabled",
+) -> str:
+    rows = "".join(_row(s, csrf, home, check_mode) for s in statuses) or (
         '<tr><td colspan="9" class="muted">No connection of type bos yet: connect one below.</td></tr>'
     )
     notice_html = f'<div class="notice" role="status">{escape(notice)}</div>' if notice else ""

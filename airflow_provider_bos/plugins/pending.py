@@ -25,6 +25,7 @@ from airflow_provider_bos.redaction import register_secret
 
 __all__ = [
     "DEFAULT_PENDING_TTL_S",
+    "RULE_OTHER_USER",
     "RULE_PENDING_EXPIRED",
     "RULE_PENDING_UNKNOWN",
     "ConnectTarget",
@@ -36,6 +37,7 @@ DEFAULT_PENDING_TTL_S = 600.0
 PENDING_TABLE = "bos_ui_pending_connect"
 RULE_PENDING_UNKNOWN = "pending-unknown"
 RULE_PENDING_EXPIRED = "pending-expired"
+RULE_OTHER_USER = "callback-other-user"
 _ENC_PREFIX = "enc:v1:"
 _RAW_PREFIX = "raw:"
 
@@ -147,19 +149,35 @@ class PendingConnectStore:
                 f"{excerpt(str(getattr(exc, 'orig', exc)).splitlines()[0], 160)})."
             ) from None
 
-    def take(self, state: str) -> PendingConnect:
-        """Remove and return the pending sign-in for ``state``; it can be taken only once."""
+    def take(self, state: str, *, user_id: str) -> PendingConnect:
+        """Remove and return ``user_id``'s pending sign-in for ``state``; it can be taken only once.
+
+        Another user's callback with the same state is refused without removing the row: holding
+        the state is not enough to cancel somebody else's sign-in.
+        """
         self._ensure_table()
         key = _state_key(state)
+        unknown = BosCallbackError(
+            "no pending sign-in matches this callback (it was already used, or never started here); "
+            "start Connect again.",
+            rule=RULE_PENDING_UNKNOWN,
+        )
         with self._engine.begin() as conn:
             row = conn.execute(sa.select(self._table).where(self._table.c.state_key == key)).first()
-            taken = conn.execute(sa.delete(self._table).where(self._table.c.state_key == key)).rowcount
-        if row is None or taken != 1:
-            raise BosCallbackError(
-                "no pending sign-in matches this callback (it was already used, or never started here); "
-                "start Connect again.",
-                rule=RULE_PENDING_UNKNOWN,
-            )
+            if row is None:
+                raise unknown
+            if row._mapping["user_id"] != user_id:
+                raise BosCallbackError(
+                    "this sign-in was started by another Airflow user; start Connect yourself.",
+                    rule=RULE_OTHER_USER,
+                )
+            taken = conn.execute(
+                sa.delete(self._table).where(
+                    self._table.c.state_key == key, self._table.c.user_id == user_id
+                )
+            ).rowcount
+        if taken != 1:
+            raise unknown
         m = row._mapping
         if m["created_at"] < time.time() - self.ttl_s:
             raise BosCallbackError(

@@ -3,7 +3,7 @@
 :func:`begin_web_connect` is the first half of ``run_connect_flow`` (discovery with all its checks,
 dynamic registration for the API server's own callback, PKCE S256 + state + resource), ending with
 the pending sign-in kept server-side. :func:`finish_web_connect` is the second half: the pending
-row is taken (single use, expiring) before anything else, the callback is validated against it
+row of the signed-in user is taken (single use, expiring) before anything else, the callback is validated against it
 (target, state, ``iss``), discovery runs again and must name the same issuer, the code is exchanged
 with the verifier, and the grant is seeded into the token store exactly as ``connect`` does. No
 Airflow import here: the adapters pass the stores in.
@@ -31,11 +31,10 @@ from airflow_provider_bos.auth.grants import DEFAULT_SCOPES
 from airflow_provider_bos.auth.token_store import SqlTokenStore, StoredGrant
 from airflow_provider_bos.auth.urls import parse_url
 from airflow_provider_bos.exceptions import BosAuthError, BosCallbackError, BosConfigurationError
-from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
+from airflow_provider_bos.plugins.pending import RULE_OTHER_USER, ConnectTarget, PendingConnectStore
 
 __all__ = ["RULE_OTHER_USER", "begin_web_connect", "check_redirect_uri", "finish_web_connect"]
 
-RULE_OTHER_USER = "callback-other-user"
 
 
 def check_redirect_uri(redirect_uri: str) -> None:
@@ -95,11 +94,8 @@ def finish_web_connect(
 
     ``authorize`` may refuse the pending sign-in's Connection (by raising) before any code is spent.
     """
-    started = pending.take(_single_state(callback_url))  # consumed even when what follows fails
-    if started.user_id != user_id:
-        raise BosCallbackError(
-            "this sign-in was started by another Airflow user; start Connect yourself.", rule=RULE_OTHER_USER
-        )
+    # The user is checked before the row is consumed; once taken it is spent even if what follows fails.
+    started = pending.take(_single_state(callback_url), user_id=user_id)
     authorize(started.target)
     code = validate_callback(started.authorization, callback_url)
     info = discover(started.target.resource_url, http_client=http_client)

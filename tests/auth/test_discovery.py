@@ -189,7 +189,9 @@ def test_s256_is_required(methods) -> None:
 def test_metadata_must_be_a_2xx_json_object(response: httpx.Response) -> None:
     error = _rejects(FakeBos(overrides={PRM_URL: response}), d.RULE_METADATA_HTTP)
     if response.status_code == 503:
-        assert "503" in str(error) and "Service Unavailable" in str(error)
+        assert "503" in str(error)
+    # The endpoint is not a verified BOS resource yet: nothing it answered is repeated.
+    assert "Service Unavailable" not in str(error) and "login page" not in str(error)
 
 
 def test_as_metadata_http_failure() -> None:
@@ -225,3 +227,32 @@ def test_metadata_is_read_with_a_size_bound() -> None:
     fake.overrides[PRM_URL] = httpx.Response(200, stream=Endless())
     assert "larger than" in str(_rejects(fake, d.RULE_METADATA_HTTP))
     assert len(produced) * 16384 <= MAX_JSON_BYTES + 16384
+
+
+INTERNAL = "https://bos.example/internal/admin?secret-looking=1"
+
+
+def test_a_redirect_target_is_never_echoed() -> None:
+    moved = httpx.Response(302, headers={"Location": INTERNAL})
+    error = _rejects(FakeBos(overrides={RESOURCE: moved}), d.RULE_CHALLENGE_STATUS)
+    assert "302" in str(error) and "redirect" in str(error)
+    assert "internal" not in str(error) and "secret-looking" not in str(error)
+    metadata_moved = _rejects(FakeBos(overrides={PRM_URL: moved}), d.RULE_METADATA_HTTP)
+    assert "internal" not in str(metadata_moved)
+
+
+def test_a_trailing_slash_redirect_still_says_what_to_fix() -> None:
+    moved = httpx.Response(307, headers={"Location": RESOURCE})
+    with FakeBos(overrides={RESOURCE + "/": moved}).client() as client, pytest.raises(BosDiscoveryError) as caught:
+        discover(RESOURCE + "/", http_client=client)
+    assert "got 307 (a redirect to" in str(caught.value) and "trailing slash" in str(caught.value)
+
+
+def test_metadata_values_from_another_origin_are_not_echoed() -> None:
+    fake = FakeBos()
+    fake.protected["resource"] = "https://intranet.example/payroll-export"
+    error = _rejects(fake, d.RULE_RESOURCE_MISMATCH)
+    assert "intranet" not in str(error) and "payroll" not in str(error)
+    other = FakeBos()
+    other.as_metadata["issuer"] = "https://intranet.example/payroll-export"
+    assert "payroll" not in str(_rejects(other, d.RULE_ISSUER_MISMATCH))

@@ -1,7 +1,9 @@
 """A real ``airflow api-server`` with the BOS plugin, a reference server, and headless Chromium.
 
 The API server runs with the default SimpleAuthManager and two users: ``admin`` (Admin) and
-``viewer`` (Viewer, no connection-edit rights). Everything started here is stopped at teardown.
+``viewer`` (Viewer, no connection-edit rights), or in all-admins mode (no login, no cookie). Both
+have ``[core] test_connection = Enabled`` and ``[bos] allowed_hosts = 127.0.0.1`` (the reference
+server's host). Everything started here is stopped at teardown.
 Screenshots go to ``$BOS_UI_ARTIFACTS`` when set, else under the test's tmp dir.
 """
 
@@ -16,11 +18,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pagefixtures import API_SECRET_KEY, USERS
 
 CHROMIUM = os.environ.get("BOS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -31,7 +35,6 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-USERS = {"admin": "admin", "viewer": "viewer"}
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 
@@ -99,11 +102,8 @@ def shared_fernet_key() -> Iterator[str]:
         get_fernet.cache_clear()
 
 
-@pytest.fixture(scope="module")
-def api_server(
-    airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ApiServer]:
-    workdir = tmp_path_factory.mktemp("api-server")
+@contextmanager
+def _running_api_server(workdir: Path, fernet_key: str, *, all_admins: bool) -> Iterator[ApiServer]:
     passwords = workdir / "passwords.json"
     passwords.write_text(json.dumps(USERS))
     port = _free_port()
@@ -111,11 +111,16 @@ def api_server(
     env = {
         **os.environ,
         "AIRFLOW__API__BASE_URL": base_url,
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": str(all_admins),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": "admin:admin,viewer:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
         "AIRFLOW__API_AUTH__JWT_SECRET": "bos-ui-test-jwt-secret-0123456789abcdef",
-        "AIRFLOW__CORE__FERNET_KEY": shared_fernet_key,
+        "AIRFLOW__API__SECRET_KEY": API_SECRET_KEY,
+        "AIRFLOW__CORE__FERNET_KEY": fernet_key,
+        # The page probes and checks (Airflow's connection test is Disabled by default), and may
+        # reach the reference server on loopback (refused unless allow-listed).
+        "AIRFLOW__CORE__TEST_CONNECTION": "Enabled",
+        "AIRFLOW__BOS__ALLOWED_HOSTS": "127.0.0.1",
         "PYTHONPATH": os.pathsep.join(
             p for p in [str(Path(__file__).resolve().parents[2]), os.environ.get("PYTHONPATH", "")] if p
         ),
@@ -150,6 +155,25 @@ def api_server(
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def api_server(
+    airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """Password login: ``admin`` (Admin) and ``viewer`` (Viewer)."""
+    with _running_api_server(tmp_path_factory.mktemp("api-server"), shared_fernet_key, all_admins=False) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def all_admins_api_server(
+    airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
+    """``simple_auth_manager_all_admins``: everyone is admin, and no session cookie exists."""
+    with _running_api_server(tmp_path_factory.mktemp("api-server-all-admins"), shared_fernet_key,
+                             all_admins=True) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,11 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import sqlalchemy as sa
+from pagefixtures import API_SECRET_KEY
 
 from airflow_provider_bos.auth.token_store import SqlTokenStore, default_token_store_url
 from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
+from airflow_provider_bos.plugins.csrf import csrf_token
 
 # An api-server start takes a minute or more on a busy machine; the fixture setup counts too.
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -260,14 +262,14 @@ def test_state_changing_requests_need_the_pages_csrf_token(api_server, reference
             "/bos/connect", data={**form, "csrf_token": csrf}, headers={"Origin": "https://evil.example"}
         )
         assert cross_site.status_code == 403 and "another site" in cross_site.text
-        other_users_token = csrf_token_of(api_server.token("viewer"))
+        other_users_token = csrf_token("viewer", key=API_SECRET_KEY.encode())
         assert client.post("/bos/connect", data={**form, "csrf_token": other_users_token}).status_code == 403
-
-
-def csrf_token_of(credential: str) -> str:
-    from airflow_provider_bos.plugins.csrf import csrf_token
-
-    return csrf_token(credential)
+        # The token outlives the session credential: a re-issued JWT of the same user still posts.
+        client.cookies.set("_token", api_server.token("admin"))
+        started = client.post(
+            "/bos/connect", data={**form, "csrf_token": csrf}, headers={"Origin": api_server.base_url}
+        )
+        assert started.status_code == 303 and started.headers["location"].startswith(reference_server.issuer)
 
 
 def test_a_viewer_cannot_connect_or_check_either(api_server) -> None:
@@ -313,3 +315,56 @@ def test_a_conn_id_with_a_slash_or_a_hash_can_be_checked(api_server, reference_s
                                   headers={"Origin": api_server.base_url})
             assert checked.status_code == 200, checked.text
             assert "ctx_acme_people_prod" in checked.text  # the contexts BOS answered for that Connection
+
+
+def _forget(conn_id: str) -> None:
+    _delete_connection(conn_id)
+    store = SqlTokenStore(default_token_store_url())
+    store.delete(conn_id)
+    store.dispose()
+
+
+def _connect_and_check_in(page, base_url: str, reference_server, conn_id: str, artifacts: Path) -> None:
+    page.goto(f"{base_url}/bos/")
+    page.locator("#conn_id").fill(conn_id)
+    page.locator("#resource_url").fill(reference_server.mcp_url)
+    page.locator('button[data-action="connect-new"]').click()
+    page.wait_for_url(re.compile(rf"/bos/\?connected={conn_id}$"), timeout=60_000)
+    assert _state(page, conn_id) == "connected"
+    page.screenshot(path=str(artifacts / "connected.png"))
+    page.locator(f'tr[data-conn-id="{conn_id}"] button[data-action="check"]').click()
+    page.locator("h1", has_text="2 authorized context(s)").wait_for(timeout=60_000)
+
+
+def test_connect_in_all_admins_mode_without_a_session_cookie(
+    all_admins_api_server, reference_server, chromium, artifacts: Path
+) -> None:
+    conn_id = "bos_all_admins_browser"
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        _connect_and_check_in(context.new_page(), all_admins_api_server.base_url, reference_server, conn_id,
+                              artifacts)
+        assert "_token" not in {cookie["name"] for cookie in context.cookies()}  # no session cookie
+    finally:
+        context.close()
+        _forget(conn_id)
+
+
+def test_connect_after_a_password_login_in_the_browser(
+    api_server, reference_server, chromium, artifacts: Path
+) -> None:
+    conn_id = "bos_password_browser"
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    try:
+        page.goto(f"{api_server.base_url}/bos/")  # not signed in: Airflow's login page
+        page.locator("input[type=password]").wait_for(timeout=120_000)
+        page.locator("input:not([type=password])").first.fill("admin")
+        page.locator("input[type=password]").fill("admin")
+        page.get_by_role("button", name="Sign in").click()
+        page.wait_for_url(re.compile(r"/bos/$"), timeout=60_000)
+        assert "_token" in {cookie["name"] for cookie in context.cookies()}
+        _connect_and_check_in(page, api_server.base_url, reference_server, conn_id, artifacts)
+    finally:
+        context.close()
+        _forget(conn_id)

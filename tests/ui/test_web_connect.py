@@ -16,7 +16,7 @@ from cryptography.fernet import Fernet
 
 from airflow_provider_bos.auth.token_store import SqlTokenStore
 from airflow_provider_bos.exceptions import BosCallbackError, BosConfigurationError
-from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, same_origin
+from airflow_provider_bos.plugins.csrf import CSRF_TTL_S, csrf_token, csrf_valid, same_origin
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, check_redirect_uri, finish_web_connect
 
@@ -127,6 +127,15 @@ def test_another_user_cannot_finish_my_sign_in(bos_server, pending, store_url) -
     assert SqlTokenStore(store_url).load("bos_web") is None
 
 
+def test_another_user_holding_the_state_cannot_burn_my_sign_in(bos_server, pending, store_url) -> None:
+    callback = _sign_in(_begin(bos_server, pending, user="alice"))
+    with pytest.raises(BosCallbackError, match="another Airflow user"):
+        _finish(callback, pending, store_url, user="mallory")
+
+    target, _outcome, grant = _finish(callback, pending, store_url, user="alice")
+    assert target.conn_id == "bos_web" and grant.generation == 1
+
+
 def test_the_verifier_is_encrypted_at_rest(bos_server, pending, tmp_path) -> None:
     authorization_url = _begin(bos_server, pending)
     engine = sa.create_engine(f"sqlite:///{tmp_path / 'meta.db'}")
@@ -144,10 +153,28 @@ def test_the_callback_must_be_https_or_loopback(uri) -> None:
     check_redirect_uri("http://localhost:8080/bos/callback")
 
 
-def test_csrf_tokens_are_bound_to_the_session_and_the_origin() -> None:
-    token = csrf_token("jwt-of-alice")
-    assert csrf_valid("jwt-of-alice", token)
-    assert not csrf_valid("jwt-of-mallory", token) and not csrf_valid("jwt-of-alice", None)
+KEY = b"server-side-secret"
+
+
+def test_csrf_tokens_are_bound_to_the_user_a_server_secret_and_an_expiry() -> None:
+    token = csrf_token("alice", key=KEY, now=1000.0)
+    assert csrf_valid("alice", token, key=KEY, now=1000.0 + 3600)
+    # Another user, another server secret, a forged expiry, an old token: refused.
+    assert not csrf_valid("mallory", token, key=KEY, now=1000.0)
+    assert not csrf_valid("alice", token, key=b"another-deployment", now=1000.0)
+    expires, mac = token.split(".")[1:]
+    assert not csrf_valid("alice", f"v2.{int(expires) + 10**6}.{mac}", key=KEY, now=1000.0)
+    assert not csrf_valid("alice", token, key=KEY, now=1000.0 + CSRF_TTL_S + 1)
+    for bad in (None, "", "v2", "v2.x.y", "v1.1.2", token + "x"):
+        assert not csrf_valid("alice", bad, key=KEY, now=1000.0)
+
+
+def test_the_same_user_gets_a_working_token_whatever_session_they_hold() -> None:
+    # No session cookie at all (simple_auth_manager_all_admins) or a re-issued JWT: the identity is the same.
+    assert csrf_valid("admin", csrf_token("admin", key=KEY, now=5.0), key=KEY, now=6.0)
+
+
+def test_same_origin() -> None:
     assert same_origin("http://127.0.0.1:8080", "http://127.0.0.1:8080")
     assert not same_origin("null", "http://127.0.0.1:8080")
     assert not same_origin("https://evil.example", "http://127.0.0.1:8080")
