@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from airflow_provider_bos.auth.bounded import BodyTooLarge, parse_json, send_bounded
+from airflow_provider_bos.auth.urls import require_credential_url
 from airflow_provider_bos.auth.token_store import (
     SqlTokenStore,
     StoredGrant,
@@ -170,6 +171,7 @@ def request_token(
     http_client: httpx.Client, token_endpoint: str, form: Mapping[str, str], *, default_scope: str = ""
 ) -> TokenSet:
     """POST a form to the token endpoint and parse the answer; errors carry only the OAuth code."""
+    require_credential_url(token_endpoint, "a token request to the token endpoint")
     started = time.time()
     try:
         response, body = send_bounded(
@@ -245,6 +247,7 @@ class ApiKeyAuth(httpx.Auth):
         return "ApiKeyAuth(api_key=***)"
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        require_credential_url(str(request.url), "the BOS API key")
         request.headers["Authorization"] = f"Bearer {self._api_key}"
         yield request
 
@@ -311,6 +314,7 @@ class OAuthGrantAuth(httpx.Auth):
     # --- httpx.Auth ---------------------------------------------------------------------------
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        require_credential_url(str(request.url), "an OAuth access token")
         token = self.access_token()
         request.headers["Authorization"] = f"Bearer {token}"
         response = yield request

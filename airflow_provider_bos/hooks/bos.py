@@ -16,6 +16,7 @@ import httpx
 from airflow.sdk import BaseHook
 
 from airflow_provider_bos.auth.grants import DEFAULT_SCOPES, check_api_key
+from airflow_provider_bos.auth.urls import require_credential_url
 from airflow_provider_bos.exceptions import BosConfigurationError, BosError
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import BosContext
@@ -81,6 +82,8 @@ class BosConnectionConfig:
             raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the API key.")
         if auth_type == "api_key":
             check_api_key(secret, f"Connection {conn_id!r}: the API key in the password field")
+            # (OAuth URLs are checked by discovery, before any token exists.)
+            require_credential_url(host, f"the API key of Connection {conn_id!r}")
         # OAuth: an empty or masked password is not an error here. The grant layer uses the grant
         # already in the token store (and says how to fix the Connection), or fails if there is none.
         client_id = extra.get("client_id") or None
