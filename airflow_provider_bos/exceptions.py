@@ -18,6 +18,7 @@ __all__ = [
     "BosAuthError",
     "BosCallbackError",
     "BosReconnectRequired",
+    "BosTokenBindingError",
     "BosTokenStoreError",
     "BosHttpError",
     "BosRetryableHttpError",
@@ -108,6 +109,11 @@ class BosReconnectRequired(BosAuthError):
 
 class BosTokenStoreError(BosAuthError):
     """The token store could not be read or written."""
+
+
+class BosTokenBindingError(BosReconnectRequired, BosTokenStoreError):
+    """A token store row holds a token sealed for another row or target (the table was copied into
+    or altered): the token is not used, and a reconnect writes the row anew."""
 
 
 # --- transport / HTTP -------------------------------------------------------------------------

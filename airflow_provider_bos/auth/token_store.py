@@ -20,9 +20,15 @@ Which store to use:
   grant independently and the server will revoke it.
 
 Secrets at rest: pass a :class:`Cipher` (Airflow's Fernet, or ``cryptography.fernet.Fernet``) and
-the access/refresh token columns hold ``enc:v1:<base64 ciphertext>``; without one they hold
+the access/refresh token columns hold each token sealed to its row (:mod:`.sealed`: encrypted with
+the row's key, client id, resource and token endpoint, and checked against them on every read, so a
+ciphertext copied into another row or under altered columns is refused); without one they hold
 ``raw:<token>``. A store opened without the key refuses encrypted rows rather than mis-reading them,
 and a store opened with a key refuses ``raw:`` rows (whoever wrote them did not hold the key).
+
+Rows of the earlier unbound format (``enc:v1:``, each token encrypted alone) are read with
+:attr:`StoredGrant.legacy` set, and only while no other row holds the same ciphertext (a copy is
+refused in both rows); :mod:`.grants` then trusts such a row once, migrating it: see there.
 
 Seeds: the row remembers ``sha256`` of every refresh token it was ever seeded from
 (``consumed_seeds``). A seed it has consumed never replaces the row again (an old Connection, a
@@ -38,7 +44,6 @@ of their own.)
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import logging
 import math
@@ -50,13 +55,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosTokenStoreError, excerpt
+from airflow_provider_bos.auth.sealed import LEGACY_PREFIX, SEALED_PREFIX, Cipher, RowBinding, seal, unseal
+from airflow_provider_bos.exceptions import (
+    BosConfigurationError,
+    BosTokenBindingError,
+    BosTokenStoreError,
+    excerpt,
+)
 from airflow_provider_bos.redaction import register_secret
 
 logger = logging.getLogger(__name__)
@@ -77,7 +88,6 @@ __all__ = [
 DEFAULT_TABLE = "bos_oauth_grants"
 DEFAULT_FILE_NAME = "bos_token_store.db"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_ENC_PREFIX = "enc:v1:"
 _RAW_PREFIX = "raw:"
 _SQLITE_BEGIN_OPTION = "bos_sqlite_begin"
 # Longest token stored: its ciphertext must fit a TEXT column everywhere (MySQL's holds 64 KiB).
@@ -86,15 +96,6 @@ MAX_TOKEN_CHARS = 16_384
 _ADDED_COLUMNS = {"consumed_seeds": "TEXT"}
 # Commit attempts for a rotated grant (the old refresh token is already spent at the server).
 _ROTATED_COMMIT_ATTEMPTS = 4
-
-
-@runtime_checkable
-class Cipher(Protocol):
-    """Symmetric encryption of token columns; ``cryptography.fernet.Fernet`` satisfies it."""
-
-    def encrypt(self, data: bytes) -> bytes: ...
-
-    def decrypt(self, token: bytes) -> bytes: ...
 
 
 def refresh_token_fingerprint(refresh_token: str) -> str:
@@ -138,6 +139,7 @@ class StoredGrant:
     seed_fingerprint: str | None
     updated_at: float
     consumed_seeds: frozenset[str] = frozenset()  # sha256 of every seed this row ever used
+    legacy: bool = False  # its tokens were read from the earlier unbound format (enc:v1:)
 
     def __repr__(self) -> str:
         return (
@@ -148,6 +150,11 @@ class StoredGrant:
         )
 
     __str__ = __repr__
+
+    @property
+    def binding(self) -> RowBinding:
+        """What this row's sealed tokens are bound to."""
+        return RowBinding(self.key, self.client_id, self.resource, self.token_endpoint)
 
     def access_token_valid(self, *, margin_s: float = 0.0, now: float | None = None) -> bool:
         """An access token is present and does not expire within ``margin_s``."""
@@ -357,17 +364,19 @@ class SqlTokenStore:
                     raise self._fail(f"adding column {name}", exc) from None
             logger.info("Token store table %s: added column %s.", self._table.name, name)
 
-    def _encode(self, value: str | None) -> str | None:
+    def _encode(self, value: str | None, binding: RowBinding, column: str) -> str | None:
         if value is None:
             return None
         if self._cipher is None:
             return _RAW_PREFIX + value
-        ciphertext = self._cipher.encrypt(value.encode("utf-8"))
-        return _ENC_PREFIX + base64.urlsafe_b64encode(ciphertext).decode("ascii")
+        return seal(self._cipher, binding, column, value)
 
-    def _decode(self, key: str, column: str, stored: str | None) -> str | None:
+    def _decode(self, binding: RowBinding, column: str, stored: str | None) -> tuple[str | None, bool]:
+        """The token in a column and whether it was of the legacy format."""
+        key = binding.key
         if stored is None:
-            return None
+            return None, False
+        legacy = False
         if stored.startswith(_RAW_PREFIX):
             if self._cipher is not None:
                 raise BosTokenStoreError(
@@ -375,38 +384,41 @@ class SqlTokenStore:
                     "a Fernet key: a row written without the key is not trusted. Reconnect to replace it."
                 )
             value = stored[len(_RAW_PREFIX) :]
-        elif stored.startswith(_ENC_PREFIX):
+        elif stored.startswith((SEALED_PREFIX, LEGACY_PREFIX)):
             if self._cipher is None:
                 raise BosTokenStoreError(
                     f"The token store row {key!r} is encrypted ({column}); open the store with the same "
                     "Fernet key (Airflow's [core] fernet_key) to read it."
                 )
-            try:
-                value = self._cipher.decrypt(base64.urlsafe_b64decode(stored[len(_ENC_PREFIX) :])).decode(
-                    "utf-8"
-                )
-            except Exception:  # noqa: BLE001 - InvalidToken, binascii.Error, UnicodeDecodeError
-                raise BosTokenStoreError(
-                    f"The token store row {key!r} ({column}) cannot be decrypted with the configured key; "
-                    "use the key it was written with, or reconnect."
-                ) from None
+            unsealed = unseal(self._cipher, stored, binding, column)
+            value, legacy = unsealed.token, unsealed.legacy
         else:
             raise BosTokenStoreError(f"The token store row {key!r} ({column}) has an unknown format.")
         register_secret(value)
-        return value
+        return value, legacy
 
-    def _row_to_grant(self, row: Any, *, tolerant: bool = False) -> StoredGrant:
+    def _row_to_grant(self, row: Any, conn: Connection, *, tolerant: bool = False) -> StoredGrant:
         """The row as a grant; ``tolerant`` leaves tokens that cannot be read as None (for a
         re-seed, which replaces them anyway)."""
         m = row._mapping
+        binding = RowBinding(m["key"], m["client_id"], m["resource"], m["token_endpoint"])
         tokens: dict[str, str | None] = {}
-        for column in ("access_token", "refresh_token"):
-            try:
-                tokens[column] = self._decode(m["key"], column, m[column])
-            except BosTokenStoreError:
-                if not tolerant:
-                    raise
-                tokens[column] = None
+        legacy = False
+        try:
+            for column in ("access_token", "refresh_token"):
+                try:
+                    tokens[column], old_format = self._decode(binding, column, m[column])
+                except BosTokenStoreError:
+                    if not tolerant:
+                        raise
+                    tokens[column], old_format = None, False
+                legacy = legacy or old_format
+            if legacy:
+                self._check_legacy_unique(conn, m)
+        except BosTokenBindingError:
+            if not tolerant:
+                raise
+            tokens, legacy = {"access_token": None, "refresh_token": None}, False
         consumed = set((m.get("consumed_seeds") or "").split())
         if m["seed_fingerprint"]:
             consumed.add(m["seed_fingerprint"])  # rows from before consumed_seeds existed
@@ -423,7 +435,27 @@ class SqlTokenStore:
             seed_fingerprint=m["seed_fingerprint"],
             updated_at=float(m["updated_at"]),
             consumed_seeds=frozenset(consumed),
+            legacy=legacy,
         )
+
+    def _check_legacy_unique(self, conn: Connection, m: Any) -> None:
+        """A legacy (unbound) ciphertext is trusted only in one row: held by two, it was copied, and
+        neither row can say which is its own."""
+        ciphertexts = [m[column] for column in ("access_token", "refresh_token")
+                       if m[column] and m[column].startswith(LEGACY_PREFIX)]
+        table = self._table
+        copies = conn.execute(
+            sa.select(sa.func.count()).select_from(table).where(
+                table.c.key != m["key"],
+                sa.or_(table.c.access_token.in_(ciphertexts), table.c.refresh_token.in_(ciphertexts)),
+            )
+        ).scalar_one()
+        if copies:
+            raise BosTokenBindingError(
+                f"The token store row {m['key']!r} holds a token of the earlier unbound format that is also in "
+                "another row: it was copied, and is neither used nor sent anywhere.",
+                conn_id=m["key"],
+            )
 
     def _values(self, grant: StoredGrant) -> dict[str, Any]:
         return {
@@ -431,8 +463,8 @@ class SqlTokenStore:
             "token_endpoint": grant.token_endpoint,
             "resource": grant.resource,
             "scope": grant.scope,
-            "access_token": self._encode(grant.access_token),
-            "refresh_token": self._encode(grant.refresh_token),
+            "access_token": self._encode(grant.access_token, grant.binding, "access_token"),
+            "refresh_token": self._encode(grant.refresh_token, grant.binding, "refresh_token"),
             # Never NaN/Infinity (SQLite stores NaN as NULL = "never expires", MySQL refuses it):
             # a lifetime that cannot be stored counts as expired.
             "expires_at": (
@@ -473,7 +505,7 @@ class SqlTokenStore:
                     row = conn.execute(
                         sa.select(self._table).where(self._table.c.key == key).with_for_update()
                     ).first()
-                    yield conn, (self._row_to_grant(row, tolerant=tolerant) if row is not None else None)
+                    yield conn, (self._row_to_grant(row, conn, tolerant=tolerant) if row is not None else None)
             finally:
                 if previous_wait is not None:
                     self._restore_lock_wait(conn, previous_wait)
@@ -599,9 +631,9 @@ class SqlTokenStore:
         try:
             with self._engine.connect() as conn, conn.begin():
                 row = conn.execute(sa.select(self._table).where(self._table.c.key == key)).first()
+                return self._row_to_grant(row, conn) if row is not None else None
         except sa.exc.SQLAlchemyError as exc:
             raise self._fail("read", exc) from None
-        return self._row_to_grant(row) if row is not None else None
 
     def refresh_locked(
         self,
@@ -623,7 +655,7 @@ class SqlTokenStore:
 
     def save(self, grant: StoredGrant) -> StoredGrant:
         """Write ``grant`` as the row for ``grant.key`` unconditionally (under the lock)."""
-        stamped = replace(grant, updated_at=time.time())
+        stamped = replace(grant, updated_at=time.time(), legacy=False)  # written sealed
         self._run_locked(grant.key, lambda _current: stamped)
         return stamped
 

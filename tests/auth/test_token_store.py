@@ -170,7 +170,7 @@ def test_fernet_encrypts_the_token_columns(make_store) -> None:
     raw = store.raw_row("bos_default")
     assert raw is not None
     assert "rt-seed-0001" not in raw["refresh_token"] and "at-plain-text-token" not in raw["access_token"]
-    assert raw["refresh_token"].startswith("enc:v1:")
+    assert raw["refresh_token"].startswith("enc:v2:")
     loaded = make_store(cipher=Fernet(key)).load("bos_default")
     assert loaded is not None and (loaded.refresh_token, loaded.access_token) == (
         "rt-seed-0001",
@@ -198,7 +198,7 @@ def test_a_plaintext_row_is_refused_once_a_key_is_configured(make_store) -> None
     # Reconnecting (a new seed) replaces the untrusted row, encrypted.
     reconnected = keyed.seed("bos_default", refresh_token="rt-reconnected", force=True, **SEED)
     assert reconnected.refresh_token == "rt-reconnected"
-    assert keyed.raw_row("bos_default")["refresh_token"].startswith("enc:v1:")
+    assert keyed.raw_row("bos_default")["refresh_token"].startswith("enc:v2:")
 
 
 def test_table_names_are_identifiers(tmp_path: Path) -> None:
