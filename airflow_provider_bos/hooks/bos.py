@@ -56,6 +56,7 @@ class BosConnectionConfig:
     timeout: float
     stream_idle_timeout: float = 300.0
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    operation_deadline: float = 300.0  # McpSession's DEFAULT_OPERATION_DEADLINE
 
     def __repr__(self) -> str:
         return (
@@ -107,6 +108,8 @@ class BosConnectionConfig:
             stream_idle_timeout=_seconds(conn_id, "Stream idle timeout (stream_idle_timeout)",
                                          extra.get("stream_idle_timeout"), 300.0),
             max_event_bytes=_max_event_bytes(conn_id, extra.get("max_event_mib")),
+            operation_deadline=_seconds(conn_id, "Operation deadline (operation_deadline)",
+                                        extra.get("operation_deadline"), 300.0),
         )
 
 
@@ -246,6 +249,7 @@ class BosHook(BaseHook):
                 timeout=cfg.timeout,
                 stream_idle_timeout=cfg.stream_idle_timeout,
                 max_event_bytes=cfg.max_event_bytes,
+                operation_deadline_s=cfg.operation_deadline,
             )
             session.connect()
             self._session = session

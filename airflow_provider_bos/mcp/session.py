@@ -25,7 +25,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -100,6 +100,13 @@ logger = logging.getLogger(__name__)
 #: ``sse_read_timeout``: a server may assemble a large final response for a long while.
 DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
 
+#: The overall deadline of every operation that is not a read (connect, call_tool, list_tools,
+#: get_contexts, ...): retries, resumptions and keepalive-only streams included. A hostile or
+#: stuck endpoint cannot hold a task longer.
+DEFAULT_OPERATION_DEADLINE = 300.0
+#: The deadline of a federated read given none (the operator's read_deadline default).
+DEFAULT_READ_DEADLINE = 1800.0
+
 #: Events larger than this are streamed (stream_records=True): their data goes to a
 #: FrameRouter (:mod:`.final_stream`) as it arrives instead of being buffered. Notifications are
 #: far smaller.
@@ -157,6 +164,7 @@ class McpSession:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         client_name: str = "airflow-provider-bos",
         stream_threshold_bytes: int = DEFAULT_STREAM_THRESHOLD,
+        operation_deadline_s: float = DEFAULT_OPERATION_DEADLINE,
     ) -> None:
         if era not in ERAS:
             raise BosConfigurationError(
@@ -166,6 +174,11 @@ class McpSession:
             raise BosConfigurationError(
                 f"The stream idle timeout must be a positive number of seconds, not {stream_idle_timeout!r}."
             )
+        if not 0 < operation_deadline_s < float("inf"):
+            raise BosConfigurationError(
+                f"The operation deadline must be a positive number of seconds, not {operation_deadline_s!r}."
+            )
+        self.operation_deadline_s = operation_deadline_s
         self.url = url
         self.era = ERAS[era]
         self.timeout = timeout
@@ -195,6 +208,7 @@ class McpSession:
         self._inflight: httpx.Response | None = None
         self._cancel = threading.Event()
         self._op_depth = 0
+        self._deadline: Deadline | None = None  # the running operation's
         self._reconnect = Reconnect(reopen=self._reopen_stream, sleep=self._sleep, release=self._release)
 
     def __repr__(self) -> str:
@@ -233,6 +247,10 @@ class McpSession:
             return
         if self._closed:
             raise BosConfigurationError("This MCP session is closed; create a new one.")
+        with self._operation():
+            self._negotiate()
+
+    def _negotiate(self) -> None:
         if self.era == PROTOCOL_2026:
             self._discover(probe=False)
         elif self.era == PROTOCOL_2025:
@@ -351,8 +369,8 @@ class McpSession:
         direct tool (sent no context), the context of its first page notification.
         """
         check_via(via)
-        deadline = Deadline.after(deadline_s)
-        with self._operation():
+        deadline = Deadline.after(DEFAULT_READ_DEADLINE if deadline_s is None else deadline_s)
+        with self._operation(deadline):
             self.connect()
             style: ToolStyle
             if via == "auto":
@@ -399,15 +417,20 @@ class McpSession:
     # --- internals: operations -----------------------------------------------------------------
 
     @contextmanager
-    def _operation(self) -> Iterator[None]:
+    def _operation(self, deadline: Deadline | None = None) -> Iterator[None]:
+        """One public operation, under its deadline (``deadline``, else the operation deadline):
+        every request it makes, the handshake included, ends by then."""
         # cancel() aims at the running operation: a cancel left over from an idle moment is dropped.
         if self._op_depth == 0:
             self._cancel.clear()
+            self._deadline = deadline or Deadline.after(self.operation_deadline_s, "operation_deadline")
         self._op_depth += 1
         try:
             yield
         finally:
             self._op_depth -= 1
+            if self._op_depth == 0:
+                self._deadline = None
 
     def _request(
         self, method: str, params: dict[str, Any] | None, deadline: Deadline | None = None
@@ -516,6 +539,8 @@ class McpSession:
         options: CallOptions = _PLAIN,
     ) -> _Reply:
         """One request with retries; a stale 2025 session is re-initialised once."""
+        if options.deadline is None and self._deadline is not None:
+            options = replace(options, deadline=self._deadline)
         deadline = options.deadline
 
         def attempt() -> _Reply:
@@ -550,10 +575,10 @@ class McpSession:
         return {"auth": self._auth} if self._auth is not None else {}
 
     def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        read = self.timeout
+        limit = self.timeout
         if deadline is not None:
-            read = max(0.001, min(read, deadline.remaining()))
-        return httpx.Timeout(self.timeout, read=read)
+            limit = max(0.001, min(limit, deadline.remaining()))
+        return httpx.Timeout(limit)
 
     def _stream_read_timeout(self, deadline: Deadline | None) -> float:
         """The idle limit between bytes of an open stream: the stream idle timeout, within the deadline."""
@@ -563,11 +588,14 @@ class McpSession:
 
     def _notify(self, method: str, params: dict[str, Any] | None = None) -> None:
         body = notification_envelope(method, self._envelope_params(params))
+        deadline = self._deadline
 
         def send() -> None:
+            if deadline is not None and deadline.reached():
+                raise deadline.error(method)
             request = self._client.build_request(
                 "POST", self.url, content=dumps(body), headers=self._headers(method, params),
-                timeout=self._timeout(None),
+                timeout=self._timeout(deadline),
             )
             response = self._send(request, method)
             try:
@@ -577,7 +605,8 @@ class McpSession:
             finally:
                 response.close()
 
-        run_with_retries(send, self.retry, sleep=self._sleep, describe=method)
+        run_with_retries(send, self.retry, deadline=deadline.at if deadline is not None else None,
+                         sleep=self._sleep, describe=method)
 
     def _send(self, request: httpx.Request, method: str) -> httpx.Response:
         """Send and return the streaming response; failures before any response byte are retryable."""
@@ -642,9 +671,9 @@ class McpSession:
                                 handed_over = True
                                 return _Reply(None, request_id, streamed=False, stream=frame)
                         else:
-                            body = self._read_body(response, method)
+                            body = self._read_body(response, method, deadline)
                         return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
-                    return _Reply(self._read_json(response, method), request_id, streamed=False)
+                    return _Reply(self._read_json(response, method, deadline), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:
                     if deadline is not None and deadline.passed() and not isinstance(exc, BosReadCancelled):
                         raise deadline.error(method) from exc
@@ -682,27 +711,30 @@ class McpSession:
     def _raise_for_status(self, response: httpx.Response, method: str) -> None:
         raise_for_status(response, method, self.url, in_session=self._session_id is not None and not self.stateless)
 
-    def _read_json(self, response: httpx.Response, method: str) -> Any:
-        return self._decode_json(self._read_body(response, method), method)
+    def _read_json(self, response: httpx.Response, method: str, deadline: Deadline | None) -> Any:
+        return self._decode_json(self._read_body(response, method, deadline), method)
 
-    def _read_body(self, response: httpx.Response, method: str) -> bytes:
-        """The whole body, at most ``max_event_bytes`` (the bound an SSE event has)."""
+    def _read_body(self, response: httpx.Response, method: str, deadline: Deadline | None) -> bytes:
+        """The whole body, at most ``max_event_bytes`` (the bound an SSE event has), by the deadline
+        (checked per chunk: a body trickled within the HTTP timeout cannot outlive it)."""
         limit = self.max_event_bytes
         length = declared_length(response)
         if length is not None and length > limit:
             raise body_too_large(method, limit)
         try:
-            if length is not None:
-                return response.read()
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > limit:
                     raise body_too_large(method, limit)
+                if deadline is not None and deadline.reached():
+                    raise deadline.error(method)
             return bytes(body)
         except httpx.HTTPError as exc:
             if self._cancel.is_set():
                 raise BosReadCancelled(f"{method} was cancelled.") from exc
+            if deadline is not None and deadline.passed():
+                raise deadline.error(method) from exc
             raise body_read_failed(method, exc, self.timeout) from exc
 
     def _decode_json(self, body: bytes, method: str) -> Any:
