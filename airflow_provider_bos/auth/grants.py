@@ -39,13 +39,13 @@ from typing import Any
 import httpx
 
 from airflow_provider_bos.auth.bounded import BodyTooLarge, parse_json, send_bounded
-from airflow_provider_bos.auth.urls import require_credential_url
 from airflow_provider_bos.auth.token_store import (
     SqlTokenStore,
     StoredGrant,
     refresh_token_fingerprint,
     token_problem,
 )
+from airflow_provider_bos.auth.urls import require_credential_url
 from airflow_provider_bos.exceptions import (
     BosAuthError,
     BosConfigurationError,

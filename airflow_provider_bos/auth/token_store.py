@@ -44,24 +44,32 @@ of their own.)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 
 from airflow_provider_bos.auth.sealed import LEGACY_PREFIX, SEALED_PREFIX, Cipher, RowBinding, seal, unseal
+from airflow_provider_bos.auth.sqlite_file import (
+    DEFAULT_FILE_NAME,
+    SQLITE_BEGIN_OPTION,
+    configure_sqlite,
+    default_token_store_url,
+    ensure_private_sqlite_file,
+)
+from airflow_provider_bos.auth.stored_grant import (
+    MAX_TOKEN_CHARS,
+    StoredGrant,
+    refresh_token_fingerprint,
+    token_problem,
+)
 from airflow_provider_bos.exceptions import (
     BosConfigurationError,
     BosTokenBindingError,
@@ -86,126 +94,12 @@ __all__ = [
 ]
 
 DEFAULT_TABLE = "bos_oauth_grants"
-DEFAULT_FILE_NAME = "bos_token_store.db"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _RAW_PREFIX = "raw:"
-_SQLITE_BEGIN_OPTION = "bos_sqlite_begin"
-# Longest token stored: its ciphertext must fit a TEXT column everywhere (MySQL's holds 64 KiB).
-MAX_TOKEN_CHARS = 16_384
 # Columns added after the first release, with their DDL type: ensure_table adds missing ones.
 _ADDED_COLUMNS = {"consumed_seeds": "TEXT"}
 # Commit attempts for a rotated grant (the old refresh token is already spent at the server).
 _ROTATED_COMMIT_ATTEMPTS = 4
-
-
-def refresh_token_fingerprint(refresh_token: str) -> str:
-    """sha256 hex of a refresh token: identifies the seed without storing it twice."""
-    return hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
-
-
-def token_problem(value: object) -> str | None:
-    """Why ``value`` cannot be an OAuth token, or None when it can.
-
-    RFC 6749 tokens are printable ASCII without spaces (VSCHAR). That rules out what a copied,
-    masked or emptied Connection password holds: ``***`` (the connect command's and Airflow's
-    masked placeholder), an empty or whitespace value, or a pasted line with a space in it.
-    """
-    if not isinstance(value, str):
-        return "not a string"
-    if not value.strip():
-        return "empty"
-    if set(value) <= {"*", "\u2022"}:
-        return "a masked placeholder"
-    if len(value) > MAX_TOKEN_CHARS:
-        return f"longer than {MAX_TOKEN_CHARS} characters"
-    if not all("\x21" <= char <= "\x7e" for char in value):
-        return "not printable ASCII without spaces"
-    return None
-
-
-@dataclass(frozen=True)
-class StoredGrant:
-    """One row of the token store, tokens decrypted. The repr never shows a token."""
-
-    key: str
-    client_id: str
-    token_endpoint: str
-    resource: str
-    scope: str
-    access_token: str | None
-    refresh_token: str | None
-    expires_at: float | None  # epoch seconds; None = the server gave no lifetime
-    generation: int
-    seed_fingerprint: str | None
-    updated_at: float
-    consumed_seeds: frozenset[str] = frozenset()  # sha256 of every seed this row ever used
-    legacy: bool = False  # its tokens were read from the earlier unbound format (enc:v1:)
-
-    def __repr__(self) -> str:
-        return (
-            f"StoredGrant(key={self.key!r}, client_id={self.client_id!r}, resource={self.resource!r}, "
-            f"generation={self.generation}, expires_at={self.expires_at!r}, "
-            f"access_token={'***' if self.access_token else None}, "
-            f"refresh_token={'***' if self.refresh_token else None})"
-        )
-
-    __str__ = __repr__
-
-    @property
-    def binding(self) -> RowBinding:
-        """What this row's sealed tokens are bound to."""
-        return RowBinding(self.key, self.client_id, self.resource, self.token_endpoint)
-
-    def access_token_valid(self, *, margin_s: float = 0.0, now: float | None = None) -> bool:
-        """An access token is present and does not expire within ``margin_s``."""
-        if not self.access_token:
-            return False
-        if self.expires_at is None:
-            return True
-        return self.expires_at - margin_s > (time.time() if now is None else now)
-
-
-def _private_dir(path: Path) -> None:
-    if not path.exists():
-        path.mkdir(parents=True, mode=0o700, exist_ok=True)
-
-
-def ensure_private_sqlite_file(path: str | os.PathLike[str]) -> Path:
-    """Create the SQLite file (and its directory) owner-only; tighten an existing file to ``0600``."""
-    file = Path(path).expanduser()
-    _private_dir(file.parent)
-    try:
-        fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.close(fd)
-    except FileExistsError:
-        pass
-    mode = stat.S_IMODE(file.stat().st_mode)
-    if mode & 0o077:
-        os.chmod(file, 0o600)
-    return file
-
-
-def default_token_store_url() -> str:
-    """``sqlite:///$AIRFLOW_HOME/bos_token_store.db`` (``~/airflow`` without AIRFLOW_HOME), created 0600.
-
-    Right for a single machine only; see the module docstring for shared deployments.
-    """
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
-    file = ensure_private_sqlite_file(home / DEFAULT_FILE_NAME)
-    return f"sqlite:///{file}"
-
-
-def _configure_sqlite(engine: Engine) -> None:
-    # pysqlite's legacy transaction control emits BEGIN itself (and not before SELECT), which
-    # defeats locking; take over BEGIN as SQLAlchemy's SQLite docs describe.
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get(_SQLITE_BEGIN_OPTION, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
 
 
 class _RetryInsert(Exception):
@@ -249,7 +143,7 @@ class SqlTokenStore:
             self._engine = sa.create_engine(
                 url, connect_args={"timeout": busy_timeout_s}, hide_parameters=True
             )
-            _configure_sqlite(self._engine)
+            configure_sqlite(self._engine)
             self._owns_engine = True
         elif isinstance(engine_or_url, Engine):
             self._engine = engine_or_url
@@ -319,7 +213,7 @@ class SqlTokenStore:
         """
         with self._engine.connect() as conn:
             if self._dialect_name == "sqlite":
-                conn.execution_options(**{_SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
             with conn.begin():
                 yield conn
 
@@ -486,7 +380,7 @@ class SqlTokenStore:
         self.ensure_table()
         with self._engine.connect() as conn:
             if self._dialect_name == "sqlite":
-                conn.execution_options(**{_SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
             previous_wait: int | None = None
             try:
                 with conn.begin():

@@ -78,9 +78,9 @@ def test_an_oauth_bearer_is_never_sent_over_plain_http_to_another_host(tmp_path:
     auth = OAuthGrantAuth(store, "c", token_endpoint="https://bos.example/token", client_id="client-1",
                           resource="http://bos.example/mcp")
     seen = Recorder()
-    with httpx.Client(transport=httpx.MockTransport(seen), auth=auth) as client:
-        with pytest.raises(BosConfigurationError, match="plain http"):
-            client.post("http://bos.example/mcp", json={})
+    with httpx.Client(transport=httpx.MockTransport(seen), auth=auth) as client, pytest.raises(
+            BosConfigurationError, match="plain http"):
+        client.post("http://bos.example/mcp", json={})
     assert seen.requests == []
     store.dispose()
 

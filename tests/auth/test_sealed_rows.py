@@ -146,7 +146,7 @@ def test_the_rightful_connection_still_reads_and_refreshes_its_sealed_row(bos_se
 
 
 def test_access_and_refresh_token_cannot_swap_columns(bos_server: Any, shared_store: SqlTokenStore) -> None:
-    auth, grant = connected(bos_server, shared_store, VICTIM)
+    auth, _ = connected(bos_server, shared_store, VICTIM)
     with shared_store.engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE {shared_store.table_name} SET access_token = refresh_token, "
                              "refresh_token = access_token"))
@@ -156,7 +156,7 @@ def test_access_and_refresh_token_cannot_swap_columns(bos_server: Any, shared_st
 
 def test_a_changed_token_endpoint_gets_no_refresh_token(bos_server: Any, shared_store: SqlTokenStore) -> None:
     """The resource's metadata now names another token endpoint: the refresh token stays home."""
-    auth, grant = connected(bos_server, shared_store, VICTIM)
+    _, grant = connected(bos_server, shared_store, VICTIM)
     moved = OAuthGrantAuth(shared_store, VICTIM, token_endpoint="https://elsewhere.example/token",
                            client_id=grant["client_id"], resource=bos_server.mcp_url)
     with pytest.raises(BosReconnectRequired, match="elsewhere.example"):
@@ -169,7 +169,7 @@ def test_a_changed_token_endpoint_gets_no_refresh_token(bos_server: Any, shared_
 
 def legacy_row(store: SqlTokenStore, cipher: Fernet, bos_server: Any, key: str) -> dict[str, Any]:
     """A row as the earlier release wrote it: each token encrypted alone (``enc:v1:``)."""
-    auth, grant = connected(bos_server, store, key)
+    _, grant = connected(bos_server, store, key)
 
     def v1(token: str) -> str:
         return "enc:v1:" + base64.urlsafe_b64encode(cipher.encrypt(token.encode())).decode()
