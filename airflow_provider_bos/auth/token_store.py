@@ -37,9 +37,9 @@ a never-seen seed (a real reconnect) replaces the row.
 
 Why this module is above ~500 lines: every method is one locked transaction on the same row, and
 its three dialect branches (row lock, lock-wait restore, upsert) and the seed/binding checks must be
-read together to see that no path writes half a grant; split, each part would re-explain the lock.
-(A candidate split for later: the value checks, ``token_problem`` and the cipher codec, to a module
-of their own.)
+read together to see that no path writes half a grant. What does not hold the lock lives beside it:
+the row as a value (:mod:`.stored_grant`), the sealing of its tokens (:mod:`.sealed`) and the
+SQLite file (:mod:`.sqlite_file`).
 """
 
 from __future__ import annotations
