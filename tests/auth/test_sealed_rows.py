@@ -150,7 +150,7 @@ def test_access_and_refresh_token_cannot_swap_columns(bos_server: Any, shared_st
     with shared_store.engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE {shared_store.table_name} SET access_token = refresh_token, "
                              "refresh_token = access_token"))
-    with pytest.raises(BosTokenBindingError, match="its column differ"):
+    with pytest.raises(BosTokenBindingError, match="its column differs"):
         auth.access_token()
 
 
