@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from airflow_provider_bos.redaction import printable
+from airflow_provider_bos.redaction import longest_secret, printable, redacted_prefix
 
 __all__ = [
     "BosError",
@@ -18,6 +18,7 @@ __all__ = [
     "BosAuthError",
     "BosCallbackError",
     "BosReconnectRequired",
+    "BosTokenBindingError",
     "BosTokenStoreError",
     "BosHttpError",
     "BosRetryableHttpError",
@@ -53,9 +54,10 @@ def excerpt(body: bytes | str, limit: int = 200) -> str:
     Registered secrets are redacted before the cut and control characters are escaped.
     """
     if isinstance(body, bytes):
-        body = body[:_EXCERPT_SCAN_BYTES].decode("utf-8", errors="replace")
-    else:
-        body = body[:_EXCERPT_SCAN_BYTES]
+        # Enough bytes for the character window plus a secret across its end (UTF-8: <= 4 bytes a char).
+        body = body[: 4 * (_EXCERPT_SCAN_BYTES + longest_secret())].decode("utf-8", errors="replace")
+    # Redacted before whitespace is collapsed: a secret across the window's end is redacted whole.
+    body = redacted_prefix(body, _EXCERPT_SCAN_BYTES)
     return printable(" ".join(body.split()), limit=limit)
 
 
@@ -107,6 +109,11 @@ class BosReconnectRequired(BosAuthError):
 
 class BosTokenStoreError(BosAuthError):
     """The token store could not be read or written."""
+
+
+class BosTokenBindingError(BosReconnectRequired, BosTokenStoreError):
+    """A token store row holds a token sealed for another row or target (the table was copied into
+    or altered): the token is not used, and a reconnect writes the row anew."""
 
 
 # --- transport / HTTP -------------------------------------------------------------------------

@@ -12,7 +12,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 
-__all__ = ["MAX_SECRETS", "add_secret_sink", "known_secret_count", "printable", "redact", "register_secret"]
+__all__ = [
+    "MAX_SECRETS", "add_secret_sink", "known_secret_count", "longest_secret", "printable", "redact",
+    "redacted_prefix", "register_secret",
+]
 
 # Sinks such as Airflow's masker keep every value forever and recompile one pattern over all of
 # them per new value: a long-lived process (the API server) must not feed them without bound.
@@ -73,6 +76,12 @@ def known_secret_count() -> int:
         return len(_known)
 
 
+def longest_secret() -> int:
+    """The length of the longest registered secret (0 when none)."""
+    with _lock:
+        return max(map(len, _known), default=0)
+
+
 def redact(text: str) -> str:
     """``text`` with every registered secret replaced by ``***`` (for messages that get stored)."""
     with _lock:
@@ -81,6 +90,25 @@ def redact(text: str) -> str:
         if secret in text:
             text = text.replace(secret, "***")
     return text
+
+
+def redacted_prefix(text: str, length: int) -> str:
+    """The first ``length`` characters of ``text``, redacted, for a scan window over a large body.
+
+    A secret that crosses the cut is taken whole (and so redacted) instead of being cut: a cut
+    first would leave a prefix that :func:`redact`, which matches whole secrets, no longer sees.
+    """
+    with _lock:
+        secrets = sorted(_known, key=len, reverse=True)
+    end = min(length, len(text))
+    moved = end < len(text)
+    while moved:  # a secret taken whole may end across another one: extend until none crosses
+        moved = False
+        for secret in secrets:
+            start = text.find(secret, max(0, end - len(secret) + 1), end + len(secret) - 1)
+            if start != -1 and start < end < start + len(secret):
+                end, moved = start + len(secret), True
+    return redact(text[:end])
 
 
 def _escape(char: str) -> str:

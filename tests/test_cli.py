@@ -188,7 +188,7 @@ def test_the_store_is_encrypted_with_airflows_fernet_key(bos_server, store_url: 
     )
     assert code == 0 and "encrypted with Airflow Fernet key" in output
     raw = SqlTokenStore(store_url).raw_row("bos_default")
-    assert raw["refresh_token"].startswith("enc:v1:")
+    assert raw["refresh_token"].startswith("enc:v2:")
     assert SqlTokenStore(store_url, cipher=fernet).load("bos_default").refresh_token
 
 
@@ -345,7 +345,7 @@ def test_console_script_encrypts_with_the_configured_airflow_fernet_key(bos_serv
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "encrypted with Airflow Fernet key" in proc.stdout
     raw = SqlTokenStore(store_url).raw_row("bos_default")
-    assert raw["refresh_token"].startswith("enc:v1:") and raw["access_token"].startswith("enc:v1:")
+    assert raw["refresh_token"].startswith("enc:v2:") and raw["access_token"].startswith("enc:v2:")
     row = SqlTokenStore(store_url, cipher=Fernet(key)).load("bos_default")
     assert row.refresh_token not in proc.stdout + proc.stderr
 

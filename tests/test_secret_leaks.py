@@ -284,6 +284,39 @@ def test_a_secret_is_redacted_before_an_excerpt_is_cut() -> None:
         assert token[:8] not in shown, cut
 
 
+@pytest.mark.parametrize("filler", [" ", "\u3000"])  # U+3000 is whitespace of three UTF-8 bytes
+@pytest.mark.parametrize("as_bytes", [True, False])
+def test_a_secret_across_the_excerpt_scan_window_is_redacted(as_bytes: bool, filler: str) -> None:
+    """A body whose secret straddles the scan window's end, after a long run of whitespace (collapsed
+    into one space, so the part inside the window would land in the shown excerpt)."""
+    from airflow_provider_bos.exceptions import _EXCERPT_SCAN_BYTES, excerpt
+    from airflow_provider_bos.redaction import register_secret
+
+    token = "rt_" + uuid.uuid4().hex * 2
+    register_secret(token)
+    for inside in (4, 10, len(token) - 1):
+        text = filler * (_EXCERPT_SCAN_BYTES - inside) + token + " tail"
+        shown = excerpt(text.encode() if as_bytes else text, 200)
+        assert token[:inside] not in shown, inside
+        assert "***" in shown, inside
+
+
+def test_a_secret_in_a_long_audit_error_message_is_redacted_before_the_cut() -> None:
+    """The audit row's error_message is cut to its column size: a token across the cut is redacted
+    whole, not stored as a prefix the masker no longer recognises."""
+    from airflow_provider_bos.redaction import register_secret
+    from airflow_provider_bos.warehouse.audit import ERROR_MESSAGE_MAX, truncate_error
+
+    token = "at_" + uuid.uuid4().hex * 2
+    register_secret(token)
+    for inside in (4, 12, len(token) - 1):
+        message = "BOS refused: " + "x" * (ERROR_MESSAGE_MAX - 14 - inside) + token + " and more"
+        stored = truncate_error(message)
+        assert stored is not None and len(stored) <= ERROR_MESSAGE_MAX
+        assert token[:inside] not in stored, inside
+    assert truncate_error(f"refused {token}") == "refused ***"
+
+
 def test_server_text_in_errors_has_control_characters_escaped() -> None:
     from airflow_provider_bos.auth.discovery import validate_metadata_url
     from airflow_provider_bos.exceptions import BosDiscoveryError, excerpt

@@ -10,9 +10,17 @@ if its generation moved (someone else refreshed, or the Connection was re-connec
 used, otherwise :class:`~airflow_provider_bos.exceptions.BosReconnectRequired` tells the user to
 run the connect command again.
 
-Trust boundaries: a stored row is used only for the Connection's current resource and client
-(checked on every read), and a refresh goes to the token endpoint the caller discovered for that
-resource, never to the one recorded in the row. A Connection password that cannot be a token
+Trust boundaries: a stored row is used only for the Connection's current resource, client and
+token endpoint (the one the caller discovered for that resource), checked on every read; an
+encrypted row's tokens are sealed to those columns and its key (:mod:`.sealed`), so a table writer
+cannot move them to a row that points elsewhere.
+
+Rows of the earlier unbound format (``enc:v1:``, ``StoredGrant.legacy``) are trusted once, to be
+migrated: only when their columns match the Connection exactly and no other row holds the same
+ciphertext; their access token is not used (it may be a copy) and their refresh token is spent at
+once on a refresh whose result is written sealed. Rotation then makes every copy of the old tokens
+worthless at BOS. (A copy made before the upgrade, into a row whose original was deleted, is the
+residual case: an operator who cannot rule that out reconnects every Connection after upgrading.) A Connection password that cannot be a token
 (``***``, empty) or whose seed the row has already consumed never replaces the stored grant.
 Everything in a token response is validated and normalised before the row is written, so the
 write that follows a rotation cannot fail on what the server sent.
@@ -37,6 +45,7 @@ from airflow_provider_bos.auth.token_store import (
     refresh_token_fingerprint,
     token_problem,
 )
+from airflow_provider_bos.auth.urls import require_credential_url
 from airflow_provider_bos.exceptions import (
     BosAuthError,
     BosConfigurationError,
@@ -170,6 +179,7 @@ def request_token(
     http_client: httpx.Client, token_endpoint: str, form: Mapping[str, str], *, default_scope: str = ""
 ) -> TokenSet:
     """POST a form to the token endpoint and parse the answer; errors carry only the OAuth code."""
+    require_credential_url(token_endpoint, "a token request to the token endpoint")
     started = time.time()
     try:
         response, body = send_bounded(
@@ -245,6 +255,7 @@ class ApiKeyAuth(httpx.Auth):
         return "ApiKeyAuth(api_key=***)"
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        require_credential_url(str(request.url), "the BOS API key")
         request.headers["Authorization"] = f"Bearer {self._api_key}"
         yield request
 
@@ -311,6 +322,7 @@ class OAuthGrantAuth(httpx.Auth):
     # --- httpx.Auth ---------------------------------------------------------------------------
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        require_credential_url(str(request.url), "an OAuth access token")
         token = self.access_token()
         request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
@@ -326,10 +338,10 @@ class OAuthGrantAuth(httpx.Auth):
         """A usable access token; ``rejected`` is one the server just refused with 401."""
         with self._lock:
             grant = self._grant or self._load_or_seed()
-            if rejected is None and grant.access_token_valid(margin_s=self._margin_for(grant)):
+            if rejected is None and not grant.legacy and grant.access_token_valid(margin_s=self._margin_for(grant)):
                 assert grant.access_token is not None
                 return grant.access_token
-            if rejected is not None and grant.access_token and grant.access_token != rejected:
+            if rejected is not None and not grant.legacy and grant.access_token and grant.access_token != rejected:
                 # Another thread already replaced the token the server refused.
                 return grant.access_token
             grant = self._refresh(grant, rejected=rejected)
@@ -392,12 +404,20 @@ class OAuthGrantAuth(httpx.Auth):
         return self._grant
 
     def _bound(self, grant: StoredGrant) -> StoredGrant:
-        """``grant`` if it belongs to this Connection's resource and client; else a clear error."""
+        """``grant`` if it belongs to this Connection's resource, client and token endpoint; else a
+        clear error."""
         if grant.resource != self._resource or grant.client_id != self._client_id:
             raise BosReconnectRequired(
                 f"The grant stored for {self._key!r} was issued to client {grant.client_id!r} for "
                 f"{grant.resource}, but the Connection now names client {self._client_id!r} and "
                 f"{self._resource}; its tokens are not sent elsewhere. Reconnect for the new target.",
+                conn_id=self._key,
+            )
+        if grant.token_endpoint != self._token_endpoint:
+            raise BosReconnectRequired(
+                f"The grant stored for {self._key!r} was issued by the token endpoint {grant.token_endpoint}, "
+                f"but {self._resource} now names {self._token_endpoint}; its refresh token is sent only to the "
+                "endpoint that issued it.",
                 conn_id=self._key,
             )
         return grant
@@ -418,7 +438,7 @@ class OAuthGrantAuth(httpx.Auth):
                 )
             self._bound(current)
             moved = current.generation != seen.generation or current.access_token != seen.access_token
-            if moved and current.access_token != rejected and current.access_token_valid():
+            if moved and not current.legacy and current.access_token != rejected and current.access_token_valid():
                 return None  # somebody else refreshed: reuse, do not refresh again
             if not current.refresh_token:
                 raise BosReconnectRequired(
@@ -446,6 +466,7 @@ class OAuthGrantAuth(httpx.Auth):
                 scope=tokens.scope or current.scope,
                 generation=current.generation + 1,
                 updated_at=time.time(),
+                legacy=False,  # written sealed
             )
 
         try:
@@ -463,7 +484,7 @@ class OAuthGrantAuth(httpx.Auth):
         current = self._store.load(self._key)
         if follow_moved and current is not None and current.generation != generation:
             self._bound(current)
-            if current.access_token_valid():
+            if not current.legacy and current.access_token_valid():
                 return current
             # The moved row's access token is already stale: one more locked refresh from it.
             self._grant = current

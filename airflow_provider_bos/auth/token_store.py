@@ -20,9 +20,15 @@ Which store to use:
   grant independently and the server will revoke it.
 
 Secrets at rest: pass a :class:`Cipher` (Airflow's Fernet, or ``cryptography.fernet.Fernet``) and
-the access/refresh token columns hold ``enc:v1:<base64 ciphertext>``; without one they hold
+the access/refresh token columns hold each token sealed to its row (:mod:`.sealed`: encrypted with
+the row's key, client id, resource and token endpoint, and checked against them on every read, so a
+ciphertext copied into another row or under altered columns is refused); without one they hold
 ``raw:<token>``. A store opened without the key refuses encrypted rows rather than mis-reading them,
 and a store opened with a key refuses ``raw:`` rows (whoever wrote them did not hold the key).
+
+Rows of the earlier unbound format (``enc:v1:``, each token encrypted alone) are read with
+:attr:`StoredGrant.legacy` set, and only while no other row holds the same ciphertext (a copy is
+refused in both rows); :mod:`.grants` then trusts such a row once, migrating it: see there.
 
 Seeds: the row remembers ``sha256`` of every refresh token it was ever seeded from
 (``consumed_seeds``). A seed it has consumed never replaces the row again (an old Connection, a
@@ -31,32 +37,45 @@ a never-seen seed (a real reconnect) replaces the row.
 
 Why this module is above ~500 lines: every method is one locked transaction on the same row, and
 its three dialect branches (row lock, lock-wait restore, upsert) and the seed/binding checks must be
-read together to see that no path writes half a grant; split, each part would re-explain the lock.
-(A candidate split for later: the value checks, ``token_problem`` and the cipher codec, to a module
-of their own.)
+read together to see that no path writes half a grant. What does not hold the lock lives beside it:
+the row as a value (:mod:`.stored_grant`), the sealing of its tokens (:mod:`.sealed`) and the
+SQLite file (:mod:`.sqlite_file`).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 import math
-import os
 import re
-import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from dataclasses import replace
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosTokenStoreError, excerpt
+from airflow_provider_bos.auth.sealed import LEGACY_PREFIX, SEALED_PREFIX, Cipher, RowBinding, seal, unseal
+from airflow_provider_bos.auth.sqlite_file import (
+    DEFAULT_FILE_NAME,
+    SQLITE_BEGIN_OPTION,
+    configure_sqlite,
+    default_token_store_url,
+    ensure_private_sqlite_file,
+)
+from airflow_provider_bos.auth.stored_grant import (
+    MAX_TOKEN_CHARS,
+    StoredGrant,
+    refresh_token_fingerprint,
+    token_problem,
+)
+from airflow_provider_bos.exceptions import (
+    BosConfigurationError,
+    BosTokenBindingError,
+    BosTokenStoreError,
+    excerpt,
+)
 from airflow_provider_bos.redaction import register_secret
 
 logger = logging.getLogger(__name__)
@@ -75,130 +94,12 @@ __all__ = [
 ]
 
 DEFAULT_TABLE = "bos_oauth_grants"
-DEFAULT_FILE_NAME = "bos_token_store.db"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-_ENC_PREFIX = "enc:v1:"
 _RAW_PREFIX = "raw:"
-_SQLITE_BEGIN_OPTION = "bos_sqlite_begin"
-# Longest token stored: its ciphertext must fit a TEXT column everywhere (MySQL's holds 64 KiB).
-MAX_TOKEN_CHARS = 16_384
 # Columns added after the first release, with their DDL type: ensure_table adds missing ones.
 _ADDED_COLUMNS = {"consumed_seeds": "TEXT"}
 # Commit attempts for a rotated grant (the old refresh token is already spent at the server).
 _ROTATED_COMMIT_ATTEMPTS = 4
-
-
-@runtime_checkable
-class Cipher(Protocol):
-    """Symmetric encryption of token columns; ``cryptography.fernet.Fernet`` satisfies it."""
-
-    def encrypt(self, data: bytes) -> bytes: ...
-
-    def decrypt(self, token: bytes) -> bytes: ...
-
-
-def refresh_token_fingerprint(refresh_token: str) -> str:
-    """sha256 hex of a refresh token: identifies the seed without storing it twice."""
-    return hashlib.sha256(refresh_token.encode("utf-8")).hexdigest()
-
-
-def token_problem(value: object) -> str | None:
-    """Why ``value`` cannot be an OAuth token, or None when it can.
-
-    RFC 6749 tokens are printable ASCII without spaces (VSCHAR). That rules out what a copied,
-    masked or emptied Connection password holds: ``***`` (the connect command's and Airflow's
-    masked placeholder), an empty or whitespace value, or a pasted line with a space in it.
-    """
-    if not isinstance(value, str):
-        return "not a string"
-    if not value.strip():
-        return "empty"
-    if set(value) <= {"*", "\u2022"}:
-        return "a masked placeholder"
-    if len(value) > MAX_TOKEN_CHARS:
-        return f"longer than {MAX_TOKEN_CHARS} characters"
-    if not all("\x21" <= char <= "\x7e" for char in value):
-        return "not printable ASCII without spaces"
-    return None
-
-
-@dataclass(frozen=True)
-class StoredGrant:
-    """One row of the token store, tokens decrypted. The repr never shows a token."""
-
-    key: str
-    client_id: str
-    token_endpoint: str
-    resource: str
-    scope: str
-    access_token: str | None
-    refresh_token: str | None
-    expires_at: float | None  # epoch seconds; None = the server gave no lifetime
-    generation: int
-    seed_fingerprint: str | None
-    updated_at: float
-    consumed_seeds: frozenset[str] = frozenset()  # sha256 of every seed this row ever used
-
-    def __repr__(self) -> str:
-        return (
-            f"StoredGrant(key={self.key!r}, client_id={self.client_id!r}, resource={self.resource!r}, "
-            f"generation={self.generation}, expires_at={self.expires_at!r}, "
-            f"access_token={'***' if self.access_token else None}, "
-            f"refresh_token={'***' if self.refresh_token else None})"
-        )
-
-    __str__ = __repr__
-
-    def access_token_valid(self, *, margin_s: float = 0.0, now: float | None = None) -> bool:
-        """An access token is present and does not expire within ``margin_s``."""
-        if not self.access_token:
-            return False
-        if self.expires_at is None:
-            return True
-        return self.expires_at - margin_s > (time.time() if now is None else now)
-
-
-def _private_dir(path: Path) -> None:
-    if not path.exists():
-        path.mkdir(parents=True, mode=0o700, exist_ok=True)
-
-
-def ensure_private_sqlite_file(path: str | os.PathLike[str]) -> Path:
-    """Create the SQLite file (and its directory) owner-only; tighten an existing file to ``0600``."""
-    file = Path(path).expanduser()
-    _private_dir(file.parent)
-    try:
-        fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.close(fd)
-    except FileExistsError:
-        pass
-    mode = stat.S_IMODE(file.stat().st_mode)
-    if mode & 0o077:
-        os.chmod(file, 0o600)
-    return file
-
-
-def default_token_store_url() -> str:
-    """``sqlite:///$AIRFLOW_HOME/bos_token_store.db`` (``~/airflow`` without AIRFLOW_HOME), created 0600.
-
-    Right for a single machine only; see the module docstring for shared deployments.
-    """
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
-    file = ensure_private_sqlite_file(home / DEFAULT_FILE_NAME)
-    return f"sqlite:///{file}"
-
-
-def _configure_sqlite(engine: Engine) -> None:
-    # pysqlite's legacy transaction control emits BEGIN itself (and not before SELECT), which
-    # defeats locking; take over BEGIN as SQLAlchemy's SQLite docs describe.
-    @event.listens_for(engine, "connect")
-    def _connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-
-    @event.listens_for(engine, "begin")
-    def _begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get(_SQLITE_BEGIN_OPTION, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {mode}")
 
 
 class _RetryInsert(Exception):
@@ -242,7 +143,7 @@ class SqlTokenStore:
             self._engine = sa.create_engine(
                 url, connect_args={"timeout": busy_timeout_s}, hide_parameters=True
             )
-            _configure_sqlite(self._engine)
+            configure_sqlite(self._engine)
             self._owns_engine = True
         elif isinstance(engine_or_url, Engine):
             self._engine = engine_or_url
@@ -312,7 +213,7 @@ class SqlTokenStore:
         """
         with self._engine.connect() as conn:
             if self._dialect_name == "sqlite":
-                conn.execution_options(**{_SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
             with conn.begin():
                 yield conn
 
@@ -357,17 +258,19 @@ class SqlTokenStore:
                     raise self._fail(f"adding column {name}", exc) from None
             logger.info("Token store table %s: added column %s.", self._table.name, name)
 
-    def _encode(self, value: str | None) -> str | None:
+    def _encode(self, value: str | None, binding: RowBinding, column: str) -> str | None:
         if value is None:
             return None
         if self._cipher is None:
             return _RAW_PREFIX + value
-        ciphertext = self._cipher.encrypt(value.encode("utf-8"))
-        return _ENC_PREFIX + base64.urlsafe_b64encode(ciphertext).decode("ascii")
+        return seal(self._cipher, binding, column, value)
 
-    def _decode(self, key: str, column: str, stored: str | None) -> str | None:
+    def _decode(self, binding: RowBinding, column: str, stored: str | None) -> tuple[str | None, bool]:
+        """The token in a column and whether it was of the legacy format."""
+        key = binding.key
         if stored is None:
-            return None
+            return None, False
+        legacy = False
         if stored.startswith(_RAW_PREFIX):
             if self._cipher is not None:
                 raise BosTokenStoreError(
@@ -375,38 +278,41 @@ class SqlTokenStore:
                     "a Fernet key: a row written without the key is not trusted. Reconnect to replace it."
                 )
             value = stored[len(_RAW_PREFIX) :]
-        elif stored.startswith(_ENC_PREFIX):
+        elif stored.startswith((SEALED_PREFIX, LEGACY_PREFIX)):
             if self._cipher is None:
                 raise BosTokenStoreError(
                     f"The token store row {key!r} is encrypted ({column}); open the store with the same "
                     "Fernet key (Airflow's [core] fernet_key) to read it."
                 )
-            try:
-                value = self._cipher.decrypt(base64.urlsafe_b64decode(stored[len(_ENC_PREFIX) :])).decode(
-                    "utf-8"
-                )
-            except Exception:  # noqa: BLE001 - InvalidToken, binascii.Error, UnicodeDecodeError
-                raise BosTokenStoreError(
-                    f"The token store row {key!r} ({column}) cannot be decrypted with the configured key; "
-                    "use the key it was written with, or reconnect."
-                ) from None
+            unsealed = unseal(self._cipher, stored, binding, column)
+            value, legacy = unsealed.token, unsealed.legacy
         else:
             raise BosTokenStoreError(f"The token store row {key!r} ({column}) has an unknown format.")
         register_secret(value)
-        return value
+        return value, legacy
 
-    def _row_to_grant(self, row: Any, *, tolerant: bool = False) -> StoredGrant:
+    def _row_to_grant(self, row: Any, conn: Connection, *, tolerant: bool = False) -> StoredGrant:
         """The row as a grant; ``tolerant`` leaves tokens that cannot be read as None (for a
         re-seed, which replaces them anyway)."""
         m = row._mapping
+        binding = RowBinding(m["key"], m["client_id"], m["resource"], m["token_endpoint"])
         tokens: dict[str, str | None] = {}
-        for column in ("access_token", "refresh_token"):
-            try:
-                tokens[column] = self._decode(m["key"], column, m[column])
-            except BosTokenStoreError:
-                if not tolerant:
-                    raise
-                tokens[column] = None
+        legacy = False
+        try:
+            for column in ("access_token", "refresh_token"):
+                try:
+                    tokens[column], old_format = self._decode(binding, column, m[column])
+                except BosTokenStoreError:
+                    if not tolerant:
+                        raise
+                    tokens[column], old_format = None, False
+                legacy = legacy or old_format
+            if legacy:
+                self._check_legacy_unique(conn, m)
+        except BosTokenBindingError:
+            if not tolerant:
+                raise
+            tokens, legacy = {"access_token": None, "refresh_token": None}, False
         consumed = set((m.get("consumed_seeds") or "").split())
         if m["seed_fingerprint"]:
             consumed.add(m["seed_fingerprint"])  # rows from before consumed_seeds existed
@@ -423,7 +329,27 @@ class SqlTokenStore:
             seed_fingerprint=m["seed_fingerprint"],
             updated_at=float(m["updated_at"]),
             consumed_seeds=frozenset(consumed),
+            legacy=legacy,
         )
+
+    def _check_legacy_unique(self, conn: Connection, m: Any) -> None:
+        """A legacy (unbound) ciphertext is trusted only in one row: held by two, it was copied, and
+        neither row can say which is its own."""
+        ciphertexts = [m[column] for column in ("access_token", "refresh_token")
+                       if m[column] and m[column].startswith(LEGACY_PREFIX)]
+        table = self._table
+        copies = conn.execute(
+            sa.select(sa.func.count()).select_from(table).where(
+                table.c.key != m["key"],
+                sa.or_(table.c.access_token.in_(ciphertexts), table.c.refresh_token.in_(ciphertexts)),
+            )
+        ).scalar_one()
+        if copies:
+            raise BosTokenBindingError(
+                f"The token store row {m['key']!r} holds a token of the earlier unbound format that is also in "
+                "another row: it was copied, and is neither used nor sent anywhere.",
+                conn_id=m["key"],
+            )
 
     def _values(self, grant: StoredGrant) -> dict[str, Any]:
         return {
@@ -431,8 +357,8 @@ class SqlTokenStore:
             "token_endpoint": grant.token_endpoint,
             "resource": grant.resource,
             "scope": grant.scope,
-            "access_token": self._encode(grant.access_token),
-            "refresh_token": self._encode(grant.refresh_token),
+            "access_token": self._encode(grant.access_token, grant.binding, "access_token"),
+            "refresh_token": self._encode(grant.refresh_token, grant.binding, "refresh_token"),
             # Never NaN/Infinity (SQLite stores NaN as NULL = "never expires", MySQL refuses it):
             # a lifetime that cannot be stored counts as expired.
             "expires_at": (
@@ -454,7 +380,7 @@ class SqlTokenStore:
         self.ensure_table()
         with self._engine.connect() as conn:
             if self._dialect_name == "sqlite":
-                conn.execution_options(**{_SQLITE_BEGIN_OPTION: "IMMEDIATE"})
+                conn.execution_options(**{SQLITE_BEGIN_OPTION: "IMMEDIATE"})
             previous_wait: int | None = None
             try:
                 with conn.begin():
@@ -473,7 +399,7 @@ class SqlTokenStore:
                     row = conn.execute(
                         sa.select(self._table).where(self._table.c.key == key).with_for_update()
                     ).first()
-                    yield conn, (self._row_to_grant(row, tolerant=tolerant) if row is not None else None)
+                    yield conn, (self._row_to_grant(row, conn, tolerant=tolerant) if row is not None else None)
             finally:
                 if previous_wait is not None:
                     self._restore_lock_wait(conn, previous_wait)
@@ -599,9 +525,9 @@ class SqlTokenStore:
         try:
             with self._engine.connect() as conn, conn.begin():
                 row = conn.execute(sa.select(self._table).where(self._table.c.key == key)).first()
+                return self._row_to_grant(row, conn) if row is not None else None
         except sa.exc.SQLAlchemyError as exc:
             raise self._fail("read", exc) from None
-        return self._row_to_grant(row) if row is not None else None
 
     def refresh_locked(
         self,
@@ -623,7 +549,7 @@ class SqlTokenStore:
 
     def save(self, grant: StoredGrant) -> StoredGrant:
         """Write ``grant`` as the row for ``grant.key`` unconditionally (under the lock)."""
-        stamped = replace(grant, updated_at=time.time())
+        stamped = replace(grant, updated_at=time.time(), legacy=False)  # written sealed
         self._run_locked(grant.key, lambda _current: stamped)
         return stamped
 

@@ -11,20 +11,51 @@ import ipaddress
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit
 
-__all__ = ["ParsedUrl", "parse_url", "is_loopback_host"]
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.redaction import printable
+
+__all__ = ["ParsedUrl", "parse_url", "is_loopback_host", "credential_url_problem", "require_credential_url"]
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def is_loopback_host(host: str) -> bool:
-    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (plain http is allowed only for these)."""
+    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (plain http is allowed only for these).
+
+    Names under ``.localhost`` are not: RFC 6761 asks resolvers to map them to loopback, but many
+    do not (they go to DNS like any name), so plain http to one could leave the machine.
+    """
     host = host.strip("[]").lower()
-    if host == "localhost" or host.endswith(".localhost"):
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def credential_url_problem(url: str) -> str | None:
+    """Why ``url`` may not carry a credential (token, API key, refresh token), or None when it may:
+    https anywhere, plain http only to a loopback address or ``localhost``."""
+    try:
+        parsed = parse_url(url)
+    except ValueError:
+        return "it is not an absolute http(s) URL"
+    if parsed.scheme != "https" and not parsed.is_loopback:
+        return "it is plain http to a host that is not loopback"
+    return None
+
+
+def require_credential_url(url: str, what: str) -> None:
+    """Raise :class:`BosConfigurationError` when ``url`` may not carry ``what`` (see
+    :func:`credential_url_problem`); the message names the URL, never the credential."""
+    problem = credential_url_problem(url)
+    if problem is not None:
+        shown = printable(url, limit=200)
+        raise BosConfigurationError(
+            f"Refusing to send {what} to {shown}: {problem}. Credentials go only over https (plain http "
+            "only to 127.0.0.1, ::1 or localhost); use the server's https URL."
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import httpx
 from airflow.sdk import BaseHook
 
 from airflow_provider_bos.auth.grants import DEFAULT_SCOPES, check_api_key
+from airflow_provider_bos.auth.urls import require_credential_url
 from airflow_provider_bos.exceptions import BosConfigurationError, BosError
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import BosContext
@@ -55,6 +56,7 @@ class BosConnectionConfig:
     timeout: float
     stream_idle_timeout: float = 300.0
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    operation_deadline: float = 300.0  # McpSession's DEFAULT_OPERATION_DEADLINE
 
     def __repr__(self) -> str:
         return (
@@ -81,6 +83,8 @@ class BosConnectionConfig:
             raise BosConfigurationError(f"Connection {conn_id!r}: the password field must hold the API key.")
         if auth_type == "api_key":
             check_api_key(secret, f"Connection {conn_id!r}: the API key in the password field")
+            # (OAuth URLs are checked by discovery, before any token exists.)
+            require_credential_url(host, f"the API key of Connection {conn_id!r}")
         # OAuth: an empty or masked password is not an error here. The grant layer uses the grant
         # already in the token store (and says how to fix the Connection), or fails if there is none.
         client_id = extra.get("client_id") or None
@@ -104,6 +108,8 @@ class BosConnectionConfig:
             stream_idle_timeout=_seconds(conn_id, "Stream idle timeout (stream_idle_timeout)",
                                          extra.get("stream_idle_timeout"), 300.0),
             max_event_bytes=_max_event_bytes(conn_id, extra.get("max_event_mib")),
+            operation_deadline=_seconds(conn_id, "Operation deadline (operation_deadline)",
+                                        extra.get("operation_deadline"), 300.0),
         )
 
 
@@ -243,6 +249,7 @@ class BosHook(BaseHook):
                 timeout=cfg.timeout,
                 stream_idle_timeout=cfg.stream_idle_timeout,
                 max_event_bytes=cfg.max_event_bytes,
+                operation_deadline_s=cfg.operation_deadline,
             )
             session.connect()
             self._session = session

@@ -46,10 +46,12 @@ class Deadline:
 
     at: float
     seconds: float
+    #: The setting that gave it, named in the error (raise it if the operation legitimately takes longer).
+    setting: str = "read_deadline"
 
     @classmethod
-    def after(cls, seconds: float | None) -> Deadline | None:
-        return cls(time.monotonic() + seconds, seconds) if seconds is not None else None
+    def after(cls, seconds: float | None, setting: str = "read_deadline") -> Deadline | None:
+        return cls(time.monotonic() + seconds, seconds, setting) if seconds is not None else None
 
     def reached(self) -> bool:
         return time.monotonic() >= self.at
@@ -63,8 +65,8 @@ class Deadline:
 
     def error(self, method: str, observations: Any = None) -> BosDeadlineExceeded:
         return BosDeadlineExceeded(
-            f"{method} did not finish within its {self.seconds}s deadline (the read's read_deadline); the "
-            "call was cancelled. Raise read_deadline if the read legitimately takes longer.",
+            f"{method} did not finish within its {self.seconds}s deadline ({self.setting}); the call was "
+            f"cancelled. Raise {self.setting} if the operation legitimately takes longer.",
             observations=observations,
         )
 

@@ -17,8 +17,10 @@ events after that id again, then the rest. So:
 - a final frame cut midway is taken again from its start (a partly received event has no id
   yet, so the server replays it whole); if records of it were handed out already, the caller
   is told to discard them (:class:`~airflow_provider_bos.exceptions.BosFinalFrameRestarted`);
-- attempts are bounded (:data:`MAX_RESUME_ATTEMPTS` in a row without a new event id) and kept
-  within the read's deadline; a server that refuses (no event ids, or 4xx on the ``GET``, e.g.
+- attempts are bounded (:data:`MAX_RESUME_ATTEMPTS` in a row without a new event id, and
+  :data:`MAX_RESUMPTIONS_PER_CALL` in all, which new event ids do not reset: a server that sends
+  an id and closes, forever, is given up), wait at least :data:`MIN_RETRY_MS` (a ``retry: 0``
+  cannot make them a busy loop) and are kept within the read's deadline; a server that refuses (no event ids, or 4xx on the ``GET``, e.g.
   405 from a stateless server) leaves the call as it was: no confirmed result.
 
 Deadlines, cancels and the stream idle timeout are never resumed: they are the client's own
@@ -51,7 +53,8 @@ from airflow_provider_bos.mcp.source_results import ToolStyle
 from airflow_provider_bos.mcp.sse import SseParser
 from airflow_provider_bos.models import SOURCE_RESULT_METHOD
 
-__all__ = ["ResponseEvents", "Reconnect", "ResumeRefused", "FinalStart", "MAX_RESUME_ATTEMPTS"]
+__all__ = ["ResponseEvents", "Reconnect", "ResumeRefused", "FinalStart", "MAX_RESUME_ATTEMPTS",
+           "MAX_RESUMPTIONS_PER_CALL", "MIN_RETRY_MS"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +64,10 @@ MAX_RESUME_ATTEMPTS = 5
 DEFAULT_RETRY_MS = 1000
 #: A server's ``retry`` is honoured up to this (a longer wait would be spent better failing).
 MAX_RETRY_MS = 30_000
+#: ... and from this up: the shortest wait before a reconnect, whatever ``retry`` says.
+MIN_RETRY_MS = 250
+#: Reconnections one call may make in all (a long read over a flaky network needs a few dozen).
+MAX_RESUMPTIONS_PER_CALL = 100
 
 # Where a source-result notification names its method (the fast path's cue; anything else is
 # still decoded in full, so the cue only has to be cheap, not exhaustive).
@@ -117,6 +124,7 @@ class ResponseEvents:
         self.reconnect = reconnect
         self._resumed = False  # a stream was reopened: a notification may come twice from here on
         self._failed_attempts = 0  # reconnections in a row without a new event
+        self._resumptions = 0  # reconnections of this call in all
         self._resumed_from: str | None = None
         self._open(response, None)
 
@@ -210,11 +218,16 @@ class ResponseEvents:
             self._failed_attempts = 0  # the last connection brought new events
         refused: str | None = None
         while True:
+            if self._resumptions >= MAX_RESUMPTIONS_PER_CALL:
+                raise self._incomplete(dropped, where, f"the stream was resumed {MAX_RESUMPTIONS_PER_CALL} times, "
+                                       "the most one call may be")
             if self._failed_attempts >= MAX_RESUME_ATTEMPTS:
                 raise self._incomplete(dropped, where, f"resuming the stream failed {MAX_RESUME_ATTEMPTS} times in "
                                        f"a row{f' ({refused})' if refused else ''}")
             self._failed_attempts += 1
-            delay = min(self.parser.retry if self.parser.retry is not None else DEFAULT_RETRY_MS, MAX_RETRY_MS) / 1000
+            self._resumptions += 1
+            retry_ms = self.parser.retry if self.parser.retry is not None else DEFAULT_RETRY_MS
+            delay = min(max(retry_ms, MIN_RETRY_MS), MAX_RETRY_MS) / 1000
             if call.deadline is not None and call.deadline.remaining() <= delay:
                 raise call.deadline.error(call.method, call.observations)
             logger.warning("The event stream of %s dropped (%s); resuming after event %s in %.1fs (attempt %d of %d).",

@@ -1,22 +1,26 @@
 """An MCP client session over Streamable HTTP on a sync :class:`httpx.Client`: :class:`McpSession`.
 
-The session holds one connection's state and runs its requests: era negotiation (the rules are
+The session holds one connection's state and runs its operations: era negotiation (the rules are
 :mod:`.eras`'s: ``initialize`` or ``server/discover``, ``era="auto"`` probing, headers and
-``_meta`` per era), requests with retries (:mod:`.retry`) under a :class:`~.calls.Deadline`, the
-re-initialisation of a forgotten 2025 session (HTTP 404, once), HTTP status handling
-(:mod:`.http_status`: status, then Content-Type, before anything is parsed), cancellation from
-another thread, and the resuming ``GET`` of a dropped stream. An answer that is an event stream
-is read by :mod:`.event_stream` (each event routed in wire order: a source-result page to the
-read's tracker and ``on_progress``, the final response back here; a dropped stream resumed). A
-federated read with ``stream_records=True`` gets the still-open response as soon as its final
-frame starts: that pipeline is :mod:`.final_stream` and :mod:`.final_frame`, and the result
-:mod:`.final_result`.
+``_meta`` per era), requests with retries (:mod:`.retry`), the re-initialisation of a forgotten
+2025 session (HTTP 404, once), cancellation from another thread, and the public calls. Every
+operation runs under an overall :class:`~.calls.Deadline`: the read's ``deadline_s`` (default
+:data:`DEFAULT_READ_DEADLINE`) or the session's ``operation_deadline_s`` (default
+:data:`DEFAULT_OPERATION_DEADLINE`), which bounds every request it makes, the handshake, retries,
+stream resumptions and keepalive-only streams included.
+
+One HTTP exchange (the POST, status and Content-Type before anything is parsed, a bounded JSON
+body, the resuming ``GET`` of a dropped stream) is :mod:`.exchange`'s, which this class inherits.
+An answer that is an event stream is read by :mod:`.event_stream` (each event routed in wire
+order: a source-result page to the read's tracker and ``on_progress``, the final response back
+here; a dropped stream resumed). A federated read with ``stream_records=True`` gets the
+still-open response as soon as its final frame starts: that pipeline is :mod:`.final_stream` and
+:mod:`.final_frame`, and the result :mod:`.final_result`.
 
 Why this module is above ~500 lines: McpSession is one object over one mutable state (the
-negotiated era and session id, the in-flight response that :meth:`McpSession.cancel` aborts,
-the cancel flag), and what is left here is what reads or writes that state; the rules it
-applies (eras, status mapping, deadlines, context choice, event routing, the final frame) live
-in the modules named above.
+negotiated era and session id, the cancel flag, the running operation's deadline), and what is
+left here is what reads or writes that state; the rules it applies (eras, status mapping,
+deadlines, context choice, event routing, the final frame) live in the modules named above.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -34,18 +38,15 @@ from airflow_provider_bos import __version__
 from airflow_provider_bos.exceptions import (
     BosAuthError,
     BosConfigurationError,
-    BosDeadlineExceeded,
     BosHttpError,
-    BosIncompleteStreamError,
     BosJsonRpcError,
     BosProtocolError,
     BosReadCancelled,
     BosResultError,
     BosSessionExpired,
-    BosTransportError,
     excerpt,
 )
-from airflow_provider_bos.mcp.calls import CallOptions, Consumer, Deadline, StreamedCall
+from airflow_provider_bos.mcp.calls import CallOptions, Deadline
 from airflow_provider_bos.mcp.eras import (
     ERAS,
     HANDSHAKE_VERSIONS,
@@ -53,21 +54,17 @@ from airflow_provider_bos.mcp.eras import (
     ServerDescription,
     check_discovered,
     check_handshake_version,
-    envelope_params,
     probe_verdict,
-    request_headers,
 )
+from airflow_provider_bos.mcp.event_stream import Reconnect
+from airflow_provider_bos.mcp.exchange import HttpExchange, Reply
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
-from airflow_provider_bos.mcp.event_stream import Reconnect, ResponseEvents, ResumeRefused
-from airflow_provider_bos.mcp.final_stream import FinalFrameStream, JsonBodyFrame, memory_result, streaming_result
+from airflow_provider_bos.mcp.final_stream import (
+    memory_result,
+    streaming_result,
+)
 from airflow_provider_bos.mcp.http_status import (
     abort,
-    body_read_failed,
-    body_too_large,
-    declared_length,
-    error_excerpt,
-    media_type,
-    raise_for_status,
 )
 from airflow_provider_bos.mcp.interactive import (
     input_required_error,
@@ -75,14 +72,10 @@ from airflow_provider_bos.mcp.interactive import (
 from airflow_provider_bos.mcp.jsonrpc import (
     CLIENT_CAPABILITIES_META_KEY,
     IdGenerator,
-    dumps,
-    loads,
-    notification_envelope,
-    request_envelope,
     rpc_error,
 )
 from airflow_provider_bos.mcp.reads import check_via, resolve_context_handle
-from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy, run_with_retries
+from airflow_provider_bos.mcp.retry import RetryPolicy, run_with_retries
 from airflow_provider_bos.mcp.source_results import SourceProgress, SourceResultsTracker, ToolStyle
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import (
@@ -99,6 +92,13 @@ logger = logging.getLogger(__name__)
 #: The longest silence between bytes of an open response stream, as the MCP SDK's
 #: ``sse_read_timeout``: a server may assemble a large final response for a long while.
 DEFAULT_STREAM_IDLE_TIMEOUT = 300.0
+
+#: The overall deadline of every operation that is not a read (connect, call_tool, list_tools,
+#: get_contexts, ...): retries, resumptions and keepalive-only streams included. A hostile or
+#: stuck endpoint cannot hold a task longer.
+DEFAULT_OPERATION_DEADLINE = 300.0
+#: The deadline of a federated read given none (the operator's read_deadline default).
+DEFAULT_READ_DEADLINE = 1800.0
 
 #: Events larger than this are streamed (stream_records=True): their data goes to a
 #: FrameRouter (:mod:`.final_stream`) as it arrives instead of being buffered. Notifications are
@@ -129,19 +129,10 @@ class _ReadConsumer:
             self._on_progress(progress)
 
 
-@dataclass
-class _Reply:
-    message: Any  # the decoded JSON-RPC response object (None when ``stream`` is set)
-    request_id: str
-    streamed: bool  # the server answered with text/event-stream
-    raw: bytes | None = None  # the message's JSON text, when the caller streams records
-    stream: FinalFrameStream | JsonBodyFrame | None = None  # the final frame, still arriving (owns the response)
-
-
 _PLAIN = CallOptions()
 
 
-class McpSession:
+class McpSession(HttpExchange):
     """A JSON-RPC client for one BOS MCP endpoint. Use as a context manager or call :meth:`close`."""
 
     def __init__(
@@ -157,6 +148,7 @@ class McpSession:
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
         client_name: str = "airflow-provider-bos",
         stream_threshold_bytes: int = DEFAULT_STREAM_THRESHOLD,
+        operation_deadline_s: float = DEFAULT_OPERATION_DEADLINE,
     ) -> None:
         if era not in ERAS:
             raise BosConfigurationError(
@@ -166,6 +158,11 @@ class McpSession:
             raise BosConfigurationError(
                 f"The stream idle timeout must be a positive number of seconds, not {stream_idle_timeout!r}."
             )
+        if not 0 < operation_deadline_s < float("inf"):
+            raise BosConfigurationError(
+                f"The operation deadline must be a positive number of seconds, not {operation_deadline_s!r}."
+            )
+        self.operation_deadline_s = operation_deadline_s
         self.url = url
         self.era = ERAS[era]
         self.timeout = timeout
@@ -195,6 +192,7 @@ class McpSession:
         self._inflight: httpx.Response | None = None
         self._cancel = threading.Event()
         self._op_depth = 0
+        self._deadline: Deadline | None = None  # the running operation's
         self._reconnect = Reconnect(reopen=self._reopen_stream, sleep=self._sleep, release=self._release)
 
     def __repr__(self) -> str:
@@ -207,11 +205,6 @@ class McpSession:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    @property
-    def stateless(self) -> bool:
-        """True when speaking the 2026-07-28 stateless protocol."""
-        return self.protocol_version == PROTOCOL_2026
 
     @property
     def session_id(self) -> str | None:
@@ -233,6 +226,10 @@ class McpSession:
             return
         if self._closed:
             raise BosConfigurationError("This MCP session is closed; create a new one.")
+        with self._operation():
+            self._negotiate()
+
+    def _negotiate(self) -> None:
         if self.era == PROTOCOL_2026:
             self._discover(probe=False)
         elif self.era == PROTOCOL_2025:
@@ -351,8 +348,8 @@ class McpSession:
         direct tool (sent no context), the context of its first page notification.
         """
         check_via(via)
-        deadline = Deadline.after(deadline_s)
-        with self._operation():
+        deadline = Deadline.after(DEFAULT_READ_DEADLINE if deadline_s is None else deadline_s)
+        with self._operation(deadline):
             self.connect()
             style: ToolStyle
             if via == "auto":
@@ -399,15 +396,20 @@ class McpSession:
     # --- internals: operations -----------------------------------------------------------------
 
     @contextmanager
-    def _operation(self) -> Iterator[None]:
+    def _operation(self, deadline: Deadline | None = None) -> Iterator[None]:
+        """One public operation, under its deadline (``deadline``, else the operation deadline):
+        every request it makes, the handshake included, ends by then."""
         # cancel() aims at the running operation: a cancel left over from an idle moment is dropped.
         if self._op_depth == 0:
             self._cancel.clear()
+            self._deadline = deadline or Deadline.after(self.operation_deadline_s, "operation_deadline")
         self._op_depth += 1
         try:
             yield
         finally:
             self._op_depth -= 1
+            if self._op_depth == 0:
+                self._deadline = None
 
     def _request(
         self, method: str, params: dict[str, Any] | None, deadline: Deadline | None = None
@@ -514,11 +516,13 @@ class McpSession:
         method: str,
         params: dict[str, Any] | None,
         options: CallOptions = _PLAIN,
-    ) -> _Reply:
+    ) -> Reply:
         """One request with retries; a stale 2025 session is re-initialised once."""
+        if options.deadline is None and self._deadline is not None:
+            options = replace(options, deadline=self._deadline)
         deadline = options.deadline
 
-        def attempt() -> _Reply:
+        def attempt() -> Reply:
             return run_with_retries(
                 lambda: self._attempt(method, params, options),
                 self.retry,
@@ -536,234 +540,7 @@ class McpSession:
             self._initialize()
             return attempt()
 
-    def _sleep(self, seconds: float) -> None:
-        if self._cancel.wait(seconds):
-            raise BosReadCancelled("The request was cancelled while waiting to retry.")
-
-    def _headers(self, method: str, params: Mapping[str, Any] | None) -> dict[str, str]:
-        return request_headers(method, params, protocol_version=self.protocol_version, session_id=self._session_id)
-
-    def _envelope_params(self, params: Mapping[str, Any] | None) -> dict[str, Any] | None:
-        return envelope_params(params, stateless=self.stateless, client_info=self.client_info)
-
-    def _auth_kwargs(self) -> dict[str, Any]:
-        return {"auth": self._auth} if self._auth is not None else {}
-
-    def _timeout(self, deadline: Deadline | None) -> httpx.Timeout:
-        read = self.timeout
-        if deadline is not None:
-            read = max(0.001, min(read, deadline.remaining()))
-        return httpx.Timeout(self.timeout, read=read)
-
-    def _stream_read_timeout(self, deadline: Deadline | None) -> float:
-        """The idle limit between bytes of an open stream: the stream idle timeout, within the deadline."""
-        if deadline is None:
-            return self.stream_idle_timeout
-        return max(0.001, min(self.stream_idle_timeout, deadline.remaining()))
-
-    def _notify(self, method: str, params: dict[str, Any] | None = None) -> None:
-        body = notification_envelope(method, self._envelope_params(params))
-
-        def send() -> None:
-            request = self._client.build_request(
-                "POST", self.url, content=dumps(body), headers=self._headers(method, params),
-                timeout=self._timeout(None),
-            )
-            response = self._send(request, method)
-            try:
-                if response.status_code in (200, 202, 204):
-                    return
-                self._raise_for_status(response, method)
-            finally:
-                response.close()
-
-        run_with_retries(send, self.retry, sleep=self._sleep, describe=method)
-
-    def _send(self, request: httpx.Request, method: str) -> httpx.Response:
-        """Send and return the streaming response; failures before any response byte are retryable."""
-        if self._cancel.is_set():
-            raise BosReadCancelled(f"{method} was cancelled before it was sent.")
-        try:
-            return self._client.send(request, stream=True, **self._auth_kwargs())
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-            raise RetryableTransportError(
-                f"Could not reach BOS for {method} at {self.url} ({type(exc).__name__})."
-            ) from exc
-        except httpx.TimeoutException as exc:
-            raise BosTransportError(
-                f"BOS did not answer {method} within the HTTP timeout of {self.timeout}s "
-                f"({type(exc).__name__}); raise the connection's 'HTTP timeout' if the server is slow to answer."
-            ) from exc
-        except httpx.TransportError as exc:
-            raise BosTransportError(f"The request {method} to {self.url} failed ({type(exc).__name__}).") from exc
-
-    def _attempt(self, method: str, params: dict[str, Any] | None, options: CallOptions) -> _Reply:
-        deadline, make_consumer, final_style = options.deadline, options.make_consumer, options.final_style
-        if deadline is not None and deadline.reached():
-            raise BosDeadlineExceeded(
-                f"The {method} deadline of {deadline.seconds}s passed before the request was sent."
-            )
-        request_id = self._ids.next()
-        body = request_envelope(request_id, method, self._envelope_params(params))
-        request = self._client.build_request(
-            "POST", self.url, content=dumps(body), headers=self._headers(method, params),
-            timeout=self._timeout(deadline),
-        )
-        consumer = make_consumer(request_id) if make_consumer is not None else None
-        try:
-            response = self._send(request, method)
-        except BosTransportError as exc:
-            if deadline is not None and deadline.passed():
-                raise deadline.error(method) from exc
-            raise
-        with self._lock:
-            self._inflight = response
-        handed_over = False
-        try:
-            if self._cancel.is_set():
-                abort(response)
-                raise BosReadCancelled(f"{method} was cancelled.")
-            self._raise_for_status(response, method)
-            if method == "initialize":
-                session_id = response.headers.get("mcp-session-id")
-                if session_id:
-                    self._session_id = session_id
-            content_type = media_type(response)
-            if content_type == "application/json":
-                try:
-                    if final_style is not None:
-                        length = declared_length(response)
-                        if length is None or length > self.stream_threshold_bytes:  # scanned as it arrives
-                            call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
-                            frame = JsonBodyFrame(response, call, final_style, max_event_bytes=self.max_event_bytes,
-                                                  release=self._release, read_timeout=self.timeout)
-                            body = frame.start()
-                            if body is None:
-                                handed_over = True
-                                return _Reply(None, request_id, streamed=False, stream=frame)
-                        else:
-                            body = self._read_body(response, method)
-                        return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
-                    return _Reply(self._read_json(response, method), request_id, streamed=False)
-                except BosIncompleteStreamError as exc:
-                    if deadline is not None and deadline.passed() and not isinstance(exc, BosReadCancelled):
-                        raise deadline.error(method) from exc
-                    raise
-            if content_type == "text/event-stream":
-                _set_read_timeout(response, self._stream_read_timeout(deadline))
-                call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel,
-                                    idle_timeout=self.stream_idle_timeout)
-                events = ResponseEvents(response, call, consumer, final_style=final_style,
-                                        max_event_bytes=self.max_event_bytes,
-                                        stream_threshold=self.stream_threshold_bytes, reconnect=self._reconnect)
-                try:
-                    start = events.until_final()
-                    if start.scanner is not None:
-                        handed_over = True
-                        stream = FinalFrameStream(events, start.scanner, finished=start.finished)
-                        return _Reply(None, request_id, streamed=True, stream=stream)
-                    return _Reply(start.message, request_id, streamed=True, raw=start.raw)
-                finally:
-                    if not handed_over:
-                        events.close()
-            raise BosHttpError(
-                f"BOS answered {method} with an unexpected content type",
-                status_code=response.status_code,
-                content_type=response.headers.get("content-type"),
-                body_excerpt=error_excerpt(response),
-                url=self.url,
-            )
-        finally:
-            if not handed_over:
-                with self._lock:
-                    self._inflight = None
-                response.close()
-
-    def _raise_for_status(self, response: httpx.Response, method: str) -> None:
-        raise_for_status(response, method, self.url, in_session=self._session_id is not None and not self.stateless)
-
-    def _read_json(self, response: httpx.Response, method: str) -> Any:
-        return self._decode_json(self._read_body(response, method), method)
-
-    def _read_body(self, response: httpx.Response, method: str) -> bytes:
-        """The whole body, at most ``max_event_bytes`` (the bound an SSE event has)."""
-        limit = self.max_event_bytes
-        length = declared_length(response)
-        if length is not None and length > limit:
-            raise body_too_large(method, limit)
-        try:
-            if length is not None:
-                return response.read()
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > limit:
-                    raise body_too_large(method, limit)
-            return bytes(body)
-        except httpx.HTTPError as exc:
-            if self._cancel.is_set():
-                raise BosReadCancelled(f"{method} was cancelled.") from exc
-            raise body_read_failed(method, exc, self.timeout) from exc
-
-    def _decode_json(self, body: bytes, method: str) -> Any:
-        try:
-            return loads(body)
-        except ValueError:
-            raise BosProtocolError(
-                f"BOS answered {method} with a body that is not valid JSON: {excerpt(body)!r}"
-            ) from None
-
-    def _release(self, response: httpx.Response) -> None:
-        """A handed-over response is done with: it is no longer the in-flight one, and is closed."""
-        with self._lock:
-            if self._inflight is response:
-                self._inflight = None
-        response.close()
-
-    def _reopen_stream(self, last_event_id: str, call: StreamedCall) -> httpx.Response:
-        """Resume a dropped response stream: ``GET`` + ``Last-Event-ID`` (MCP 2025-11-25)."""
-        what = f"the GET resuming {call.method}"
-        headers = self._headers(call.method, None)
-        headers.pop("Content-Type", None)
-        headers["Accept"] = "text/event-stream"
-        headers["Last-Event-ID"] = last_event_id
-        request = self._client.build_request("GET", self.url, headers=headers, timeout=self._timeout(call.deadline))
-        response = self._send(request, what)
-        with self._lock:
-            self._inflight = response
-        status = response.status_code
-        if self._cancel.is_set():
-            self._release(response)
-            raise call.cancelled()
-        if status == 200 and media_type(response) == "text/event-stream":
-            _set_read_timeout(response, self._stream_read_timeout(call.deadline))
-            return response
-        detail = error_excerpt(response)
-        self._release(response)
-        if 400 <= status < 500 and status not in (408, 429):
-            raise ResumeRefused(f"HTTP {status}" + (f": {detail}" if detail else ""))
-        if status == 200:
-            raise ResumeRefused(f"its answer is {response.headers.get('content-type')!r}, not an event stream")
-        raise BosTransportError(f"BOS answered {what} with HTTP {status}.")
-
-
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-def _set_read_timeout(response: httpx.Response, seconds: float) -> None:
-    """Set the per-read timeout of a response's body, before its first byte is read.
-
-    httpx times each socket read with the request's ``timeout`` extension, which httpcore takes
-    when the body is first iterated: the response headers waited for the HTTP timeout, the open
-    stream's reads use this one. (MockTransport responses have no timeouts to set.)
-    """
-    timeouts = response.request.extensions.get("timeout")
-    if isinstance(timeouts, dict):
-        timeouts["read"] = seconds
-
-
-def _observations_of(consumer: Consumer | None) -> SourceResultsTracker | None:
-    return getattr(consumer, "tracker", None)
 
 
 def _structured(result: Mapping[str, Any], tool: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.redaction import redact
 from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, dialect_for
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.records import parse_timestamp
@@ -59,10 +60,11 @@ class SyncRunInfo:
 
 
 def truncate_error(message: str | None, limit: int = ERROR_MESSAGE_MAX) -> str | None:
-    """The error text as stored: at most ``limit`` characters."""
+    """The error text as stored: registered secrets redacted, then at most ``limit`` characters
+    (redacted first: a secret cut in two is no longer recognisable)."""
     if message is None:
         return None
-    text = str(message)
+    text = redact(str(message))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -1,5 +1,5 @@
 """Where a stored grant's tokens may go: only to the Connection's current resource and client, and
-refreshes only to the token endpoint discovered for that resource (never the row's)."""
+refreshes only to the token endpoint discovered for that resource, which must be the row's."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_the_binding_is_checked_on_every_refresh(bos_server, store, token_endpoi
     assert bos_server.counters.refreshes == refreshes
 
 
-def test_a_refresh_goes_to_the_discovered_endpoint_not_the_rows(bos_server, store, token_endpoint) -> None:
+def test_a_row_pointed_at_another_token_endpoint_sends_its_refresh_token_nowhere(
+        bos_server, store, token_endpoint) -> None:
     """Whoever can write the table must not be able to receive the refresh token."""
     auth, _ = seeded_worker(bos_server, store, token_endpoint)
     token = auth.access_token()
@@ -68,10 +69,11 @@ def test_a_refresh_goes_to_the_discovered_endpoint_not_the_rows(bos_server, stor
     with store.engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE {store.table_name} SET token_endpoint = 'https://attacker.example/t'"))
     auth._http = httpx.Client(mounts={"https://attacker.example": httpx.MockTransport(attacker)})
-    auth.access_token(rejected=token)
+    with pytest.raises(BosReconnectRequired, match="attacker.example"):
+        auth.access_token(rejected=token)
     assert seen == []
-    assert bos_server.counters.refreshes == refreshes + 1
-    assert store.load(KEY).token_endpoint == token_endpoint
+    assert bos_server.counters.refreshes == refreshes
+    assert store.load(KEY).token_endpoint == "https://attacker.example/t"  # nothing rewritten
 
 
 def test_with_a_key_configured_a_plaintext_row_is_not_used(bos_server, tmp_path: Path, token_endpoint) -> None:

@@ -170,7 +170,7 @@ def test_fernet_encrypts_the_token_columns(make_store) -> None:
     raw = store.raw_row("bos_default")
     assert raw is not None
     assert "rt-seed-0001" not in raw["refresh_token"] and "at-plain-text-token" not in raw["access_token"]
-    assert raw["refresh_token"].startswith("enc:v1:")
+    assert raw["refresh_token"].startswith("enc:v2:")
     loaded = make_store(cipher=Fernet(key)).load("bos_default")
     assert loaded is not None and (loaded.refresh_token, loaded.access_token) == (
         "rt-seed-0001",
@@ -198,7 +198,7 @@ def test_a_plaintext_row_is_refused_once_a_key_is_configured(make_store) -> None
     # Reconnecting (a new seed) replaces the untrusted row, encrypted.
     reconnected = keyed.seed("bos_default", refresh_token="rt-reconnected", force=True, **SEED)
     assert reconnected.refresh_token == "rt-reconnected"
-    assert keyed.raw_row("bos_default")["refresh_token"].startswith("enc:v1:")
+    assert keyed.raw_row("bos_default")["refresh_token"].startswith("enc:v2:")
 
 
 def test_table_names_are_identifiers(tmp_path: Path) -> None:
@@ -402,3 +402,47 @@ def test_a_commit_that_failed_only_on_the_way_back_is_not_written_twice(make_sto
         "bos_default", lambda g: replace(g, refresh_token="rt-rotated", generation=2), spends_grant=True
     )
     assert saved.refresh_token == "rt-rotated" and store.load("bos_default").generation == 2
+
+
+def _tokens_of(store: SqlTokenStore, key: str) -> tuple[str, str]:
+    row = store.raw_row(key)
+    assert row is not None
+    return row["access_token"], row["refresh_token"]
+
+
+def _set_tokens(store: SqlTokenStore, key: str, access: str, refresh: str) -> None:
+    grants = sa.table(store.table_name, sa.column("key"), sa.column("access_token"), sa.column("refresh_token"))
+    with store.engine.begin() as conn:
+        conn.execute(sa.update(grants).where(grants.c.key == key).values(access_token=access, refresh_token=refresh))
+
+
+def test_sealed_tokens_copied_into_another_row_are_refused_on_every_database(make_store) -> None:
+    from airflow_provider_bos.exceptions import BosTokenBindingError
+
+    store = make_store(cipher=Fernet(Fernet.generate_key()))
+    _seed(store, access_token="at-victim-0001")
+    store.seed("bos_other", refresh_token="rt-other-0001", **SEED)
+    _set_tokens(store, "bos_other", *_tokens_of(store, "bos_default"))
+    with pytest.raises(BosTokenBindingError, match="its key differs"):
+        store.load("bos_other")
+    assert store.load("bos_default").refresh_token == "rt-seed-0001"
+
+
+def test_a_legacy_ciphertext_is_read_once_unique_and_refused_when_copied(make_store) -> None:
+    import base64
+
+    from airflow_provider_bos.exceptions import BosTokenBindingError
+
+    cipher = Fernet(Fernet.generate_key())
+    store = make_store(cipher=cipher)
+    _seed(store, access_token="at-legacy-0001")
+    legacy = ["enc:v1:" + base64.urlsafe_b64encode(cipher.encrypt(t.encode())).decode()
+              for t in ("at-legacy-0001", "rt-seed-0001")]
+    _set_tokens(store, "bos_default", *legacy)
+    loaded = store.load("bos_default")
+    assert loaded.legacy and (loaded.access_token, loaded.refresh_token) == ("at-legacy-0001", "rt-seed-0001")
+    store.seed("bos_other", refresh_token="rt-other-0001", **SEED)
+    _set_tokens(store, "bos_other", *legacy)
+    for key in ("bos_default", "bos_other"):
+        with pytest.raises(BosTokenBindingError, match="also in another row"):
+            store.load(key)

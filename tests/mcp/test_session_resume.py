@@ -22,7 +22,7 @@ from airflow_provider_bos.exceptions import (
     BosStreamIdleTimeout,
 )
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
-from airflow_provider_bos.mcp.event_stream import MAX_RESUME_ATTEMPTS, Reconnect
+from airflow_provider_bos.mcp.event_stream import MAX_RESUME_ATTEMPTS, MIN_RETRY_MS, Reconnect
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
 from mcphelpers import Bearer
 
@@ -152,7 +152,7 @@ def test_a_stream_that_drops_before_the_final_is_resumed_after_its_last_event_id
     assert get.headers["last-event-id"] == "a.2"
     assert get.headers["accept"] == "text/event-stream"
     assert get.headers["mcp-session-id"] == SESSION_ID and get.headers["mcp-protocol-version"] == "2025-11-25"
-    assert sleeps == [0.007]  # the server's retry
+    assert sleeps == [MIN_RETRY_MS / 1000]  # the server's retry of 7 ms, raised to the floor
     observations = result.observations
     # The replayed notification is not counted twice.
     assert observations.notifications == 3 and observations.replays_skipped == 1
