@@ -12,8 +12,8 @@ import json
 import os
 import platform
 import secrets
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -538,11 +538,11 @@ def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second
     by_label = {c.name: c for c in ceilings}
     hashed, known = by_label.get(READ_HASHED), by_label.get(READ_KNOWN)
     if _ok(first) and _ok(hashed) and _ok(raw):
-        note = f"floor: our read + canonical hash alone (nothing written) is {hashed.rate / raw.rate:.2f}x " \
-               f"{'COPY' if is_pg else 'raw'}"
+        note = (f"floor: our read + canonical hash alone (nothing written) is {hashed.rate / raw.rate:.2f}x "
+                f"{'COPY' if is_pg else 'raw'}")
         if dialect == "sqlite":  # the database runs in this thread: its inserts add to the read, never overlap
-            note += f"; plus SQLite's own inserts (the raw time, same thread): at most " \
-                    f"{raw.seconds / (hashed.seconds + raw.seconds):.2f}x raw"
+            note += (f"; plus SQLite's own inserts (the raw time, same thread): at most "
+                     f"{raw.seconds / (hashed.seconds + raw.seconds):.2f}x raw")
         _add_note(first, note)
     if is_pg and _ok(second) and _ok(first) and _ok(known):
         _add_note(second, f"ceiling: this first run / our read with every record known = "
@@ -616,7 +616,8 @@ def run(config: Config, bench: Bench) -> None:
 def _git(*args: str) -> str:
     try:
         root = Path(__file__).resolve().parent.parent
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                              check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
 

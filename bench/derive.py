@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     dsn = sa.make_url(args.pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     ways = {"client derives": client_derives, "PostgreSQL derives": postgres_derives}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
-    print(f"bench.derive {datetime.now(UTC):%Y-%m-%d %H:%M}Z  {args.records:,} records  {args.repeat} interleaved rounds")
+    print(f"bench.derive {datetime.now(UTC):%Y-%m-%d %H:%M}Z  {args.records:,} records  "
+          f"{args.repeat} interleaved rounds")
     try:
         for _ in range(args.repeat):
             for name, way in ways.items():

@@ -119,7 +119,7 @@ class TokenSet:
     refresh_token: str | None
     expires_at: float | None  # epoch seconds; None when the server gave no expires_in
     scope: str
-    token_type: str = "Bearer"
+    token_type: str = "Bearer"  # noqa: S105 - a token type, not a secret
 
     def __repr__(self) -> str:
         return (
@@ -162,7 +162,7 @@ class TokenSet:
             refresh_token=refresh_token,
             expires_at=None if lifetime is None else now + lifetime,
             scope=scope if usable_scope else default_scope,
-            token_type="Bearer",
+            token_type="Bearer",  # noqa: S106 - a token type, not a secret
         )
 
 

@@ -143,7 +143,9 @@ def resource_url_of(conn: Any) -> str:
     return host
 
 
-def _number_field(conn_id: str, label: str, value: Any, default: float, ok: Callable[[float], bool], must: str) -> float:
+def _number_field(
+    conn_id: str, label: str, value: Any, default: float, ok: Callable[[float], bool], must: str
+) -> float:
     """A number from a Connection field (``default`` when it is empty), refused unless ``ok`` (nan never is)."""
     try:
         number = float(default if value is None else value)

@@ -120,7 +120,9 @@ class _Node:
         self.key: str | None = None
 
 
-def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object) -> KnownRecord | None:
+def _known_record(
+    piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object
+) -> KnownRecord | None:
     """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
     if not piece.startswith(_REF_PREFIX):
         return None
@@ -324,7 +326,7 @@ class FinalFrameScanner:
                 assert node.key is not None
                 if not node.path:
                     self._decide_kind(node.key)
-                return self._value(node, node.path + (node.key,), c)
+                return self._value(node, (*node.path, node.key), c)
             # "next"
             if c == COMMA:
                 self._pos += 1
@@ -337,7 +339,7 @@ class FinalFrameScanner:
         if state in ("first", "value"):
             if c == RBRACKET and state == "first":
                 return self._close()
-            return self._value(node, node.path + ("*",), c)
+            return self._value(node, (*node.path, "*"), c)
         if c == COMMA:
             self._pos += 1
             node.state = "value"

@@ -408,7 +408,9 @@ def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedR
         try:
             yield FederatedRecord.model_validate(raw)
         except ValidationError as exc:
-            raise BosResultError(f"Record {index} at {where}.result is malformed: {describe_validation_error(exc)}") from None
+            raise BosResultError(
+                f"Record {index} at {where}.result is malformed: {describe_validation_error(exc)}"
+            ) from None
 
 
 def _context(raw: Any, where: str) -> BosContext | None:

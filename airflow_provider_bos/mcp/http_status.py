@@ -171,5 +171,5 @@ def abort(response: httpx.Response) -> None:
             pass
     try:
         response.close()
-    except Exception:  # noqa: BLE001 - best effort from a foreign thread
+    except Exception:  # best effort from a foreign thread
         logger.debug("Closing the in-flight response failed.", exc_info=True)

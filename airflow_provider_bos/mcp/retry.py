@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import UTC
 from typing import TypeVar
 
 import tenacity
@@ -72,7 +72,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         except (TypeError, ValueError):
             return None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
         current = now if now is not None else time.time()
         return max(0.0, when.timestamp() - current)
     if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN / inf
@@ -82,7 +82,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 def _backoff(policy: RetryPolicy, attempt: int) -> float:
     ceiling = min(policy.backoff_max_s, policy.backoff_base_s * (2 ** (attempt - 1)))
-    return random.uniform(0, ceiling)
+    return random.uniform(0, ceiling)  # noqa: S311 - backoff jitter, not a secret
 
 
 def run_with_retries(

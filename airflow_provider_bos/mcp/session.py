@@ -57,9 +57,14 @@ from airflow_provider_bos.mcp.eras import (
     probe_verdict,
     request_headers,
 )
-from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
 from airflow_provider_bos.mcp.event_stream import Reconnect, ResponseEvents, ResumeRefused
-from airflow_provider_bos.mcp.final_stream import FinalFrameStream, JsonBodyFrame, memory_result, streaming_result
+from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
+from airflow_provider_bos.mcp.final_stream import (
+    FinalFrameStream,
+    JsonBodyFrame,
+    memory_result,
+    streaming_result,
+)
 from airflow_provider_bos.mcp.http_status import (
     abort,
     body_read_failed,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias, BaseOperator
@@ -64,7 +64,7 @@ class BosFederatedReadOperator(BaseOperator):
         "destination_table",
         "destination_schema",
     )
-    template_fields_renderers = {"arguments": "json"}
+    template_fields_renderers = {"arguments": "json"}  # noqa: RUF012 - BaseOperator declares it a plain attribute
     ui_color = "#e8f1fb"
 
     def __init__(
@@ -87,7 +87,7 @@ class BosFederatedReadOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         check_via(via)
-        check_invalid_records(invalid_records)  # at DAG parse time too  # the session's rule and error, at DAG parse time: before any table is created
+        check_invalid_records(invalid_records)  # at DAG parse time, before any table is created
         if "outlets" not in kwargs:
             kwargs["outlets"] = [AssetAlias(alias_name(destination_conn_id, destination_schema, destination_table))]
         super().__init__(**kwargs)
@@ -150,7 +150,7 @@ class BosFederatedReadOperator(BaseOperator):
             context_handle=self.context_handle,
             tool_name=self.tool_name,
             arguments_hash=hash_arguments(self.arguments),
-            started_at=datetime.now(timezone.utc),
+            started_at=datetime.now(UTC),
         )
         # Published first so a sensor can find the run even if this task fails.
         ti.xcom_push(key="bos_run_id", value=run.run_id)

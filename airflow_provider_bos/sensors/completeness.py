@@ -6,7 +6,7 @@ Answered from the audit table ``bos_sync_runs``; partial reads never pass silent
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
@@ -125,7 +125,7 @@ class BosCompletenessSensor(BaseSensorOperator):
             run,
             min_records=self.min_records,
             max_age=self.max_age,
-            now=datetime.now(timezone.utc),
+            now=datetime.now(UTC),
         )
         if verdict.outcome == PASS:
             self.log.info(verdict.message)

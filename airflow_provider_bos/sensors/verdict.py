@@ -7,10 +7,10 @@ Fail closed: only a run whose status is ``complete`` and whose result count reac
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-PASS = "pass"
+PASS = "pass"  # noqa: S105 - a verdict, not a password
 PARTIAL = "partial"   # partial or failed read
 TOO_FEW = "too_few_records"
 STALE = "stale"
@@ -30,7 +30,7 @@ class Verdict:
 
 
 def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def failing_sources(run: dict[str, Any]) -> list[tuple[str, str]]:
@@ -54,7 +54,7 @@ def judge(
     ref = f"BOS sync run {run.get('run_id')} ({run.get('tool_name')} in context {run.get('context_handle')})"
     status = run.get("status")
     if max_age is not None and run.get("finished_at") is not None:
-        age = _aware(now or datetime.now(timezone.utc)) - _aware(run["finished_at"])
+        age = _aware(now or datetime.now(UTC)) - _aware(run["finished_at"])
         if age > max_age:
             return Verdict(STALE, f"{ref} finished {age} ago, older than max_age {max_age}: the data is stale.", run)
     if status in {"partial", "failed"}:

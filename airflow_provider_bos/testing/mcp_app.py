@@ -432,8 +432,8 @@ class McpApp:
         read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments)
         if negotiated:
             self.counters.incr("streamed_calls")
-        arguments_of_call = dict(read=read, request_id=req_id, style=style, context=context, stateless=stateless,
-                                 faults=scenario.faults, headers=extra_headers)
+        arguments_of_call = {"read": read, "request_id": req_id, "style": style, "context": context,
+                             "stateless": stateless, "faults": scenario.faults, "headers": extra_headers}
         call = _Call(self, send, **arguments_of_call)
         # Resumable: session era, a client that can parse priming events, and the scenario allows it.
         if (negotiated and sid is not None and scenario.faults.resumable

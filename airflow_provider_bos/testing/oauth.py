@@ -408,7 +408,7 @@ class BearerGate:
             await self.app(scope, receive, send)
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-        if header is None or not header[:7].lower() == "bearer " or not header[7:].strip():
+        if header is None or header[:7].lower() != "bearer " or not header[7:].strip():
             await self._challenge(send, None, "Authentication required")
             return
         access, reason = self.provider.verify_bearer(header[7:].strip())

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -309,7 +309,7 @@ class Scenario(_Strict):
     @property
     def observed_at_datetime(self) -> datetime:
         """``observed_at`` as an aware UTC datetime."""
-        return datetime.fromisoformat(self.observed_at).astimezone(timezone.utc)
+        return datetime.fromisoformat(self.observed_at).astimezone(UTC)
 
     def resolved_contexts(self) -> list[dict]:
         """The public contexts to offer: ``contexts`` or fresh copies of :data:`DEFAULT_CONTEXTS`."""

@@ -207,7 +207,7 @@ class BosReferenceServer:
         def run() -> None:
             try:
                 asyncio.run(self._uvicorn.serve(sockets=[self._sock]))  # type: ignore[union-attr]
-            except BaseException as exc:  # surfaced by start()
+            except BaseException as exc:  # noqa: BLE001 - surfaced by start()
                 failure.append(exc)
             finally:
                 started.set()

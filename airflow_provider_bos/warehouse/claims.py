@@ -131,7 +131,9 @@ class WireHashSet:
         return self._unique
 
 
-def load_known_wire_hashes(conn: sa.Connection, dialect: WarehouseDialect, table: str, schema: str | None) -> WireHashSet:
+def load_known_wire_hashes(
+    conn: sa.Connection, dialect: WarehouseDialect, table: str, schema: str | None
+) -> WireHashSet:
     """The wire hashes stored in ``table`` (the dialect must know it has the column)."""
     statement = dialect.wire_hash_prefixes(table, schema)
     if dialect.wire_hash_prefixes_aggregated:

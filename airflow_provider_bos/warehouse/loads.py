@@ -21,7 +21,7 @@ bench/README.md "Session 7"), the client being CPU-bound in one interpreter.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
 from airflow_provider_bos.warehouse.pipeline import Pipeline
-from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row, row_fields
+from airflow_provider_bos.warehouse.records import (
+    json_column_values,
+    json_document_values,
+    record_to_row,
+    row_fields,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 
@@ -328,10 +333,8 @@ class _TargetCopy:
         """End a running COPY with ``exc`` (psycopg fails it on the server; the transaction is rolled back)."""
         if self._open is not None:
             running, self._open = self._open, None
-            try:
+            with suppress(Exception):  # the original error is the one to raise
                 running.__exit__(type(exc), exc, exc.__traceback__)
-            except Exception:  # noqa: S110 - the original error is the one to raise
-                pass
 
 
 def load_direct(

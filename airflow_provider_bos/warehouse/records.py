@@ -22,18 +22,18 @@ One check, two encoders:
 from __future__ import annotations
 
 import hashlib
-from hashlib import sha256
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from hashlib import sha256
 from typing import Any
+
+import orjson
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
-
-import orjson
 
 __all__ = [
     "CONTENT_COLUMNS",
@@ -83,7 +83,7 @@ def _make_fast_encoder() -> Any:
         if "".join(encoder(probe, 0)) != _ENCODER.encode(probe):
             return None
         return encoder
-    except Exception:  # another CPython's signature: fall back to the stdlib path
+    except Exception:  # noqa: BLE001 - another CPython's signature: fall back to the stdlib path
         return None
 
 

@@ -19,11 +19,21 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
-from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes, settle_kept_claims
+from airflow_provider_bos.warehouse.claims import (
+    WireHashSet,
+    kept_claims,
+    load_known_wire_hashes,
+    settle_kept_claims,
+)
 from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_for
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import (
-    SeenKeys, keys_distinct, load_direct, load_direct_rows, settle_direct, stage_records,
+    SeenKeys,
+    keys_distinct,
+    load_direct,
+    load_direct_rows,
+    settle_direct,
+    stage_records,
 )
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
@@ -462,7 +472,9 @@ class WarehouseWriter:
                         run.run_id, existing, excerpt(error, 200),
                     )
         except sa.exc.SQLAlchemyError as exc:
-            raise BosWarehouseError(f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}") from exc
+            raise BosWarehouseError(
+                f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}"
+            ) from exc
 
 
 def _classify_and_merge(tx: RunTransaction, received: int, seen: SeenKeys, *, parse_json: bool) -> UpsertCounts:

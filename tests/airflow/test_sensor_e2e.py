@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from afhelpers import audit_rows, task_states
+
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
 
 pytestmark = [pytest.mark.airflow, pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)]

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosStreamIdleTimeout
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
-from mcphelpers import Bearer
 
 SCALE = 0.05  # 1 simulated second = 50 ms
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
-from mcphelpers import Bearer
 
 
 @pytest.mark.parametrize("wire_mode", [False, True], ids=["plain", "wire"])

@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from test_session_faults import FakeBos, final_result, make, notification, ok, read, record, sse, streamed
 
 from airflow_provider_bos.exceptions import BosUnsupportedServerRequestError
-from test_session_faults import FakeBos, final_result, make, notification, ok, read, record, sse, streamed
 
 
 def waits_after(*messages: dict) -> Iterator[bytes]:

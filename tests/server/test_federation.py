@@ -202,7 +202,7 @@ def test_load_scenario_returns_a_private_copy() -> None:
 
 
 def test_load_scenario_unknown_name() -> None:
-    with pytest.raises(BosConfigurationError, match="Unknown scenario 'compleet'.*complete"):
+    with pytest.raises(BosConfigurationError, match=r"Unknown scenario 'compleet'.*complete"):
         load_scenario("compleet")
 
 

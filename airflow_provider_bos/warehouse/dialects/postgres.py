@@ -121,7 +121,8 @@ class PostgresDialect(WarehouseDialect):
 
     def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
         w = self.quote(WIRE_HASH_COLUMN)
-        return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
+        columns = self._wire_state_columns()
+        return Statement(f"SELECT {columns} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
 
     def stage_claims(self, stage, target, schema, prefixes, seqs):
         q = self.quote
