@@ -402,8 +402,8 @@ class FinalFrameScanner:
         return self._finish_capture(False)
 
     def _finish_capture(self, eof: bool) -> bool:
-        scan = self._scan
-        assert scan is not None
+        scan, node = self._scan, self._scan_node
+        assert scan is not None and node is not None
         end = scan.run(self._buf, eof)
         if end < 0:
             if len(self._buf) - scan.start > self.max_value_bytes:
@@ -420,7 +420,7 @@ class FinalFrameScanner:
             raise _malformed(f"a value does not parse: {raw[:60]!r}") from None
         self._pos = end
         self._scan = None
-        self._store(self._scan_node, value)
+        self._store(node, value)
         return True
 
     def _skip_text(self) -> bool:
@@ -546,7 +546,7 @@ class FinalFrameScanner:
             wire_hash = sha256(piece).hexdigest()
             if match is not None:
                 handle = match(wire_hash)
-                if handle is not None:
+                if handle is not None and known is not None:
                     claim = _known_record(piece, wire_hash, known, handle)
                     if claim is not None:
                         out.append(claim)
@@ -576,7 +576,7 @@ class FinalFrameScanner:
         wire_hash = sha256(raw).hexdigest()
         known = self.known
         handle = known.match(wire_hash) if known else None
-        claim = _known_record(raw, wire_hash, known, handle) if handle is not None else None
+        claim = _known_record(raw, wire_hash, known, handle) if known and handle is not None else None
         if claim is not None:
             self.known_records += 1
             self._out.append(claim)

@@ -19,6 +19,7 @@ from datetime import UTC
 from typing import TypeVar
 
 import tenacity
+import tenacity.stop
 
 from airflow_provider_bos.exceptions import BosError, BosRetryableHttpError, BosTransportError
 
@@ -85,6 +86,16 @@ def _backoff(policy: RetryPolicy, attempt: int) -> float:
     return random.uniform(0, ceiling)  # noqa: S311 - backoff jitter, not a secret
 
 
+class _PastDeadline(tenacity.stop.stop_base):
+    """Stop when the next wait would cross ``deadline`` (a :func:`time.monotonic` instant; None: never)."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.deadline is not None and time.monotonic() + retry_state.upcoming_sleep >= self.deadline
+
+
 def run_with_retries(
     fn: Callable[[], T],
     policy: RetryPolicy,
@@ -104,8 +115,7 @@ def run_with_retries(
         retry_after = getattr(exc, "retry_after", None)
         return retry_after if retry_after is not None else _backoff(policy, rs.attempt_number)
 
-    def past_deadline(rs: tenacity.RetryCallState) -> bool:
-        return deadline is not None and time.monotonic() + rs.upcoming_sleep >= deadline
+    past_deadline = _PastDeadline(deadline)
 
     def before_sleep(rs: tenacity.RetryCallState) -> None:
         exc = rs.outcome.exception() if rs.outcome else None

@@ -450,7 +450,7 @@ class McpSession:
             page = result.get("tools")
             if not isinstance(page, list):
                 raise BosProtocolError("tools/list returned no tools array.")
-            tools.extend(t for t in page if isinstance(t, Mapping))
+            tools.extend(t for t in page if isinstance(t, dict))  # decoded JSON objects
             cursor = result.get("nextCursor")
             if not cursor:
                 break
@@ -642,13 +642,13 @@ class McpSession:
                             call = StreamedCall(method, request_id, deadline, _observations_of(consumer), self._cancel)
                             frame = JsonBodyFrame(response, call, final_style, max_event_bytes=self.max_event_bytes,
                                                   release=self._release, read_timeout=self.timeout)
-                            body = frame.start()
-                            if body is None:
+                            raw = frame.start()
+                            if raw is None:
                                 handed_over = True
                                 return _Reply(None, request_id, streamed=False, stream=frame)
                         else:
-                            body = self._read_body(response, method)
-                        return _Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
+                            raw = self._read_body(response, method)
+                        return _Reply(self._decode_json(raw, method), request_id, streamed=False, raw=raw)
                     return _Reply(self._read_json(response, method), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:
                     if deadline is not None and deadline.passed() and not isinstance(exc, BosReadCancelled):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
@@ -26,7 +26,7 @@ from fastapi import Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_provider_bos.exceptions import BosError, BosTransportError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosError, BosTransportError
 from airflow_provider_bos.plugins import connections as airflow_conns
 from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, same_origin
 from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status
@@ -34,6 +34,9 @@ from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, m
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
 from airflow_provider_bos.redaction import add_secret_sink, register_secret
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
 
 __all__ = ["URL_PREFIX", "create_app"]
 
@@ -88,7 +91,7 @@ async def _require_csrf(request: Request, csrf_token: Annotated[str | None, Form
 CsrfDep = Depends(_require_csrf)
 
 
-def _authorize(user: Any, conn_id: str, method: str) -> None:
+def _authorize(user: Any, conn_id: str, method: ResourceMethod) -> None:
     from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import ConnectionDetails
 
@@ -103,6 +106,11 @@ def _pending_store() -> PendingConnectStore:
 
     from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 
+    if settings.engine is None:  # Airflow's ORM is not configured in this process
+        raise BosConfigurationError(
+            "The BOS page keeps pending sign-ins in Airflow's metadata database, which this process "
+            "has not configured; open the page through the Airflow API server."
+        )
     return PendingConnectStore(settings.engine, cipher=airflow_fernet_cipher())
 
 

@@ -37,6 +37,7 @@ from mcp.server.auth.provider import (
     AuthorizationCode,
     AuthorizationParams,
     AuthorizeError,
+    IdentityAssertionParams,
     RefreshToken,
     RegistrationError,
     TokenError,
@@ -236,6 +237,12 @@ class BosOAuthProvider:
                 grant_id = self._access[token.token].grant_id
             if grant_id is not None:
                 self._revoke_locked(grant_id)
+
+    async def exchange_identity_assertion(
+        self, client: OAuthClientInformationFull, params: IdentityAssertionParams
+    ) -> OAuthToken:
+        """The reference server grants by authorization code and refresh token only (no SEP-990)."""
+        raise TokenError("unsupported_grant_type", "this server does not accept identity assertions")
 
     # -- bearer verification (used by BearerGate) -------------------------------------------------
     def verify_bearer(self, token: str) -> tuple[AccessToken | None, str]:

@@ -317,7 +317,7 @@ class BosReferenceServer:
 def _sdk_authorize(provider: BosOAuthProvider) -> Any:
     from mcp.server.auth.handlers.authorize import AuthorizationHandler
 
-    return AuthorizationHandler(provider).handle  # type: ignore[arg-type]
+    return AuthorizationHandler(provider).handle
 
 
 def _is_loopback(host: str) -> bool:

@@ -181,7 +181,7 @@ class AuditReader:
                 )
         return self.table
 
-    def _decode(self, row: sa.Row) -> dict[str, Any]:
+    def _decode(self, row: sa.Row[Any]) -> dict[str, Any]:
         data = dict(row._mapping)
         data.setdefault(REJECTED_COLUMN, None)  # a table made before the column
         for column in AUDIT_JSON_COLUMNS:
@@ -202,7 +202,7 @@ class AuditReader:
         row = self._first(sa.select(t).where(t.c.run_id == run_id))
         return self._decode(row) if row is not None else None
 
-    def _first(self, query: sa.Select) -> sa.Row | None:
+    def _first(self, query: sa.Select[Any]) -> sa.Row[Any] | None:
         try:
             with self.engine.connect() as conn:
                 return conn.execute(query).first()

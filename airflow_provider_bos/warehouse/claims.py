@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from itertools import accumulate, islice
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -168,7 +169,7 @@ class KeptClaims:
         """Keep ``claim`` out of staging; False for one matched elsewhere (it is staged as before)."""
         if claim.matched is not self.known:
             return False
-        position = claim.handle
+        position = cast(int, claim.handle)  # matched by this set: its own row position
         if self.hits[position]:
             self.repeats += 1
         else:

@@ -14,8 +14,8 @@ there instead of failing the run (the ``try`` costs nothing until a record is re
 
 With :data:`PIPELINE_DEPTH` > 0, reading and encoding run on a producer thread while the calling
 thread writes (a :class:`~.pipeline.Pipeline`, where the dialect allows it: ``load_thread``). Off
-by default: on the bench's 2-core machine it bought nothing end to end (11 interleaved rounds,
-bench/README.md "Session 7"), the client being CPU-bound in one interpreter.
+by default: on the bench's 2-core machine it bought nothing end to end (medians of 11 interleaved
+rounds), the client being CPU-bound in one interpreter.
 """
 
 from __future__ import annotations
@@ -169,6 +169,7 @@ def stage_records(
     received = 0
     if copy is not None:
         raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+        assert raw is not None  # None only for a closed connection, not one inside a transaction
         lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
         with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out, \
                 _batches(lines, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
@@ -351,6 +352,7 @@ def load_direct(
     new one starts with the next block.
     """
     raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+    assert raw is not None  # None only for a closed connection, not one inside a transaction
     items = _direct_items(tx, copy, records, default_obs, synced_at, rejects)
     loaded = staged = 0
     with raw.cursor() as cursor:
@@ -388,7 +390,7 @@ def load_direct_rows(
 
     As :func:`load_direct`: a record whose record_ref may already have been loaded goes to staging
     (column-staged, ``executemany``) and is merged by :func:`settle_direct`. No staging copy and no
-    merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/README.md "Session 8").
+    merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/).
     SQLite does not use it (measured slower there, see ``SqliteDialect.direct_load``).
     """
     d = tx.dialect

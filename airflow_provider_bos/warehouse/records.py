@@ -191,7 +191,8 @@ def _as_dict(record: Any) -> Mapping[str, Any]:
             f"Cannot store a {type(record).__name__}: records must be FederatedRecord objects or dicts."
         )
     # Only the stored fields: mode="json" turns nested models into plain JSON values.
-    return dump(mode="json", include=set(CONTENT_FIELDS))
+    fields: Mapping[str, Any] = dump(mode="json", include=set(CONTENT_FIELDS))
+    return fields
 
 
 def _json_str(value: str | None) -> str:

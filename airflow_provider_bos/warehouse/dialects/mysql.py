@@ -47,7 +47,8 @@ class MySqlDialect(WarehouseDialect):
         p = self.placeholder
         return [Statement(f"SELECT GET_LOCK({p}, {p})", (self._lock_name(target), int(max(timeout_s, 0))))]
 
-    def add_column(self, table, schema, column, type_sql, *, timeout_s):
+    def add_column(self, table: str, schema: str | None, column: str, type_sql: str, *,
+                   timeout_s: float) -> list[Statement]:
         # The metadata lock an ALTER waits for: the session's lock_wait_timeout (a year by default).
         return [Statement(f"SET SESSION lock_wait_timeout = {max(1, int(timeout_s))}"),
                 *super().add_column(table, schema, column, type_sql, timeout_s=timeout_s)]
@@ -73,7 +74,9 @@ class MySqlDialect(WarehouseDialect):
             f"ON t.{ref} = s.{ref} AND t.{h} = s.{h} SET t.{w} = s.{w} WHERE {self._hash_differs(f't.{w}', f's.{w}')}"
         )
 
-    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote

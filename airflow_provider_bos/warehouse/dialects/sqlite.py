@@ -20,7 +20,7 @@ class SqliteDialect(WarehouseDialect):
     name = "sqlite"
     # Not even an empty table is loaded directly: in this process, executemany into the keyed table
     # cost more than into a keyless temporary table plus one INSERT ... SELECT (100k records: 3.6-4.0
-    # s against 3.4 s; bench/README.md "Session 8").
+    # s against 3.4 s, measured with bench/).
     direct_load = False
 
     def __init__(self, sa_dialect: sa.Dialect, *, busy_timeout_s: float = 30.0, wire_hash_column: bool = True) -> None:
@@ -56,7 +56,9 @@ class SqliteDialect(WarehouseDialect):
     def _hash_differs(self, old: str, new: str) -> str:
         return f"{old} IS NOT {new}"
 
-    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
