@@ -33,7 +33,7 @@ DEFAULT_URLS = {
     "mysql": os.environ.get("BENCH_MYSQL_URL", "mysql+pymysql://root:@127.0.0.1:3306/test?charset=utf8mb4"),
 }
 
-# Targets (issue 6, raised by issue 19: medians of interleaved repeats).
+# Targets (verdicts on medians of interleaved repeats).
 P1_VS_COPY = 0.8
 P1_VS_NAIVE = 2.0
 P1_VS_STAGE_MERGE = 0.6  # a first sync into a table holding as many other rows
@@ -531,7 +531,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
 
 
 def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second: Row | None, dialect: str) -> None:
-    """What this client's own floors allow, next to the verdicts they bound (issue 19's evidence):
+    """What this client's own floors allow, next to the verdicts they bound:
     a first sync is never faster than its read plus the canonical hash of every record, and an
     unchanged re-run never faster than its read with every record known."""
     is_pg = dialect == "postgres"

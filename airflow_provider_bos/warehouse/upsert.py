@@ -383,7 +383,7 @@ class WarehouseWriter:
         # instead of in the merge after it. Worth it when the staged rows are mostly written: an
         # empty table, or a read with wire hashes (unchanged records then arrive as claims, not
         # documents). Measured: first sync into a table holding 200k other rows 11.70 s -> 8.97 s
-        # (median, bench/README "Session 7").
+        # (median, bench/).
         parse_json = copy is not None and not direct and (empty or options.known is not None)
         tx.create_staging(parse_json=parse_json)
         return direct, parse_json

@@ -119,9 +119,9 @@ def test_chunk_splits_at_every_position(data: st.DataObject) -> None:
 
 @pytest.mark.parametrize("style", ["execute", "direct"])
 def test_identical_records_are_all_yielded_whatever_the_first_chunk(style: str) -> None:
-    """Regression: with the second record's first key split across chunks, the boundary used to be learnt
-    from the gap after the FIRST record, i.e. with the whole second record inside it; identical records
-    later in the array then matched it and one was silently dropped."""
+    """With the second record's first key split across chunks, the boundary must not be learnt from
+    the gap after the FIRST record (the whole second record inside it): identical records later in
+    the array would then match it and one would be silently dropped."""
     a, b = record(10000), record(10)
     records = [a, b, a, b, a]
     data = frame(style, records=records)

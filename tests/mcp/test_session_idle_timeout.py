@@ -1,4 +1,4 @@
-"""Two timeouts, as the MCP SDK has them (issue 16, item 1), through the loopback reference server.
+"""Two timeouts, as the MCP SDK has them, through the loopback reference server.
 
 The HTTP timeout bounds connecting and waiting for an answer; an open ``tools/call`` event stream
 has its own idle limit between bytes, the stream idle timeout (default 300 s), which any bytes

@@ -1,8 +1,8 @@
-"""A server that needs a person or a model in the loop fails the read at once (issue 16, item 5).
+"""A server that needs a person or a model in the loop fails the read at once.
 
 Server-to-client requests on the response stream (2025-11-25: elicitation, sampling, roots) and
-``resultType: "input_required"`` (2026-07-28) cannot be answered by an unattended task; the read
-used to log the request and wait for a final that never came, until its deadline.
+``resultType: "input_required"`` (2026-07-28) cannot be answered by an unattended task: the read
+must not log the request and wait, until its deadline, for a final that never comes.
 """
 
 from __future__ import annotations
