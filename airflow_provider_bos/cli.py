@@ -211,10 +211,8 @@ def _presenter(args: argparse.Namespace, out: TextIO) -> Any:
         if args.auto_follow:
             return auto_follow(authorization_url, deliver=args.redirect_uri is None)
         if not args.no_browser:
-            try:
+            with contextlib.suppress(Exception):  # no browser is fine: the URL is printed
                 webbrowser.open(authorization_url)
-            except Exception:  # noqa: BLE001 - no browser is fine: the URL is printed
-                pass
         if args.redirect_uri is None:
             print(f"Waiting up to {args.timeout:g} s for the sign-in callback...", file=out, flush=True)
         return None

@@ -7,7 +7,7 @@ this one needs no external service. It writes only the verdict: never records or
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ class BosAlertFileNotifier(BaseNotifier):
         verdict = context.get("bos_verdict")
         ti = context.get("ti")
         alert = {
-            "at": datetime.now(timezone.utc).isoformat(),
+            "at": datetime.now(UTC).isoformat(),
             "dag_id": getattr(ti, "dag_id", None),
             "task_id": getattr(ti, "task_id", None),
             "outcome": getattr(verdict, "outcome", None),

@@ -146,7 +146,7 @@ def _audit_failure(
             provisional_records=observations.provisional_records if observations is not None else 0,
             provisional_pages=observations.pages if observations is not None else 0,
         )
-    except Exception as audit_exc:  # the database may be what failed
+    except Exception as audit_exc:  # noqa: BLE001 - the database may be what failed; logged, the read's error raised
         logger.error("Could not write the failed audit row for run %s: %s", run.run_id, audit_exc)
 
 

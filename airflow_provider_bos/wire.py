@@ -44,7 +44,7 @@ __all__ = [
 ]
 
 
-class WireRecord(dict):  # type: ignore[type-arg]
+class WireRecord(dict[str, Any]):
     """A record decoded from the wire's JSON text (a plain dict otherwise).
 
     ``from_json = True`` tells the warehouse it holds no NaN/Infinity and only string keys, so it
@@ -53,6 +53,7 @@ class WireRecord(dict):  # type: ignore[type-arg]
     """
 
     __slots__ = ("wire_hash",)
+    wire_hash: str
     from_json = True
 
 
@@ -184,11 +185,27 @@ class StreamingRead(Protocol):
 
 
 class FederatedRead(Protocol):
-    """``McpSession.federated_read`` (or ``BosHook``'s), as run_sync calls it."""
+    """``McpSession.federated_read`` (or ``BosHook``'s), as run_sync calls it.
 
-    def __call__(self, tool_name: str, arguments: dict[str, Any], *, stream_records: bool, **options: Any) -> Any:
-        """A :class:`StreamingRead` when ``stream_records`` is True; ``options`` include ``on_context``
-        (called once with the context the read runs in, as soon as it is known)."""
+    The keyword options are the ones run_sync passes on (its own ``read_options``); a read must
+    accept each of them, so an implementation that drops one fails the type check.
+    """
+
+    def __call__(
+        self,
+        tool_name: str,
+        arguments: dict[str, Any],
+        *,
+        stream_records: bool,
+        on_context: Callable[[str], None] | None = ...,
+        context_handle: str | None = ...,
+        via: str = ...,
+        stream: bool = ...,
+        on_progress: Callable[[Any], None] | None = ...,
+        deadline_s: float | None = ...,
+    ) -> Any:
+        """A :class:`StreamingRead` when ``stream_records`` is True; ``on_context`` is called once
+        with the context the read runs in, as soon as it is known."""
         ...
 
 

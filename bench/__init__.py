@@ -1,1 +1,1 @@
-"""Benchmarks for airflow-provider-bos (issue 6: targets P1-P4). Entry point: ``bench/run``."""
+"""Benchmarks for airflow-provider-bos (targets P1-P4). Entry point: ``bench/run``."""

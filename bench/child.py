@@ -22,7 +22,8 @@ def _run(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         from bench.baselines import run_baseline
         from bench.data import ScenarioParams
 
-        return run_baseline(spec["dialect"], spec["kind"], spec["url"], spec["table"], ScenarioParams(**spec["scenario"]))
+        params = ScenarioParams(**spec["scenario"])
+        return run_baseline(spec["dialect"], spec["kind"], spec["url"], spec["table"], params)
     if kind == "sync":
         from bench.ours import sync_once
 

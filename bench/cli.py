@@ -12,8 +12,8 @@ import json
 import os
 import platform
 import secrets
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -33,7 +33,7 @@ DEFAULT_URLS = {
     "mysql": os.environ.get("BENCH_MYSQL_URL", "mysql+pymysql://root:@127.0.0.1:3306/test?charset=utf8mb4"),
 }
 
-# Targets (issue 6, raised by issue 19: medians of interleaved repeats).
+# Targets (verdicts on medians of interleaved repeats).
 P1_VS_COPY = 0.8
 P1_VS_NAIVE = 2.0
 P1_VS_STAGE_MERGE = 0.6  # a first sync into a table holding as many other rows
@@ -533,18 +533,18 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
 
 
 def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second: Row | None, dialect: str) -> None:
-    """What this client's own floors allow, next to the verdicts they bound (issue 19's evidence):
+    """What this client's own floors allow, next to the verdicts they bound:
     a first sync is never faster than its read plus the canonical hash of every record, and an
     unchanged re-run never faster than its read with every record known."""
     is_pg = dialect == "postgres"
     by_label = {c.name: c for c in ceilings}
     hashed, known = by_label.get(READ_HASHED), by_label.get(READ_KNOWN)
     if _ok(first) and _ok(hashed) and _ok(raw):
-        note = f"floor: our read + canonical hash alone (nothing written) is {hashed.rate / raw.rate:.2f}x " \
-               f"{'COPY' if is_pg else 'raw'}"
+        note = (f"floor: our read + canonical hash alone (nothing written) is {hashed.rate / raw.rate:.2f}x "
+                f"{'COPY' if is_pg else 'raw'}")
         if dialect == "sqlite":  # the database runs in this thread: its inserts add to the read, never overlap
-            note += f"; plus SQLite's own inserts (the raw time, same thread): at most " \
-                    f"{raw.seconds / (hashed.seconds + raw.seconds):.2f}x raw"
+            note += (f"; plus SQLite's own inserts (the raw time, same thread): at most "
+                     f"{raw.seconds / (hashed.seconds + raw.seconds):.2f}x raw")
         _add_note(first, note)
     if is_pg and _ok(second) and _ok(first) and _ok(known):
         _add_note(second, f"ceiling: this first run / our read with every record known = "
@@ -618,7 +618,8 @@ def run(config: Config, bench: Bench) -> None:
 def _git(*args: str) -> str:
     try:
         root = Path(__file__).resolve().parent.parent
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10,
+                              check=False).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "?"
 

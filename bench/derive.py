@@ -1,11 +1,11 @@
 """Who should derive a record's columns and hash, the client or PostgreSQL? ``python -m bench.derive``.
 
-Issue 19 asked to let PostgreSQL derive what it can (columns from a staged JSON document, the hash
-with its built-in ``sha256()``) and keep whichever is faster end to end. This measures both on the
+PostgreSQL can derive what it can (columns from a staged JSON document, the hash with its
+built-in ``sha256()``); whichever is faster end to end is kept. This measures both on the
 same records (the scenario's final records as the reference server puts them on the wire),
 without HTTP, so only the split of the work differs:
 
-- **client derives** (what a first sync does today): each record's wire bytes are decoded,
+- **client derives** (what a first sync does): each record's wire bytes are decoded,
   checked and encoded by ``json_column_values`` into the target's COPY line (canonical JSON columns,
   the canonical record hash); ``COPY`` into the records table itself.
 - **PostgreSQL derives**: the client sends each record's wire bytes untouched (plus its wire hash);
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     dsn = sa.make_url(args.pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     ways = {"client derives": client_derives, "PostgreSQL derives": postgres_derives}
     results: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
-    print(f"bench.derive {datetime.now(UTC):%Y-%m-%d %H:%M}Z  {args.records:,} records  {args.repeat} interleaved rounds")
+    print(f"bench.derive {datetime.now(UTC):%Y-%m-%d %H:%M}Z  {args.records:,} records  "
+          f"{args.repeat} interleaved rounds")
     try:
         for _ in range(args.repeat):
             for name, way in ways.items():

@@ -121,4 +121,5 @@ def drain_once(mcp_url: str, token: str, *, style: str = "execute") -> dict[str,
         cpu_seconds = time.process_time() - cpu_start
         if rpc.session_id:
             client.delete(mcp_url, headers={"Mcp-Session-Id": rpc.session_id, "MCP-Protocol-Version": HANDSHAKE})
-    return {"cpu_seconds": cpu_seconds, "seconds": seconds, "wire_bytes": transport.received_bytes - before, "era": rpc.version}
+    return {"cpu_seconds": cpu_seconds, "seconds": seconds, "wire_bytes": transport.received_bytes - before,
+            "era": rpc.version}

@@ -150,9 +150,11 @@ class ChildFailed(RuntimeError):
 _current: subprocess.Popen[bytes] | None = None
 
 
-def run_child(kind: str, spec: dict[str, Any], *, timeout_s: float, env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_child(
+    kind: str, spec: dict[str, Any], *, timeout_s: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Run ``python -m bench.child kind`` with ``spec`` on stdin; return the dict it reports."""
-    global _current
+    global _current  # noqa: PLW0603 - the child in flight, for the signal handler to end
     with tempfile.TemporaryDirectory(prefix="bos-bench-child-") as tmp:
         result_file = Path(tmp) / "result.json"
         log_file = Path(tmp) / "child.log"

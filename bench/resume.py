@@ -1,4 +1,4 @@
-"""A resumed read vs an uninterrupted one (issue 16): ``python -m bench.resume``.
+"""A resumed read vs an uninterrupted one: ``python -m bench.resume``.
 
 Two reference servers (live, 2025-11-25 session era, so the stream carries event ids and can be
 resumed; the replay feed cannot resume) serve the same 200k-record read. One of them ends the POST

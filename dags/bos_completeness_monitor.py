@@ -6,7 +6,7 @@ Swap ``BosAlertFileNotifier`` for ``SmtpNotifier`` / ``SlackNotifier`` in produc
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
@@ -18,7 +18,7 @@ ALERTS_FILE = os.environ.get("BOS_ALERTS_FILE", "{{ var.value.get('bos_alerts_fi
 with DAG(
     dag_id="bos_completeness_monitor",
     schedule="*/30 * * * *",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["bos", "example", "monitoring"],
     doc_md=__doc__,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from airflow.sdk import DAG, task
 
@@ -29,7 +29,7 @@ def table_for_context(context_handle: str) -> str:
 with DAG(
     dag_id="bos_sync_all_contexts",
     schedule="@daily",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["bos", "example"],
     doc_md=__doc__,

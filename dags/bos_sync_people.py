@@ -5,7 +5,7 @@ Connections: ``bos_default`` (type bos, see README) and ``bos_warehouse`` (sqlit
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, task
 
@@ -18,7 +18,7 @@ PEOPLE_TABLE = "bos_people"
 with DAG(
     dag_id="bos_sync_people",
     schedule="@hourly",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
@@ -63,7 +63,7 @@ with DAG(
             with_email = conn.execute(
                 text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE} WHERE _bos_deleted_at IS NULL AND email IS NOT NULL")
             ).scalar_one()
-        print(f"bos_people: {total} people, {with_email} with an email address")
+        print(f"bos_people: {total} people, {with_email} with an email address")  # noqa: T201 - the task log
         return {"people": int(total), "with_email": int(with_email)}
 
     sync_people >> check_completeness >> summarize_people()

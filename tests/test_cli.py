@@ -143,7 +143,7 @@ class PastingStdin(io.StringIO):
         self.out, self.redirect = out, redirect
 
     def readline(self, *args) -> str:  # type: ignore[override]
-        url = re.search(r"^\s+(http\S+/authorize\?\S+)$", self.out.getvalue(), re.M).group(1)
+        url = re.search(r"^\s+(http\S+/authorize\?\S+)$", self.out.getvalue(), re.MULTILINE).group(1)
         with httpx.Client() as browser:
             while not url.startswith(self.redirect):
                 url = urljoin(url, browser.get(url).headers["location"])
@@ -207,7 +207,7 @@ def test_token_store_show_prints_status_without_secrets(bos_server, store_url: s
 
 
 def test_discovery_failure_exits_1_with_the_rule(capsys, store_url: str) -> None:
-    code, output = run(
+    code, _output = run(
         ["connect", "--resource", "http://bos.example/mcp", "--auto-follow", "--token-store-url", store_url]
     )
     assert code == 1
@@ -341,6 +341,7 @@ def test_console_script_encrypts_with_the_configured_airflow_fernet_key(bos_serv
         text=True,
         env=env,
         timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "encrypted with Airflow Fernet key" in proc.stdout

@@ -157,8 +157,8 @@ def _files_bytes(*paths: Path) -> bytes:
 
 def test_no_secret_leaks_anywhere(bos_server, airflow_db, fernet_key, secrets, tmp_path, monkeypatch,
                                   caplog, capfd) -> None:
-    from airflow_provider_bos.cli import main as cli_main
     from airflow_provider_bos.auth import SqlTokenStore
+    from airflow_provider_bos.cli import main as cli_main
     from airflow_provider_bos.hooks.bos import BosHook
     from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 
@@ -224,7 +224,8 @@ def test_no_secret_leaks_anywhere(bos_server, airflow_db, fernet_key, secrets, t
             {"conn_type": "bos", "host": server.mcp_url, "password": key, "extra": {"auth_type": "api_key"}}))
     key_run = _run_dag(airflow_db, "bos_test_faults", "bos_test_faults.py", monkeypatch, BOS_TEST_CONN_ID="bos_apikey")
     assert _task_states(key_run) == {"sync": "success"}
-    bad_key_run = _run_dag(airflow_db, "bos_test_faults", "bos_test_faults.py", monkeypatch, BOS_TEST_CONN_ID="bos_badkey")
+    bad_key_run = _run_dag(airflow_db, "bos_test_faults", "bos_test_faults.py", monkeypatch,
+                           BOS_TEST_CONN_ID="bos_badkey")
     assert _task_states(bad_key_run) == {"sync": "failed"}
     with pytest.raises(Exception) as key_exc:
         with BosHook("bos_badkey") as hook:

@@ -42,7 +42,7 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "airflow-provider-bos"
     sys_version = ""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server naming
+    def do_GET(self) -> None:  # http.server naming
         listener = self.server.listener
         if urlsplit(self.path).path != listener.path:
             self._answer(404, "Not found", "This listener only serves the BOS sign-in callback.")
@@ -72,7 +72,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: Any) -> None:  # `format`: the base class names it so
         # The default logs the request line, which holds the authorization code: stay silent.
         return
 

@@ -128,7 +128,7 @@ class TokenSet:
     refresh_token: str | None
     expires_at: float | None  # epoch seconds; None when the server gave no expires_in
     scope: str
-    token_type: str = "Bearer"
+    token_type: str = "Bearer"  # noqa: S105 - a token type, not a secret
 
     def __repr__(self) -> str:
         return (
@@ -145,6 +145,7 @@ class TokenSet:
         problem = token_problem(access_token)
         if problem is not None:
             raise BosAuthError(f"The token response's access_token is {problem}.")
+        assert isinstance(access_token, str)  # token_problem() accepts strings only
         register_secret(access_token)
         refresh_token = payload.get("refresh_token")
         if refresh_token is not None:
@@ -160,18 +161,19 @@ class TokenSet:
             )
         lifetime = _lifetime(payload.get("expires_in"))
         scope = payload.get("scope")
-        usable_scope = (
+        if not (
             isinstance(scope, str)
             and len(scope) <= _MAX_SCOPE_CHARS
             and scope.isprintable()
             and scope.isascii()
-        )
+        ):
+            scope = default_scope
         return cls(
             access_token=access_token,
             refresh_token=refresh_token,
             expires_at=None if lifetime is None else now + lifetime,
-            scope=scope if usable_scope else default_scope,
-            token_type="Bearer",
+            scope=scope,
+            token_type="Bearer",  # noqa: S106 - a token type, not a secret
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from airflow.sdk import BaseHook
@@ -21,6 +21,9 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosError
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.redaction import add_secret_sink, register_secret
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.wire import FederatedRead
 
 __all__ = ["BosHook", "BosConnectionConfig"]
 
@@ -149,7 +152,9 @@ def resource_url_of(conn: Any) -> str:
     return host
 
 
-def _number_field(conn_id: str, label: str, value: Any, default: float, ok: Callable[[float], bool], must: str) -> float:
+def _number_field(
+    conn_id: str, label: str, value: Any, default: float, ok: Callable[[float], bool], must: str
+) -> float:
     """A number from a Connection field (``default`` when it is empty), refused unless ``ok`` (nan never is)."""
     try:
         number = float(default if value is None else value)
@@ -219,6 +224,8 @@ class BosHook(BaseHook):
         cfg = self.config
         if cfg.auth_type == "api_key":
             return ApiKeyAuth(cfg.secret)
+        if not cfg.client_id:  # from_connection refuses this; a config built by hand may not
+            raise BosConfigurationError(f"Connection {cfg.conn_id!r}: OAuth needs client_id in extra.")
         info = discover(cfg.resource_url, http_client=http_client)
         return OAuthGrantAuth(
             self._token_store(),
@@ -348,3 +355,8 @@ class BosHook(BaseHook):
         names = ", ".join(c.context_handle + (" (default)" if c.is_default else "") for c in contexts)
         return True, f"Connected to BOS; {len(contexts)} authorized context(s): {names}"
 
+
+if TYPE_CHECKING:
+    # Checked by mypy, never run: the hook's read is the FederatedRead that run_sync is typed against.
+    def _read_for_run_sync(hook: BosHook) -> FederatedRead:
+        return hook.federated_read

@@ -85,7 +85,7 @@ def airflow_fernet_cipher() -> Any:
         from airflow.models.crypto import get_fernet
     except Exception:  # noqa: BLE001 - fall back to the Task SDK accessor
         try:
-            from airflow.sdk.crypto import get_fernet  # type: ignore[no-redef]
+            from airflow.sdk.crypto import get_fernet
         except Exception:  # noqa: BLE001 - Airflow not importable: no key to use
             return None
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord
 from airflow_provider_bos.mcp.final_result import (
     FinalResult,
@@ -35,3 +37,11 @@ __all__ = [
     "parse_final_response",
     "parse_retry_after",
 ]
+
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.wire import FederatedRead
+
+    # Checked by mypy, never run: the session's read is the FederatedRead that run_sync is typed against.
+    def _read_for_run_sync(session: McpSession) -> FederatedRead:
+        return session.federated_read

@@ -190,9 +190,11 @@ class ResponseEvents:
                     if message is not None:
                         return FinalStart(message=message)
                     continue
-                message = self.dispatch_event(event.event, event.data)
+                data = event.data
+                assert isinstance(data, bytes)  # the parser is made with raw_data=True
+                message = self.dispatch_event(event.event, data)
                 if message is not None:
-                    return FinalStart(message=message, raw=event.data if router is not None else None)
+                    return FinalStart(message=message, raw=data if router is not None else None)
             if router is not None and router.current is not None and router.current.kind == "response":
                 return self._frame(router.current, finished=False)
             # Checked per chunk, so keepalive comments alone cannot outlive the deadline, and a

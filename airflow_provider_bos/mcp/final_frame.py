@@ -120,7 +120,9 @@ class _Node:
         self.key: str | None = None
 
 
-def _known_record(piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object) -> KnownRecord | None:
+def _known_record(
+    piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object
+) -> KnownRecord | None:
     """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
     if not piece.startswith(_REF_PREFIX):
         return None
@@ -324,7 +326,7 @@ class FinalFrameScanner:
                 assert node.key is not None
                 if not node.path:
                     self._decide_kind(node.key)
-                return self._value(node, node.path + (node.key,), c)
+                return self._value(node, (*node.path, node.key), c)
             # "next"
             if c == COMMA:
                 self._pos += 1
@@ -337,7 +339,7 @@ class FinalFrameScanner:
         if state in ("first", "value"):
             if c == RBRACKET and state == "first":
                 return self._close()
-            return self._value(node, node.path + ("*",), c)
+            return self._value(node, (*node.path, "*"), c)
         if c == COMMA:
             self._pos += 1
             node.state = "value"
@@ -400,8 +402,8 @@ class FinalFrameScanner:
         return self._finish_capture(False)
 
     def _finish_capture(self, eof: bool) -> bool:
-        scan = self._scan
-        assert scan is not None
+        scan, node = self._scan, self._scan_node
+        assert scan is not None and node is not None
         end = scan.run(self._buf, eof)
         if end < 0:
             if len(self._buf) - scan.start > self.max_value_bytes:
@@ -418,7 +420,7 @@ class FinalFrameScanner:
             raise _malformed(f"a value does not parse: {raw[:60]!r}") from None
         self._pos = end
         self._scan = None
-        self._store(self._scan_node, value)
+        self._store(node, value)
         return True
 
     def _skip_text(self) -> bool:
@@ -544,7 +546,7 @@ class FinalFrameScanner:
             wire_hash = sha256(piece).hexdigest()
             if match is not None:
                 handle = match(wire_hash)
-                if handle is not None:
+                if handle is not None and known is not None:
                     claim = _known_record(piece, wire_hash, known, handle)
                     if claim is not None:
                         out.append(claim)
@@ -574,7 +576,7 @@ class FinalFrameScanner:
         wire_hash = sha256(raw).hexdigest()
         known = self.known
         handle = known.match(wire_hash) if known else None
-        claim = _known_record(raw, wire_hash, known, handle) if handle is not None else None
+        claim = _known_record(raw, wire_hash, known, handle) if known and handle is not None else None
         if claim is not None:
             self.known_records += 1
             self._out.append(claim)

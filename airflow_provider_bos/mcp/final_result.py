@@ -169,8 +169,8 @@ class StreamingFinalResult(FinalResult):
         """How many records came through as ``KnownRecord`` claims (not decoded)."""
         return self._frame.scanner.known_records if self._frame is not None else 0
 
-    @property  # type: ignore[override]
-    def records(self) -> Iterator[Any]:
+    @property
+    def records(self) -> Iterator[Any]:  # type: ignore[override]  # read-only here: consumed once, from the stream
         if self._iterated:
             raise BosResultError("The records of a streamed result can be consumed only once.")
         self._iterated = True
@@ -224,8 +224,8 @@ class StreamingFinalResult(FinalResult):
         if on_close is not None:
             on_close()
 
-    __eq__ = object.__eq__  # type: ignore[assignment]
-    __hash__ = object.__hash__  # type: ignore[assignment]
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
 
     def __repr__(self) -> str:
         if self._final is None:
@@ -438,7 +438,9 @@ def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedR
         try:
             yield FederatedRecord.model_validate(raw)
         except ValidationError as exc:
-            raise BosResultError(f"Record {index} at {where}.result is malformed: {describe_validation_error(exc)}") from None
+            raise BosResultError(
+                f"Record {index} at {where}.result is malformed: {describe_validation_error(exc)}"
+            ) from None
 
 
 def _context(raw: Any, where: str) -> BosContext | None:
@@ -454,8 +456,8 @@ def _first_text(result: Mapping[str, Any]) -> str | None:
     content = result.get("content")
     if isinstance(content, list):
         for item in content:
-            if isinstance(item, Mapping) and item.get("type") == "text" and isinstance(item.get("text"), str):
-                return item["text"]
+            if isinstance(item, Mapping) and item.get("type") == "text" and isinstance(text := item.get("text"), str):
+                return text
     return None
 
 

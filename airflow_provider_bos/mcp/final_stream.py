@@ -4,10 +4,11 @@ A federated read with ``stream_records=True`` does not wait for its final frame 
 records). The session's SSE parser streams each large event's data into a :class:`FrameRouter`,
 which feeds one :class:`~.final_frame.FinalFrameScanner` per event. As soon as a scanner's first
 key says the event is the response, the still-open response is handed over as a
-:class:`FinalFrameStream` (:mod:`.event_stream` routes the events before it), and :func:`streaming_result` wraps it: the caller pulls records as the
-bytes arrive (constant memory), and the result's metadata is parsed from the scanner's skeleton
-once they are consumed. A large ``application/json`` answer (a read that did not opt in to the
-extension, or a server without it) is scanned the same way as its body arrives
+:class:`FinalFrameStream` (:mod:`.event_stream` routes the events before it), and
+:func:`streaming_result` wraps it: the caller pulls records as the bytes arrive (constant memory),
+and the result's metadata is parsed from the scanner's skeleton once they are consumed. A large
+``application/json`` answer (a read that did not opt in to the extension, or a server without it)
+is scanned the same way as its body arrives
 (:class:`JsonBodyFrame`). A response small enough to arrive whole goes through
 :func:`memory_result` (the same scanner, fed from memory), so callers see one behaviour.
 """

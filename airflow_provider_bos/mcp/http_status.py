@@ -79,7 +79,7 @@ def raise_for_status(response: httpx.Response, method: str, url: str, *, in_sess
             message = None
         if isinstance(message, Mapping) and isinstance(message.get("error"), Mapping):
             err = rpc_error(message["error"], method)
-            err.http_status = status  # type: ignore[attr-defined]
+            err.http_status = status
             raise err
     raise BosHttpError(
         f"BOS answered {method} with an unexpected status",
@@ -91,7 +91,8 @@ def raise_for_status(response: httpx.Response, method: str, url: str, *, in_sess
 
 
 def media_type(response: httpx.Response) -> str:
-    return response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.split(";", 1)[0].strip().lower()
 
 
 def read_limited(response: httpx.Response, limit: int) -> bytes:
@@ -171,5 +172,5 @@ def abort(response: httpx.Response) -> None:
             pass
     try:
         response.close()
-    except Exception:  # noqa: BLE001 - best effort from a foreign thread
+    except Exception:  # best effort from a foreign thread
         logger.debug("Closing the in-flight response failed.", exc_info=True)

@@ -169,7 +169,7 @@ class ValueScan:
             c = buf[pos - 1]
             if c == QUOTE:
                 self.in_string = True
-            elif c == LBRACE or c == LBRACKET:
+            elif c in (LBRACE, LBRACKET):
                 self.depth += 1
             else:
                 self.depth -= 1

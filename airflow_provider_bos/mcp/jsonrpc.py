@@ -111,7 +111,8 @@ def rpc_error(error: Any, method: str | None) -> BosJsonRpcError:
     ):
         raise BosProtocolError(f"Malformed JSON-RPC error object: {excerpt(str(error))}")
     code: int = error["code"]
-    message = error.get("message") if isinstance(error.get("message"), str) else ""
+    raw_message = error.get("message")
+    message = raw_message if isinstance(raw_message, str) else ""
     data = error.get("data")
     hint = _HINTS.get(code)
     if hint:

@@ -15,10 +15,11 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import UTC
 from typing import TypeVar
 
 import tenacity
+import tenacity.stop
 
 from airflow_provider_bos.exceptions import BosError, BosRetryableHttpError, BosTransportError
 
@@ -72,7 +73,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         except (TypeError, ValueError):
             return None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
         current = now if now is not None else time.time()
         return max(0.0, when.timestamp() - current)
     if seconds != seconds or seconds in (float("inf"), float("-inf")):  # NaN / inf
@@ -82,7 +83,17 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
 def _backoff(policy: RetryPolicy, attempt: int) -> float:
     ceiling = min(policy.backoff_max_s, policy.backoff_base_s * (2 ** (attempt - 1)))
-    return random.uniform(0, ceiling)
+    return random.uniform(0, ceiling)  # noqa: S311 - backoff jitter, not a secret
+
+
+class _PastDeadline(tenacity.stop.stop_base):
+    """Stop when the next wait would cross ``deadline`` (a :func:`time.monotonic` instant; None: never)."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.deadline is not None and time.monotonic() + retry_state.upcoming_sleep >= self.deadline
 
 
 def run_with_retries(
@@ -104,8 +115,7 @@ def run_with_retries(
         retry_after = getattr(exc, "retry_after", None)
         return retry_after if retry_after is not None else _backoff(policy, rs.attempt_number)
 
-    def past_deadline(rs: tenacity.RetryCallState) -> bool:
-        return deadline is not None and time.monotonic() + rs.upcoming_sleep >= deadline
+    past_deadline = _PastDeadline(deadline)
 
     def before_sleep(rs: tenacity.RetryCallState) -> None:
         exc = rs.outcome.exception() if rs.outcome else None

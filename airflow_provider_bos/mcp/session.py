@@ -447,7 +447,7 @@ class McpSession(HttpExchange):
             page = result.get("tools")
             if not isinstance(page, list):
                 raise BosProtocolError("tools/list returned no tools array.")
-            tools.extend(t for t in page if isinstance(t, Mapping))
+            tools.extend(t for t in page if isinstance(t, dict))  # decoded JSON objects
             cursor = result.get("nextCursor")
             if not cursor:
                 break

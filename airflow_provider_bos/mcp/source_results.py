@@ -228,7 +228,7 @@ class SourceResultsTracker:
         """Validate one notification's ``params``; update and return the source's progress."""
         if not isinstance(params, Mapping):
             raise _violation("shape", "params is not an object.")
-        request_id = params.get("requestId")
+        request_id: Any = params.get("requestId")  # wire JSON, checked here
         if not same_id(request_id, self.request_id):
             raise _violation(
                 "request-id", f"requestId {request_id!r} is not this call's id {self.request_id!r}."
@@ -254,7 +254,7 @@ class SourceResultsTracker:
         page_index = params.get("pageIndex")
         if not isinstance(page_index, int) or isinstance(page_index, bool):
             raise _violation("page-index", f"pageIndex {page_index!r} is not an integer.")
-        records = params.get("records")
+        records: Any = params.get("records")  # wire JSON, checked below
         # A page from the fast path arrives checked and counted, its records not yet decoded.
         page = records if type(records) is PageRecords else None
         if page is None and not isinstance(records, list):

@@ -218,8 +218,7 @@ class SseParser:
                 return []
             self._head = b""
             self._started = True
-            if chunk.startswith(_BOM):
-                chunk = chunk[len(_BOM) :]
+            chunk = chunk.removeprefix(_BOM)
         if not chunk:
             return []
         if self._skip_lf:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias, BaseOperator
@@ -77,7 +77,7 @@ class BosFederatedReadOperator(BaseOperator):
         "destination_schema",
         "scope",
     )
-    template_fields_renderers = {"arguments": "json"}
+    template_fields_renderers = {"arguments": "json"}  # noqa: RUF012 - BaseOperator declares it a plain attribute
     ui_color = "#e8f1fb"
 
     def __init__(
@@ -183,7 +183,7 @@ class BosFederatedReadOperator(BaseOperator):
             context_handle=self.context_handle,
             tool_name=self.tool_name,
             arguments_hash=hash_arguments(self.arguments),
-            started_at=datetime.now(timezone.utc),
+            started_at=datetime.now(UTC),
         )
         # Published first so a sensor can find the run even if this task fails.
         ti.xcom_push(key="bos_run_id", value=run.run_id)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import re
 from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx
 from airflow.api_fastapi.core_api.security import GetUserDep, requires_access_connection
@@ -29,7 +29,7 @@ from fastapi import Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_provider_bos.exceptions import BosError, BosTransportError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosError, BosTransportError
 from airflow_provider_bos.plugins import connections as airflow_conns
 from airflow_provider_bos.plugins.access import check_token_store, is_authorized
 from airflow_provider_bos.plugins.checks import check_contexts, probe
@@ -46,6 +46,9 @@ from airflow_provider_bos.plugins.settings import (
 )
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
 from airflow_provider_bos.redaction import add_secret_sink
+
+if TYPE_CHECKING:
+    from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
 
 __all__ = ["URL_PREFIX", "create_app"]
 
@@ -114,6 +117,11 @@ def _pending_store() -> PendingConnectStore:
 
     from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 
+    if settings.engine is None:  # Airflow's ORM is not configured in this process
+        raise BosConfigurationError(
+            "The BOS page keeps pending sign-ins in Airflow's metadata database, which this process "
+            "has not configured; open the page through the Airflow API server."
+        )
     return PendingConnectStore(settings.engine, cipher=airflow_fernet_cipher())
 
 

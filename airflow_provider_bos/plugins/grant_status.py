@@ -75,7 +75,7 @@ def grant_status(
         return GrantStatus(
             conn_id, resource, NOT_CONNECTED, "No grant in the token store yet.", token_store=token_store
         )
-    facts = {
+    facts: dict[str, Any] = {  # the row's columns, typed by the store
         "client_id": row.get("client_id"),
         "generation": row.get("generation"),
         "expires_at": row.get("expires_at"),

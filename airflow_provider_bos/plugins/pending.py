@@ -112,7 +112,7 @@ class PendingConnectStore:
         if stored.startswith(_ENC_PREFIX) and self._cipher is not None:
             try:
                 return self._cipher.decrypt(base64.urlsafe_b64decode(stored[len(_ENC_PREFIX) :])).decode()
-            except Exception:  # noqa: BLE001 - InvalidToken and friends
+            except Exception:  # noqa: BLE001, S110 - InvalidToken and friends: refused below
                 pass
         raise BosCallbackError(
             "this sign-in was started with a different Fernet key; start Connect again.",

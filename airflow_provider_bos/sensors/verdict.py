@@ -8,7 +8,7 @@ context, error text) is escaped in the message: it is logged and sent to notifie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow_provider_bos.mcp.source_results import source_label
@@ -35,7 +35,7 @@ class Verdict:
 
 
 def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def failing_sources(run: dict[str, Any]) -> list[tuple[str, str]]:
@@ -62,7 +62,7 @@ def judge(
     ref = f"BOS sync run {run.get('run_id')} ({run.get('tool_name')} in context {context})"
     status = run.get("status")
     if max_age is not None and run.get("finished_at") is not None:
-        age = _aware(now or datetime.now(timezone.utc)) - _aware(run["finished_at"])
+        age = _aware(now or datetime.now(UTC)) - _aware(run["finished_at"])
         if age > max_age:
             return Verdict(STALE, f"{ref} finished {age} ago, older than max_age {max_age}: the data is stale.", run)
     if status in {"partial", "failed"}:

@@ -52,7 +52,7 @@ import math
 import secrets
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -167,7 +167,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-async def _json_response(send: Send, status: int, payload: Any, headers: list[tuple[bytes, bytes]] = ()) -> None:
+async def _json_response(send: Send, status: int, payload: Any, headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     body = json.dumps(payload, separators=(",", ":")).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -432,8 +432,8 @@ class McpApp:
         read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments, day=day)
         if negotiated:
             self.counters.incr("streamed_calls")
-        arguments_of_call = dict(read=read, request_id=req_id, style=style, context=context, stateless=stateless,
-                                 faults=scenario.faults, headers=extra_headers)
+        arguments_of_call = {"read": read, "request_id": req_id, "style": style, "context": context,
+                             "stateless": stateless, "faults": scenario.faults, "headers": extra_headers}
         call = _Call(self, send, **arguments_of_call)
         # Resumable: session era, a client that can parse priming events, and the scenario allows it.
         if (negotiated and sid is not None and scenario.faults.resumable
@@ -598,11 +598,12 @@ class _Call:
             now = anyio.current_time()
             if now >= due:
                 return
-            wake = due if keepalive_s is None else min(due, emitter.last_write + keepalive_s)
+            wake = due if keepalive_s is None or emitter is None else min(due, emitter.last_write + keepalive_s)
             # Short naps, so a server stop is not held up by a long silence.
             await anyio.sleep(max(0.0, min(wake - now, _SHUTDOWN_POLL_S)))
             self._check_closing()
-            if keepalive_s is not None and anyio.current_time() >= emitter.last_write + keepalive_s:
+            if (keepalive_s is not None and emitter is not None
+                    and anyio.current_time() >= emitter.last_write + keepalive_s):
                 await emitter.comment("keepalive")
 
     async def _stream(self) -> None:
@@ -614,10 +615,11 @@ class _Call:
             (b"content-type", content_type), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"),
             *self.headers]})
         after = self.resume_after or 0
-        if self.stream_key is not None:
+        first_id = self._event_id(after)  # None: a stream without ids
+        if first_id is not None:
             # Like the SDK, every connection opens with a priming event; a resumed one repeats the
             # position it resumes from, so resuming from it again is exact.
-            await emitter.priming(self._event_id(after))
+            await emitter.priming(first_id)
             self.app.counters.incr("primed_streams")
         if not resuming:
             await emitter.comment(SOURCE_RESULTS_EXTENSION)

@@ -37,6 +37,7 @@ from mcp.server.auth.provider import (
     AuthorizationCode,
     AuthorizationParams,
     AuthorizeError,
+    IdentityAssertionParams,
     RefreshToken,
     RegistrationError,
     TokenError,
@@ -237,6 +238,12 @@ class BosOAuthProvider:
             if grant_id is not None:
                 self._revoke_locked(grant_id)
 
+    async def exchange_identity_assertion(
+        self, client: OAuthClientInformationFull, params: IdentityAssertionParams
+    ) -> OAuthToken:
+        """The reference server grants by authorization code and refresh token only (no SEP-990)."""
+        raise TokenError("unsupported_grant_type", "this server does not accept identity assertions")
+
     # -- bearer verification (used by BearerGate) -------------------------------------------------
     def verify_bearer(self, token: str) -> tuple[AccessToken | None, str]:
         """Check a presented bearer credential and count the request against it.
@@ -408,7 +415,7 @@ class BearerGate:
             await self.app(scope, receive, send)
             return
         header = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
-        if header is None or not header[:7].lower() == "bearer " or not header[7:].strip():
+        if header is None or header[:7].lower() != "bearer " or not header[7:].strip():
             await self._challenge(send, None, "Authentication required")
             return
         access, reason = self.provider.verify_bearer(header[7:].strip())

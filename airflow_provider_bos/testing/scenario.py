@@ -411,7 +411,7 @@ class Scenario(_Strict):
     @property
     def observed_at_datetime(self) -> datetime:
         """``observed_at`` as an aware UTC datetime."""
-        return datetime.fromisoformat(self.observed_at).astimezone(timezone.utc)
+        return datetime.fromisoformat(self.observed_at).astimezone(UTC)
 
     @property
     def day_count(self) -> int:

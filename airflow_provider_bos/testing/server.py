@@ -233,7 +233,7 @@ class BosReferenceServer:
         def run() -> None:
             try:
                 asyncio.run(self._uvicorn.serve(sockets=[self._sock]))  # type: ignore[union-attr]
-            except BaseException as exc:  # surfaced by start()
+            except BaseException as exc:  # noqa: BLE001 - surfaced by start()
                 failure.append(exc)
             finally:
                 started.set()
@@ -361,7 +361,7 @@ class BosReferenceServer:
 def _sdk_authorize(provider: BosOAuthProvider) -> Any:
     from mcp.server.auth.handlers.authorize import AuthorizationHandler
 
-    return AuthorizationHandler(provider).handle  # type: ignore[arg-type]
+    return AuthorizationHandler(provider).handle
 
 
 def _is_loopback(host: str) -> bool:

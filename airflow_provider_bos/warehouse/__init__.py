@@ -13,6 +13,8 @@ database), ``copy_format`` (COPY text encoders), ``records`` (record -> row and 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, AuditReader, SyncRunInfo
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_for
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
@@ -41,3 +43,11 @@ __all__ = [
     "validate_identifier",
     "validate_schema",
 ]
+
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.wire import RecordSink
+
+    # Checked by mypy, never run: the writer is the RecordSink that run_sync is typed against.
+    def _sink_for_run_sync(writer: WarehouseWriter) -> RecordSink:
+        return writer

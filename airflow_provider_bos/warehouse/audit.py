@@ -191,7 +191,7 @@ class AuditReader:
                 )
         return self.table
 
-    def _decode(self, row: sa.Row) -> dict[str, Any]:
+    def _decode(self, row: sa.Row[Any]) -> dict[str, Any]:
         data = dict(row._mapping)
         for column in ADDED_AUDIT_COLUMNS:
             data.setdefault(column, None)  # a table made before the column
@@ -213,7 +213,7 @@ class AuditReader:
         row = self._first(sa.select(t).where(t.c.run_id == run_id))
         return self._decode(row) if row is not None else None
 
-    def _first(self, query: sa.Select) -> sa.Row | None:
+    def _first(self, query: sa.Select[Any]) -> sa.Row[Any] | None:
         try:
             with self.engine.connect() as conn:
                 return conn.execute(query).first()

@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import replace
 from itertools import accumulate, islice
+from typing import cast
 
 import sqlalchemy as sa
 
@@ -133,7 +134,9 @@ class WireHashSet:
         return self._unique
 
 
-def load_known_wire_hashes(conn: sa.Connection, dialect: WarehouseDialect, table: str, schema: str | None) -> WireHashSet:
+def load_known_wire_hashes(
+    conn: sa.Connection, dialect: WarehouseDialect, table: str, schema: str | None
+) -> WireHashSet:
     """The wire hashes stored in ``table`` (the dialect must know it has the column)."""
     statement = dialect.wire_hash_prefixes(table, schema)
     if dialect.wire_hash_prefixes_aggregated:
@@ -172,7 +175,7 @@ class KeptClaims:
         """Keep ``claim`` out of staging; False for one matched elsewhere (it is staged as before)."""
         if claim.matched is not self.known:
             return False
-        position = claim.handle
+        position = cast(int, claim.handle)  # matched by this set: its own row position
         if self.hits[position]:
             self.repeats += 1
         else:

@@ -50,7 +50,7 @@ def copy_document_lines(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
             continue
         stamp = stamps.get(observed) or _stamp(stamps, observed)
         if b"\\" in document:
-            document = document.replace(b"\\", b"\\\\")
+            document = document.replace(b"\\", b"\\\\")  # noqa: PLW2901 - the escaped copy is the one written
         yield b"%b\t%b\t%b\t%b\t%b\t%d\n" % (
             _copy_text(ref.encode("utf-8")), document, stamp, record_hash.encode("ascii"), wire, seq,
         )

@@ -21,7 +21,7 @@ bench/README.md), the client being CPU-bound in one interpreter.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
 from airflow_provider_bos.warehouse.pipeline import Pipeline
-from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row, row_fields
+from airflow_provider_bos.warehouse.records import (
+    json_column_values,
+    json_document_values,
+    record_to_row,
+    row_fields,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 
@@ -164,6 +169,7 @@ def stage_records(
     received = 0
     if copy is not None:
         raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+        assert raw is not None  # None only for a closed connection, not one inside a transaction
         lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
         with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out, \
                 _batches(lines, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
@@ -328,10 +334,8 @@ class _TargetCopy:
         """End a running COPY with ``exc`` (psycopg fails it on the server; the transaction is rolled back)."""
         if self._open is not None:
             running, self._open = self._open, None
-            try:
+            with suppress(Exception):  # the original error is the one to raise
                 running.__exit__(type(exc), exc, exc.__traceback__)
-            except Exception:  # noqa: S110 - the original error is the one to raise
-                pass
 
 
 def load_direct(
@@ -348,6 +352,7 @@ def load_direct(
     new one starts with the next block.
     """
     raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+    assert raw is not None  # None only for a closed connection, not one inside a transaction
     items = _direct_items(tx, copy, records, default_obs, synced_at, rejects)
     loaded = staged = 0
     with raw.cursor() as cursor:

@@ -104,7 +104,7 @@ class Pipeline(Generic[T]):
                     return
             if batch:
                 self._hand_over(batch, cond, ready, depth)
-        except BaseException as exc:  # re-raised in the calling thread, type and object preserved
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the calling thread, type and object preserved
             if batch and not self._stopped:
                 self._hand_over(batch, cond, ready, depth)
             self._error = exc

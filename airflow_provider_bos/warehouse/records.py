@@ -22,18 +22,18 @@ One check, two encoders:
 from __future__ import annotations
 
 import hashlib
-from hashlib import sha256
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
+from hashlib import sha256
 from typing import Any
+
+import orjson
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
-
-import orjson
 
 __all__ = [
     "CONTENT_COLUMNS",
@@ -83,7 +83,7 @@ def _make_fast_encoder() -> Any:
         if "".join(encoder(probe, 0)) != _ENCODER.encode(probe):
             return None
         return encoder
-    except Exception:  # another CPython's signature: fall back to the stdlib path
+    except Exception:  # noqa: BLE001 - another CPython's signature: fall back to the stdlib path
         return None
 
 
@@ -191,7 +191,8 @@ def _as_dict(record: Any) -> Mapping[str, Any]:
             f"Cannot store a {type(record).__name__}: records must be FederatedRecord objects or dicts."
         )
     # Only the stored fields: mode="json" turns nested models into plain JSON values.
-    return dump(mode="json", include=set(CONTENT_FIELDS))
+    fields: Mapping[str, Any] = dump(mode="json", include=set(CONTENT_FIELDS))
+    return fields
 
 
 def _json_str(value: str | None) -> str:

@@ -92,7 +92,7 @@ HISTORY_CONTENT_COLUMNS = (
 ERROR_MESSAGE_MAX = 4000
 
 
-def column_types(dialect_name: str) -> dict[str, TypeEngine]:
+def column_types(dialect_name: str) -> dict[str, TypeEngine[Any]]:
     """The column types of the given dialect, by role: ``key``, ``text``, ``json``, ``ts``, ``id``, ``hash``."""
     if dialect_name == "postgresql":
         return {
@@ -130,7 +130,7 @@ def column_types(dialect_name: str) -> dict[str, TypeEngine]:
     raise ValueError(f"unsupported dialect {dialect_name!r}")
 
 
-def _table_kwargs(dialect_name: str) -> dict[str, str]:
+def _table_kwargs(dialect_name: str) -> dict[str, Any]:
     if dialect_name == "mysql":
         # InnoDB: transactions. utf8mb4_bin: record_refs that differ only in case are different keys.
         return {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any, TypeAlias
 
 import sqlalchemy as sa
 
@@ -19,6 +20,8 @@ from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect,
 __all__ = ["RunTransaction", "UpsertCounts", "db_detail", "execute"]
 
 # Bound parameters per suspect lookup (SQLite before 3.32 allows 999).
+#: What driver SQL returns: rows of any width and types (the SQL text is the dialect's).
+DriverResult: TypeAlias = "sa.CursorResult[*tuple[Any, ...]]"
 _KEYS_PER_QUERY = 500
 
 
@@ -58,7 +61,7 @@ class UpsertCounts:
         return asdict(self)
 
 
-def execute(conn: sa.Connection, statement: Statement) -> sa.CursorResult:
+def execute(conn: sa.Connection, statement: Statement) -> DriverResult:
     """Run a built statement on ``conn`` (its parameters bound by the driver)."""
     if statement.params:
         return conn.exec_driver_sql(statement.sql, statement.params)
@@ -104,7 +107,7 @@ class RunTransaction:
         self._locked = False  # the writers' lock is held
         self._unlock_needed = False  # ... and must be released explicitly (a named lock)
 
-    def exec(self, statement: Statement) -> sa.CursorResult:
+    def exec(self, statement: Statement) -> DriverResult:
         return execute(self.conn, statement)
 
     def begin(self) -> None:

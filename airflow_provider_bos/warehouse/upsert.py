@@ -540,7 +540,9 @@ class WarehouseWriter:
                         run.run_id, existing, excerpt(error, 200),
                     )
         except sa.exc.SQLAlchemyError as exc:
-            raise BosWarehouseError(f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}") from exc
+            raise BosWarehouseError(
+                f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}"
+            ) from exc
 
 
 def _classify_and_merge(tx: RunTransaction, received: int, seen: SeenKeys, *, parse_json: bool) -> UpsertCounts:

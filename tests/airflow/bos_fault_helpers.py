@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from afhelpers import table_dump
 
 from airflow_provider_bos.testing.federation import plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.wire import WriteOptions
-
-from afhelpers import table_dump
 
 # Small, but with everything that matters: two sources, several pages each, shared people (merged in
 # the final), so provisional and final refs differ and a half-written table would be visible.
@@ -61,7 +60,7 @@ def seed_table(env: dict[str, Any], records: list[dict[str, Any]] | None = None)
     writer.ensure_tables()
     run = SyncRunInfo(run_id=str(uuid.uuid4()), dag_id="seed", task_id="seed", airflow_run_id="seed",
                       conn_id="bos_default", context_handle=None, tool_name="people.search",
-                      arguments_hash="seed", started_at=datetime.now(timezone.utc))
+                      arguments_hash="seed", started_at=datetime.now(UTC))
     audit = {"completeness": "complete", "status": "complete", "result_count": len(records), "source_errors": [],
              "source_summary": [], "provisional_records": 0, "provisional_pages": 0}
     writer.write_run(run, records, WriteOptions(audit=audit, default_observed_at=BASE.observed_at))

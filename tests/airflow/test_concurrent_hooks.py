@@ -119,8 +119,8 @@ def test_eight_processes_share_the_sqlite_file_store(bos_server, tmp_path) -> No
 def test_closing_a_hook_releases_its_token_store_connections(bos_server, postgres_url, monkeypatch) -> None:
     """A TaskFlow task (or a long-lived process) that opens and closes hooks must not pile up DB sessions.
 
-    Regression: close() used to leave the token store's pool and the HTTP client to the garbage
-    collector; 8 busy workers then exhausted PostgreSQL's connection slots.
+    close() releases the token store's pool and the HTTP client itself: left to the garbage
+    collector, 8 busy workers exhaust PostgreSQL's connection slots.
     """
     import gc
 

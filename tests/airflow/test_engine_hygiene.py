@@ -15,9 +15,9 @@ from typing import Any
 import psutil
 import pytest
 import sqlalchemy as sa
+from afhelpers import task_states
 from sqlalchemy.engine import make_url
 
-from afhelpers import task_states
 from airflow_provider_bos.hooks import connections
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 from airflow_provider_bos.testing.scenario import load_scenario

@@ -16,12 +16,14 @@ import json
 import os
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 import sqlalchemy as sa
+from afhelpers import table_dump, task_states, xcom_summary
+from bos_fault_helpers import BASE, audits, final_records, final_refs, scenario, seed_table, table_refs
 
 from airflow_provider_bos.auth import SqlTokenStore
 from airflow_provider_bos.exceptions import BosError, BosResultError
@@ -29,9 +31,6 @@ from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, large_scenario
 from airflow_provider_bos.warehouse import AuditReader, SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.wire import WriteOptions
-
-from afhelpers import table_dump, task_states, xcom_summary
-from bos_fault_helpers import BASE, audits, final_records, final_refs, scenario, seed_table, table_refs
 
 pytestmark = pytest.mark.airflow
 
@@ -362,7 +361,8 @@ def test_bad_final_response_is_a_typed_failure(bos_airflow_audit, run_dag, fault
 
     dag_run = run_faults(run_dag)
 
-    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=getattr(errors, error_name), mentions=mentions)
+    assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=getattr(errors, error_name),
+                            mentions=mentions)
 
 
 # --- records without record_ref, duplicate record_refs (session level, MockTransport) -----------------
@@ -430,7 +430,7 @@ def _read_and_write(final: list[dict[str, Any]], engine: sa.Engine, table: str, 
     writer.ensure_tables()
     run = SyncRunInfo(run_id=str(uuid.uuid4()), dag_id="d", task_id="t", airflow_run_id="r", conn_id="bos_default",
                       context_handle=None, tool_name="search_people", arguments_hash="h",
-                      started_at=datetime.now(timezone.utc))
+                      started_at=datetime.now(UTC))
     with session:
         try:
             result = session.federated_read("search_people", {"query": "x"}, via="direct")

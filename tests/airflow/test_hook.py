@@ -33,7 +33,8 @@ def _conn(**fields):
 def test_connection_config_reads_the_form_fields_and_hides_the_secret() -> None:
     cfg = BosConnectionConfig.from_connection(_conn(extra_dejson={
         "extra__bos__client_id": "client-1", "extra__bos__protocol": "2026-07-28", "context_handle": "ctx"}))
-    assert (cfg.client_id, cfg.protocol, cfg.context_handle, cfg.auth_type) == ("client-1", "2026-07-28", "ctx", "oauth")
+    assert (cfg.client_id, cfg.protocol, cfg.context_handle, cfg.auth_type) == (
+        "client-1", "2026-07-28", "ctx", "oauth")
     assert "refresh-token-value" not in repr(cfg)
 
 
@@ -61,7 +62,7 @@ def test_the_largest_event_field_bounds_what_a_read_holds_whole(bos_server, bos_
     monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
     with BosHook() as hook:
         assert hook.get_conn().max_event_bytes == 1024 * 1024
-        with pytest.raises(BosEventTooLarge, match="Largest event .MiB.") as failed:
+        with pytest.raises(BosEventTooLarge, match=r"Largest event .MiB.") as failed:
             hook.federated_read("people.search", {})
         assert failed.value.limit == 1024 * 1024
     with BosHook() as hook:

@@ -22,14 +22,13 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from afhelpers import table_dump
+from bos_fault_helpers import BASE, audits, final_records, seed_table
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError
 from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
 from airflow_provider_bos.testing.federation import plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec
-
-from afhelpers import table_dump
-from bos_fault_helpers import BASE, audits, final_records, seed_table
 
 pytestmark = pytest.mark.airflow
 
@@ -141,7 +140,8 @@ def _wait_for(condition: Any, *, timeout: float, what: str, proc: subprocess.Pop
 @pytest.mark.postgres
 @pytest.mark.parametrize("warehouse_url", ["postgres"], indirect=True)
 def test_sigkill_during_the_upsert_leaves_the_old_table_and_no_success_audit(bos_airflow_audit, airflow_db) -> None:
-    server, engine, table, audit = bos_airflow_audit["server"], bos_airflow_audit["engine"], bos_airflow_audit["table"], bos_airflow_audit["audit"]
+    server, engine = bos_airflow_audit["server"], bos_airflow_audit["engine"]
+    table, audit = bos_airflow_audit["table"], bos_airflow_audit["audit"]
     old = BASE.model_copy(update={"revision": 0})
     new = BASE.model_copy(update={"revision": 1})
     # Old state: revision 0 minus a few records; the killed run would update some and insert those.

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-
 from afhelpers import task_states
+
 from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
 from airflow_provider_bos.testing.scenario import load_scenario
 
@@ -54,7 +54,7 @@ def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None
     )
     xcoms: dict[str, Any] = {}
     ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1",
-                         xcom_push=lambda key, value: xcoms.__setitem__(key, value))
+                         xcom_push=lambda key, value: xcoms.__setitem__(key, value))  # noqa: PLW0108 - called with keywords
     outlet_events: defaultdict[Any, _Accessor] = defaultdict(_Accessor)
 
     summary = operator.execute({"ti": ti, "outlet_events": outlet_events})

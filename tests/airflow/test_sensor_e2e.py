@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from afhelpers import audit_rows, task_states
+
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
 
 pytestmark = [pytest.mark.airflow, pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)]
@@ -75,8 +75,8 @@ def test_failed_sync_is_judged_failed_by_a_monitor(bos_airflow, run_dag) -> None
 @pytest.mark.parametrize("tool", ["people.search", "search_people"], ids=["bos_execute", "direct"])
 def test_a_monitor_naming_the_context_sees_a_sync_that_failed_before_its_result(bos_airflow, run_dag, tool) -> None:
     # The sync names no context (BOS's default is used); a complete run, then one whose stream drops
-    # before the final result. The failed row used to have no context_handle, so a monitor that
-    # names the context passed on the older complete run. Through bos_execute the client resolves
+    # before the final result. The failed row must carry the context_handle, or a monitor that
+    # names the context passes on the older complete run. Through bos_execute the client resolves
     # the context itself; a direct tool is sent none, and its pages say which one BOS used.
     server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
     server.set_scenario(load_scenario("complete"))

@@ -30,7 +30,7 @@ def seeded_worker(bos_server, store, token_endpoint, **overrides) -> tuple[OAuth
 
 def test_a_changed_host_with_the_same_password_gets_no_token(bos_server, store, token_endpoint) -> None:
     moved, grant = seeded_worker(bos_server, store, token_endpoint, resource=OTHER_RESOURCE)
-    with pytest.raises(BosReconnectRequired, match="other-bos.example") as caught:
+    with pytest.raises(BosReconnectRequired, match=r"other-bos.example") as caught:
         moved.access_token()
     assert grant["access_token"] not in str(caught.value)
     assert store.load(KEY).resource == bos_server.mcp_url  # nothing rewritten
@@ -49,7 +49,7 @@ def test_the_binding_is_checked_on_every_refresh(bos_server, store, token_endpoi
     refreshes = bos_server.counters.refreshes
     with store.engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE {store.table_name} SET resource = :r"), {"r": OTHER_RESOURCE})
-    with pytest.raises(BosReconnectRequired, match="other-bos.example"):
+    with pytest.raises(BosReconnectRequired, match=r"other-bos.example"):
         auth.access_token(rejected=token)
     assert bos_server.counters.refreshes == refreshes
 

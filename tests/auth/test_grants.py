@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 import httpx
-import sqlalchemy as sa
 import pytest
+import sqlalchemy as sa
 
 from airflow_provider_bos.auth.grants import ApiKeyAuth, OAuthGrantAuth, TokenSet
 from airflow_provider_bos.auth.token_store import SqlTokenStore, StoredGrant

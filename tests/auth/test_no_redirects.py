@@ -55,7 +55,7 @@ class RedirectingServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_POST = do_DELETE = _any  # noqa: N815
+            do_GET = do_POST = do_DELETE = _any
 
             def log_message(self, *args: Any) -> None:
                 return

@@ -125,7 +125,7 @@ def test_an_exception_in_the_update_rolls_back(make_store) -> None:
 def test_the_update_sees_none_for_a_missing_row(make_store) -> None:
     store = make_store()
     seen: list[object] = []
-    store.refresh_locked("absent", lambda g: seen.append(g))
+    store.refresh_locked("absent", seen.append)
     assert seen == [None] and store.load("absent") is None
 
 

@@ -31,10 +31,6 @@ from typing import Any
 import psutil
 import pytest
 import sqlalchemy as sa
-
-from airflow_provider_bos.testing.federation import plan_read
-from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec
-
 from afdeploy import (
     FRAGMENT,
     HERE,
@@ -45,6 +41,9 @@ from afdeploy import (
     drop_orphaned_databases,
     wait_for,
 )
+
+from airflow_provider_bos.testing.federation import plan_read
+from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec
 
 pytestmark = [pytest.mark.deployment, pytest.mark.postgres, pytest.mark.timeout(900)]
 
@@ -92,14 +91,15 @@ def audit_rows(engine: sa.Engine, airflow_run_id: str) -> list[dict[str, Any]]:
 
 
 def _ts(value: str) -> datetime:
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return datetime.fromisoformat(value)
 
 
 @pytest.fixture(params=["LocalExecutor", "CeleryExecutor"])
 def deployment(request: pytest.FixtureRequest, tmp_path: Path,
                bos_server_factory: Callable[..., Any]) -> Iterator[tuple[Deployment, Any, sa.Engine, str]]:
     if not RUN_HERE:
-        pytest.skip("starts a whole Airflow deployment (3-6 min per executor): runs under CI=true or BOS_TEST_DEPLOYMENT=1")
+        pytest.skip("starts a whole Airflow deployment (3-6 min per executor): "
+                    "runs under CI=true or BOS_TEST_DEPLOYMENT=1")
     for name, port in (("PostgreSQL", 5432), ("Redis", 6379)):
         if not _reachable(port):
             pytest.fail(f"{name} is not reachable on 127.0.0.1:{port}; the deployment test needs it.")
@@ -135,7 +135,7 @@ def deployment(request: pytest.FixtureRequest, tmp_path: Path,
 
 
 def test_a_killed_run_leaves_no_database_and_no_process_behind() -> None:
-    finished = subprocess.Popen(["true"])  # noqa: S607 - its pid, once reaped, belongs to no process
+    finished = subprocess.Popen(["true"])  # its pid, once reaped, belongs to no process
     finished.wait()
     dead_pid = finished.pid
     orphan = f"bos_wh_{dead_pid}_{os.urandom(5).hex()}"
@@ -155,9 +155,9 @@ def test_a_killed_run_leaves_no_database_and_no_process_behind() -> None:
     # A component spawned like the deployment's dies with the test process, even one killed by SIGKILL.
     runner = subprocess.Popen(
         [sys.executable, "-c",
-         "import subprocess, sys, time; sys.path.insert(0, sys.argv[1]); from afdeploy import _die_with_the_test_run; "
-         "p = subprocess.Popen(['sleep', '300'], start_new_session=True, preexec_fn=_die_with_the_test_run); "
-         "print(p.pid, flush=True); time.sleep(300)", str(HERE)],
+         ("import subprocess, sys, time; sys.path.insert(0, sys.argv[1]); from afdeploy import _die_with_the_test_run; "
+          "p = subprocess.Popen(['sleep', '300'], start_new_session=True, preexec_fn=_die_with_the_test_run); "
+          "print(p.pid, flush=True); time.sleep(300)"), str(HERE)],
         stdout=subprocess.PIPE, text=True)
     assert runner.stdout is not None
     component = int(runner.stdout.readline())

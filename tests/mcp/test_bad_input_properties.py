@@ -13,6 +13,7 @@ tests/mcp/conftest.py.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import os
 from collections.abc import Iterator
@@ -54,7 +55,8 @@ def record(ref: str, observed_at: str = "2026-10-08T12:00:00Z") -> dict[str, Any
 
 # --- JSON-ish values --------------------------------------------------------------------------------
 
-json_scalars = st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False) | st.text(max_size=20)
+json_scalars = (st.none() | st.booleans() | st.integers(-2**63, 2**63) | st.floats(allow_nan=False)
+                | st.text(max_size=20))
 json_values = st.recursive(
     json_scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
@@ -133,7 +135,7 @@ def test_any_sequence_of_valid_and_mutated_notifications(stream: list[dict[str, 
     tracker = SourceResultsTracker(RID)
     for note in stream:
         if data.draw(st.booleans()):
-            note = data.draw(mutated(note))
+            note = data.draw(mutated(note))  # noqa: PLW2901 - the mutated note replaces the valid one
         _observe(tracker, note)
     # Invariants of whatever was accepted.
     assert tracker.provisional_records == sum(s.records for s in tracker.sources.values())
@@ -328,7 +330,7 @@ needs_scanner = pytest.mark.skipif(final_frame is None, reason="airflow_provider
 
 def _chunks(data: bytes, cuts: list[int]) -> Iterator[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    for a, b in zip(points, points[1:], strict=False):
+    for a, b in itertools.pairwise(points):
         yield data[a:b]
 
 

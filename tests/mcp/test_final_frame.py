@@ -33,7 +33,8 @@ RECORDS = [record(1, 'q"uo\\te \\" é 😀'), record(2, "\\\\"), record(3, "\u20
 
 def frame(style: str = "execute", *, records: list[Any] = RECORDS, meta: dict | None = None,
           order: tuple[str, ...] = ("content", "structuredContent", "isError", "_meta"),
-          inner_order: tuple[str, ...] = ("result", "metadata"), top_order: tuple[str, ...] = ("jsonrpc", "id", "result"),
+          inner_order: tuple[str, ...] = ("result", "metadata"),
+          top_order: tuple[str, ...] = ("jsonrpc", "id", "result"),
           text: str | None = None, indent: int | None = None, ensure_ascii: bool = False) -> bytes:
     meta = meta or {**META, "result_count": len(records)}
     operation = {k: {"result": records, "metadata": meta}[k] for k in inner_order}
@@ -59,7 +60,9 @@ def assert_complete_result(skeleton: dict[str, Any], style: str, count: int) -> 
         assert final.context is not None and final.context.context_handle == "ctx"
 
 
-def scan(data: bytes, style: str = "execute", sizes: list[int] | None = None) -> tuple[list[Any], dict, FinalFrameScanner]:
+def scan(
+    data: bytes, style: str = "execute", sizes: list[int] | None = None
+) -> tuple[list[Any], dict, FinalFrameScanner]:
     scanner = FinalFrameScanner(tool_style=style)  # type: ignore[arg-type]
     out: list[Any] = []
     pos = 0
@@ -116,9 +119,9 @@ def test_chunk_splits_at_every_position(data: st.DataObject) -> None:
 
 @pytest.mark.parametrize("style", ["execute", "direct"])
 def test_identical_records_are_all_yielded_whatever_the_first_chunk(style: str) -> None:
-    """Regression: with the second record's first key split across chunks, the boundary used to be learnt
-    from the gap after the FIRST record, i.e. with the whole second record inside it; identical records
-    later in the array then matched it and one was silently dropped."""
+    """With the second record's first key split across chunks, the boundary must not be learnt from
+    the gap after the FIRST record (the whole second record inside it): identical records later in
+    the array would then match it and one would be silently dropped."""
     a, b = record(10000), record(10)
     records = [a, b, a, b, a]
     data = frame(style, records=records)
@@ -187,7 +190,7 @@ def test_failed_call_without_structured_content_reports_its_text() -> None:
 
 
 @pytest.mark.parametrize(
-    "data, match",
+    ("data", "match"),
     [
         (b'{"jsonrpc":"2.0","id":"rid-1","result":{"structuredContent":{"result":[{"a":1},]}}}', "not valid JSON"),
         (b'{"jsonrpc":"2.0","id":"rid-1","result":{"structuredContent":{"result":[{"a":1}', "ended before"),

@@ -512,7 +512,8 @@ def test_a_deeply_nested_page_ends_the_read_as_the_general_path_would(depth: int
 # number out of float range deep inside a provisional record: syntax-checked only, so the read goes
 # on, and reading those records raises a BosProtocolError (never msgspec's or orjson's own error).
 
-_OUT_OF_RANGE = message(params_of(1, 1, records=[record("a")])).replace('"attributes": {', '"attributes": {"x": 1e400, ')
+_OUT_OF_RANGE = message(params_of(1, 1, records=[record("a")])).replace(
+    '"attributes": {', '"attributes": {"x": 1e400, ')
 
 
 def test_an_out_of_range_number_in_a_provisional_record_does_not_end_the_read() -> None:

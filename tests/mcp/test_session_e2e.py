@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.exceptions import (
     BosDeadlineExceeded,
@@ -16,7 +17,6 @@ from airflow_provider_bos.exceptions import (
 )
 from airflow_provider_bos.mcp import BosReadCancelled, McpSession, RetryPolicy, SourceProgress
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
-from mcphelpers import Bearer
 
 ERAS = ["2025-11-25", "2026-07-28"]
 FAST = RetryPolicy(attempts=3, max_total_s=20, backoff_base_s=0.05, backoff_max_s=0.2)

@@ -548,19 +548,22 @@ def test_a_json_reply_read_whole_is_bounded_like_an_event() -> None:
 
         def answer(b: dict, sized: bool = sized) -> httpx.Response:
             d = json.dumps({"jsonrpc": "2.0", "id": b["id"], "result": big}).encode()
-            body = {"content": d} if sized else {"stream": _IterStream(iter([d[i:i + 1024] for i in range(0, len(d), 1024)]))}
+            pieces = [d[i:i + 1024] for i in range(0, len(d), 1024)]
+            body = {"content": d} if sized else {"stream": _IterStream(iter(pieces))}
             return httpx.Response(200, headers={"content-type": "application/json"}, **body)
 
         fake.queue("tools/list", answer)
         fake.queue("tools/call", lambda b: ok(b["id"], final_result([record(f"bos:person:{i}") for i in range(100)])))
         with make(fake, max_event_bytes=10_000) as session:
-            with pytest.raises(BosProtocolError, match="over the maximum size of 10000 bytes.*max_event_bytes"):
+            with pytest.raises(BosProtocolError, match=r"over the maximum size of 10000 bytes.*max_event_bytes"):
                 session.list_tools()
             with pytest.raises(BosProtocolError, match="over the maximum size"):
                 read(session)  # a materialised read (stream_records=False) holds its whole body
     fake = FakeBos()
-    fake.queue("tools/call", lambda b: httpx.Response(200, headers={"content-type": "application/json"}, stream=_IterStream(
-        iter([json.dumps({"jsonrpc": "2.0", "id": b["id"], "error": {"code": -1, "message": "x" * 20_000}}).encode()]))))
+    fake.queue("tools/call", lambda b: httpx.Response(
+        200, headers={"content-type": "application/json"}, stream=_IterStream(
+            iter([json.dumps({"jsonrpc": "2.0", "id": b["id"],
+                              "error": {"code": -1, "message": "x" * 20_000}}).encode()]))))
     with make(fake, max_event_bytes=10_000) as session:
         with pytest.raises(BosProtocolError, match="over the maximum size"):  # scanned, then read whole: bounded too
             read(session, stream_records=True)
@@ -617,7 +620,8 @@ def test_a_page_over_the_event_bound_fails_naming_the_connection_field(stream_re
 
 def gzipped_json(payload: dict, *, sized: bool) -> httpx.Response:
     data = gzip.compress(json.dumps(payload).encode())
-    body = {"content": data} if sized else {"stream": _IterStream(iter([data[i:i + 512] for i in range(0, len(data), 512)]))}
+    pieces = [data[i:i + 512] for i in range(0, len(data), 512)]
+    body = {"content": data} if sized else {"stream": _IterStream(iter(pieces))}
     return httpx.Response(200, headers={"content-type": "application/json", "content-encoding": "gzip"}, **body)
 
 
@@ -644,7 +648,8 @@ def test_a_compressed_json_answer_is_measured_decoded() -> None:
 def test_a_corrupt_compressed_json_answer_is_an_incomplete_read() -> None:
     fake = FakeBos()
     fake.queue("tools/call", lambda b: httpx.Response(200, headers={
-        "content-type": "application/json", "content-encoding": "gzip"}, stream=_IterStream(iter([b"not gzip at all"]))))
+        "content-type": "application/json", "content-encoding": "gzip"},
+        stream=_IterStream(iter([b"not gzip at all"]))))
     with make(fake, stream_threshold_bytes=0) as session, pytest.raises(BosIncompleteStreamError):
         read(session, stream_records=True)
 
@@ -749,7 +754,7 @@ def test_final_records_without_record_ref() -> None:
     fake = FakeBos()
     fake.queue("tools/call", streamed(lambda rid: sse(
         {"jsonrpc": "2.0", "id": rid, "result": final_result([record("a"), bad])})))
-    with make(fake) as session, pytest.raises(BosResultError, match="Record 1 .* no record_ref"):
+    with make(fake) as session, pytest.raises(BosResultError, match=r"Record 1 .* no record_ref"):
         read(session)
 
 

@@ -1,4 +1,4 @@
-"""Two timeouts, as the MCP SDK has them (issue 16, item 1), through the loopback reference server.
+"""Two timeouts, as the MCP SDK has them, through the loopback reference server.
 
 The HTTP timeout bounds connecting and waiting for an answer; an open ``tools/call`` event stream
 has its own idle limit between bytes, the stream idle timeout (default 300 s), which any bytes
@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosStreamIdleTimeout
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
-from mcphelpers import Bearer
 
 SCALE = 0.05  # 1 simulated second = 50 ms
 

@@ -1,8 +1,8 @@
 """McpSession against a reference server that opens each response stream with an MCP priming event.
 
 MCP 2025-11-25 (SEP-1699): a server may open an SSE stream with an event carrying an ``id``,
-empty ``data`` and ``retry``. It is not a JSON-RPC message; the session used to fail on it with
-"An SSE message event is not valid JSON (0 characters)".
+empty ``data`` and ``retry``. It is not a JSON-RPC message, and the session must not fail on it
+("An SSE message event is not valid JSON (0 characters)").
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
-from mcphelpers import Bearer
 
 
 @pytest.mark.parametrize("wire_mode", [False, True], ids=["plain", "wire"])

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.exceptions import (
     BosDeadlineExceeded,
@@ -24,7 +25,6 @@ from airflow_provider_bos.exceptions import (
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.mcp.event_stream import MAX_RESUME_ATTEMPTS, MIN_RETRY_MS, Reconnect
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
-from mcphelpers import Bearer
 
 URL = "https://bos.example/mcp/apps/bos/platform"
 EXT = "bos/source-results/v1"

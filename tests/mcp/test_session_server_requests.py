@@ -1,8 +1,8 @@
-"""A server that needs a person or a model in the loop fails the read at once (issue 16, item 5).
+"""A server that needs a person or a model in the loop fails the read at once.
 
 Server-to-client requests on the response stream (2025-11-25: elicitation, sampling, roots) and
-``resultType: "input_required"`` (2026-07-28) cannot be answered by an unattended task; the read
-used to log the request and wait for a final that never came, until its deadline.
+``resultType: "input_required"`` (2026-07-28) cannot be answered by an unattended task: the read
+must not log the request and wait, until its deadline, for a final that never comes.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from test_session_faults import FakeBos, final_result, make, notification, ok, read, record, sse, streamed
 
 from airflow_provider_bos.exceptions import BosUnsupportedServerRequestError
-from test_session_faults import FakeBos, final_result, make, notification, ok, read, record, sse, streamed
 
 
 def waits_after(*messages: dict) -> Iterator[bytes]:

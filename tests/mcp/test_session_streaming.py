@@ -11,11 +11,11 @@ import threading
 from typing import Any
 
 import pytest
+from mcphelpers import Bearer
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosJsonRpcError, BosResultError
 from airflow_provider_bos.mcp import BosReadCancelled, McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
-from mcphelpers import Bearer
 
 ERAS = ["2025-11-25", "2026-07-28"]
 FAST = RetryPolicy(attempts=3, max_total_s=20, backoff_base_s=0.05, backoff_max_s=0.2)
@@ -118,7 +118,7 @@ def test_wrong_final_id_is_refused(bos_server_factory: Any) -> None:
 def test_malformed_final_raises_once_consumed(bos_server_factory: Any) -> None:
     server = server_with(bos_server_factory, "complete", malformed_final=True)
     session, result = _read(server, "2025-11-25", "execute", stream_records=True)
-    with session, pytest.raises(BosResultError, match="structuredContent.result"):
+    with session, pytest.raises(BosResultError, match=r"structuredContent.result"):
         list(result.records)
 
 

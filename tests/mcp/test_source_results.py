@@ -316,7 +316,7 @@ def test_record_without_record_ref_names_its_index() -> None:
 
 def test_record_without_sources_is_malformed() -> None:
     bad = {**record("x"), "sources": []}
-    with pytest.raises(BosResultError, match="Record 0 .* malformed"):
+    with pytest.raises(BosResultError, match=r"Record 0 .* malformed"):
         FinalResultParser(RID, tool_style="direct").parse_data(frame(direct_result([bad])))
 
 

@@ -372,10 +372,12 @@ def _serialised(draw: st.DrawFn) -> tuple[list[dict], bytes]:
 
 @PROFILE
 @given(_serialised(), st.data())
-def test_any_valid_framing_and_chunking_parses_to_the_same_events(case: tuple[list[dict], bytes], data: st.DataObject) -> None:
+def test_any_valid_framing_and_chunking_parses_to_the_same_events(
+    case: tuple[list[dict], bytes], data: st.DataObject
+) -> None:
     blocks, stream = case
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
-    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     assert parse(*chunks) == _expected(blocks)
 
 
@@ -412,7 +414,7 @@ def test_streamed_events_carry_the_same_data_under_any_framing_and_chunking(
     # stream_threshold=0: every data event goes to a sink, through the streaming line reader.
     blocks, stream = case
     cuts = sorted(data.draw(st.lists(st.integers(0, len(stream)), max_size=12)))
-    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
     sunk: list[bytes] = []
     parser = SseParser(stream_threshold=0, open_stream=lambda: _Sink(sunk))
     events: list[SseEvent] = []
@@ -423,5 +425,5 @@ def test_streamed_events_carry_the_same_data_under_any_framing_and_chunking(
     assert [e.event for e in events] == [e.event for e in expected]
     # An event is streamed once its data starts; its data then arrives through the sink.
     got = iter(sunk)
-    for event, want in zip(events, expected):
+    for event, want in zip(events, expected, strict=True):
         assert (next(got).decode("utf-8", "replace") if event.streamed else event.data) == want.data

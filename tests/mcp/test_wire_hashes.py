@@ -46,8 +46,9 @@ def records(draw: Any) -> list[dict[str, Any]]:
 def frame(recs: list[dict[str, Any]], separators: tuple[str, str]) -> tuple[bytes, list[bytes]]:
     """A direct-style final frame whose records array is written element by element, and each element's bytes."""
     elements = [json.dumps(r, separators=separators, ensure_ascii=False).encode() for r in recs]
-    item_sep, key_sep = separators
-    structured = (b'{"result":[' + item_sep.encode().join(elements) + b'],"metadata":' + json.dumps(META).encode() + b"}")
+    item_sep, _key_sep = separators
+    structured = (b'{"result":[' + item_sep.encode().join(elements) + b'],"metadata":' + json.dumps(META).encode()
+                  + b"}")
     text_json = json.dumps(structured.decode())
     data = (b'{"jsonrpc":"2.0","id":"' + RID.encode() + b'","result":{"content":[{"type":"text","text":'
             + text_json.encode() + b'}],"structuredContent":' + structured + b',"isError":false}}')

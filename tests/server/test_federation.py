@@ -188,7 +188,7 @@ def test_builtin_shapes_match_the_interface() -> None:
     large = BUILTIN_SCENARIOS["large"]
     assert len(large.sources) == 2 and sum(s.records for s in large.sources) == 100_000
     assert all(s.page_size == 100 for s in large.sources)
-    # issue 16: the complete read from a server silent for 40 s before its final / closing mid-final
+    # The complete read from a server silent for 40 s before its final / closing mid-final
     for name in ("silent_final", "resume_mid_final"):
         assert BUILTIN_SCENARIOS[name].sources == complete.sources and BUILTIN_SCENARIOS[name].faults.resumable
     assert BUILTIN_SCENARIOS["silent_final"].faults.final_delay_ms == 40_000
@@ -203,7 +203,7 @@ def test_load_scenario_returns_a_private_copy() -> None:
 
 
 def test_load_scenario_unknown_name() -> None:
-    with pytest.raises(BosConfigurationError, match="Unknown scenario 'compleet'.*complete"):
+    with pytest.raises(BosConfigurationError, match=r"Unknown scenario 'compleet'.*complete"):
         load_scenario("compleet")
 
 

@@ -38,13 +38,13 @@ def test_cli_serves_and_shuts_down_cleanly(tmp_path, sig):
 
 def test_cli_refuses_a_non_loopback_host():
     result = subprocess.run([*COMMAND, "--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True,
-                            timeout=30)
+                            timeout=30, check=False)
     assert result.returncode == 2 and "allow-remote" in result.stderr
 
 
 def test_cli_reports_an_unknown_scenario():
     result = subprocess.run([*COMMAND, "--port", "0", "--scenario", "no-such-scenario"], capture_output=True,
-                            text=True, timeout=30)
+                            text=True, timeout=30, check=False)
     assert result.returncode == 2 and "no-such-scenario" in result.stderr
 
 

@@ -29,7 +29,7 @@ def parse_sse(raw: bytes) -> list[dict]:
         elif not line.startswith(":"):
             name, _, value = line.partition(":")
             if name == "data":
-                data.append(value[1:] if value.startswith(" ") else value)
+                data.append(value.removeprefix(" "))
     return events
 
 
@@ -92,7 +92,7 @@ def test_drop_before_final(bos_server_factory):
 @pytest.mark.parametrize("opt_in", [{}, None])
 def test_drop_mid_final(bos_server_factory, opt_in):
     server = server_with(bos_server_factory, drop_mid_final=True)
-    response, raw, error = call(server, opt_in=opt_in)
+    _response, raw, error = call(server, opt_in=opt_in)
     assert isinstance(error, httpx.RemoteProtocolError)
     assert b'"id":"f-1"' in raw and b'"content":[{"type":"text"' in raw
     assert b'"structuredContent"' not in raw  # cut inside the final frame

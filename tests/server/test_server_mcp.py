@@ -42,8 +42,7 @@ def parse_sse(raw: bytes) -> tuple[list[dict], list[str]]:
     ``retry`` field, or None).
     """
     text = raw.decode("utf-8")
-    if text.startswith("\ufeff"):
-        text = text[1:]
+    text = text.removeprefix("\ufeff")
     lines = re.split(r"\r\n|\r|\n", text)[:-1]
     events: list[dict] = []
     comments: list[str] = []
@@ -62,7 +61,7 @@ def parse_sse(raw: bytes) -> tuple[list[dict], list[str]]:
             comments.append(line[1:].strip())
             continue
         name, _, value = line.partition(":")
-        value = value[1:] if value.startswith(" ") else value
+        value = value.removeprefix(" ")
         if name == "data":
             data.append(value)
         elif name == "event":
@@ -121,7 +120,8 @@ class Client:
 
     def rpc(self, method: str, params: dict | None = None, *, name: str | None = None,
             accept: str = ACCEPT_BOTH, opt_in: object = None, extra_headers: dict | None = None) -> httpx.Response:
-        return self.http.post(self.server.mcp_url, headers={**self.headers(method, name, accept), **(extra_headers or {})},
+        return self.http.post(self.server.mcp_url,
+                              headers={**self.headers(method, name, accept), **(extra_headers or {})},
                               json=self.body(method, params, opt_in=opt_in))
 
     def call(self, tool: str, arguments: dict, **kw) -> httpx.Response:
@@ -290,7 +290,8 @@ def test_discover_advertises_the_extension(bos_server, client_factory):
 def test_stateless_header_checks(client_factory, tool):
     client = client_factory(era=P2026)
     arguments: dict = {}
-    no_method = client.http.post(client.server.mcp_url, json=client.body("tools/call", {"name": tool, "arguments": arguments}),
+    no_method = client.http.post(client.server.mcp_url,
+                                 json=client.body("tools/call", {"name": tool, "arguments": arguments}),
                                  headers={"Accept": ACCEPT_BOTH, "MCP-Protocol-Version": P2026, "Mcp-Name": tool})
     assert no_method.status_code == 400 and no_method.json()["error"]["code"] == -32020
     wrong_name = client.call(tool, arguments, extra_headers={"Mcp-Name": "other_tool"})
@@ -320,8 +321,8 @@ def test_stateless_results_say_complete(client_factory):
 # -- the contract's JSON examples, in shape ---------------------------------------------------------
 
 def _check_record(record: dict) -> None:
-    assert FED_RECORD_KEYS <= set(record)
-    assert record["sources"] and all(PROVENANCE_KEYS <= set(p) for p in record["sources"])
+    assert set(record) >= FED_RECORD_KEYS
+    assert record["sources"] and all(set(p) >= PROVENANCE_KEYS for p in record["sources"])
     assert isinstance(record["attributes"], dict)
 
 
@@ -370,7 +371,7 @@ def test_stream_shapes_match_the_contract_examples(bos_server_factory, client_fa
     assert result["_meta"]["bos/context"] == structured["context"]
     assert set(structured["result"]) == {"result", "metadata"}
     metadata = structured["result"]["metadata"]
-    assert METADATA_KEYS <= set(metadata)
+    assert set(metadata) >= METADATA_KEYS
     assert metadata["completeness"] == "partial" and result["isError"] is True
     assert metadata["result_count"] == len(structured["result"]["result"])
     assert all(set(p) >= {"source_type", "source_identity", "observed_at"} for p in metadata["provenance"])
@@ -382,7 +383,7 @@ def test_stream_shapes_match_the_contract_examples(bos_server_factory, client_fa
 
 def test_direct_tool_final_and_complete_metadata(client_factory):
     client = client_factory()
-    notifications, finals = stream_events(client.call("search_people", {}, opt_in={}))
+    _notifications, finals = stream_events(client.call("search_people", {}, opt_in={}))
     result = finals[0]["result"]
     structured = result["structuredContent"]
     assert set(structured) == {"result", "metadata"}

@@ -263,7 +263,7 @@ def test_a_silent_server_sends_nothing_between_the_last_notification_and_the_fin
 
 
 def test_a_silent_server_outlasts_a_short_read_timeout(bos_server_factory, open_session):
-    # What issue 16 saw: a client whose read timeout is shorter than the server's silence fails.
+    # A client whose read timeout is shorter than the server's silence fails.
     server = server_with(bos_server_factory, "empty", final_delay_ms=3000, keepalive_interval_ms=None)
     session = open_session(server)
     session.http.timeout = httpx.Timeout(20, read=0.5)

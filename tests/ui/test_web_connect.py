@@ -178,3 +178,14 @@ def test_same_origin() -> None:
     assert same_origin("http://127.0.0.1:8080", "http://127.0.0.1:8080")
     assert not same_origin("null", "http://127.0.0.1:8080")
     assert not same_origin("https://evil.example", "http://127.0.0.1:8080")
+
+
+def test_the_page_without_a_metadata_database_says_so(monkeypatch) -> None:
+    """Pending sign-ins live in Airflow's metadata database: a process without one gets a clear error."""
+    from airflow import settings
+
+    from airflow_provider_bos.plugins import app
+
+    monkeypatch.setattr(settings, "engine", None)
+    with pytest.raises(BosConfigurationError, match="metadata database"):
+        app._pending_store()

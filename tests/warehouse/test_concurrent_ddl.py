@@ -31,7 +31,7 @@ def _create_tables(url: str, table: str, audit_table: str, barrier: Any, failure
         for name in (table, audit_table):
             if not inspector.has_table(name):
                 failures.put(f"{table}: {name} missing after ensure_tables()")
-    except BaseException:  # any failure is the finding: report it whole
+    except BaseException:  # noqa: BLE001 - any failure is the finding: report it whole
         failures.put(f"{table}: {traceback.format_exc()}")
     finally:
         engine.dispose()

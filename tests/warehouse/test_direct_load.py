@@ -30,8 +30,7 @@ from whhelpers import T0, T1, T2, dump, make_record, rows_by_ref, run_info, stat
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosWarehouseError
 from airflow_provider_bos.models import FederatedRecord
-from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter
-from airflow_provider_bos.warehouse import loads
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter, loads
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs
@@ -175,7 +174,7 @@ def hostile_records() -> list[Any]:
                 record[field] = "null"
         records.append(wire(record) if kind == "wire" else as_kind(record, kind))
     # Floats, tiny ones included (1e-7 and 2.5e-5 take the general mapping path, not orjson's).
-    for n, kind in enumerate(("dict", "wire", "model")):
+    for kind in ("dict", "wire", "model"):
         record = make_record(
             f"bos:floats:{kind}", T0,
             attributes={"tiny": 1e-7, "small": 2.5e-5, "x": 0.1, "deep": {"l": [1e-7, 3.0]}},

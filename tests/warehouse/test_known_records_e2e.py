@@ -1,8 +1,9 @@
 """End to end: reference server over loopback -> McpSession (streamed final frame) -> run_sync -> database.
 
 A re-run on unchanged data lets every record through as a KnownRecord claim (none decoded) and
-writes nothing (on PostgreSQL the claims are not even staged: the table's state token confirms them); after the server's data changes, only the changed records are decoded and
-written, and the table ends up exactly as a fresh sync of the new data would leave it.
+writes nothing (on PostgreSQL the claims are not even staged: the table's state token confirms
+them); after the server's data changes, only the changed records are decoded and written, and the
+table ends up exactly as a fresh sync of the new data would leave it.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def sync(server: Any, writer: WarehouseWriter) -> Any:
 def content(engine: sa.Engine, table: str) -> list[tuple[Any, ...]]:
     cols = ", ".join(CONTENT)
     with engine.connect() as conn:
-        return [tuple(map(repr, row)) for row in conn.exec_driver_sql(f"SELECT {cols} FROM {table} ORDER BY record_ref")]
+        rows = conn.exec_driver_sql(f"SELECT {cols} FROM {table} ORDER BY record_ref")
+        return [tuple(map(repr, row)) for row in rows]
 
 
 def test_reruns_skip_decoding_byte_identical_records(

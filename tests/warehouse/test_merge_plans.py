@@ -51,7 +51,7 @@ def test_empty_table_with_duplicates_keeps_the_latest_copy(writer, engine, uniqu
 def test_mixed_run_after_the_first_uses_the_guarded_merge(writer, engine, unique_table):
     write(writer, [make_record(i) for i in range(10)])
     second = (
-        [make_record(i) for i in range(0, 4)]  # unchanged
+        [make_record(i) for i in range(4)]  # unchanged
         + [make_record(i, T2, name=f"renamed {i}") for i in range(4, 7)]  # updated
         + [make_record(i, "2026-10-01T00:00:00Z", name="stale") for i in range(7, 10)]  # stale: skipped
         + [make_record(i) for i in range(10, 13)]  # new

@@ -14,15 +14,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from whhelpers import T2, make_record, rows_by_ref, write
 
 from airflow_provider_bos.warehouse import WarehouseWriter, loads
 from airflow_provider_bos.warehouse.pipeline import Pipeline
 from airflow_provider_bos.wire import WireRecord
 
-from whhelpers import T2, make_record, rows_by_ref, write
 
-
-class Restarted(BaseException):  # noqa: N818 - like the stream's restart signal, not an Exception
+class Restarted(BaseException):  # like the stream's restart signal, not an Exception
     """Stands for the read's restart signal (a BaseException: no ``except Exception`` may eat it)."""
 
 

@@ -22,7 +22,8 @@ def test_hash_is_sha256_of_the_canonical_content_json():
 
 @pytest.mark.parametrize(
     "value",
-    [{"b": 1, "a": [1.0, 1e16, -0.0, 2**70, "ü😀\u2028\n\"", None, True, {}]}, [], "x", 7, 1.5, None, {"k": [{"b": 2, "a": 1}]}],
+    [{"b": 1, "a": [1.0, 1e16, -0.0, 2**70, "ü😀\u2028\n\"", None, True, {}]}, [], "x", 7, 1.5, None,
+     {"k": [{"b": 2, "a": 1}]}],
 )
 def test_canonical_json_is_sorted_compact_stdlib_json(value):
     assert canonical_json(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import threading
 import time
 import uuid
@@ -52,11 +51,11 @@ def test_concurrent_writers_get_exact_counts(warehouse_url, unique_table):
         try:
             barrier.wait(timeout=30)
             results.append(write(writer, [make_record(i) for i in refs]))
-        except BaseException as exc:  # reported below
+        except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
     threads = [
-        threading.Thread(target=work, args=(writers[0], range(0, 1500))),
+        threading.Thread(target=work, args=(writers[0], range(1500))),
         threading.Thread(target=work, args=(writers[1], range(1000, 2500))),
     ]
     for t in threads:
@@ -93,7 +92,7 @@ def test_a_second_writer_waits_for_the_first_and_gives_up_cleanly(warehouse_url,
             holder.exec_driver_sql(statement.sql, statement.params or ())
         run = run_info()
         started = time.monotonic()
-        with pytest.raises(BosWarehouseError, match="(?i)another writer held|lock"):
+        with pytest.raises(BosWarehouseError, match=r"(?i)another writer held|lock"):
             write(writer, [make_record(1)], run)
         assert time.monotonic() - started < 15  # gave up after about lock_timeout_s
         holder.rollback()

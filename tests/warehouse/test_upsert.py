@@ -24,7 +24,7 @@ def test_counts_are_exact_and_guards_hold(writer, engine):
 
     batch = (
         [make_record(i) for i in range(10, 13)]  # new
-        + [make_record(i, T2, name=f"Renamed {i}") for i in range(0, 3)]  # newer and changed
+        + [make_record(i, T2, name=f"Renamed {i}") for i in range(3)]  # newer and changed
         + [make_record(i) for i in range(3, 5)]  # identical
         + [make_record(i, T0, name=f"Old {i}") for i in range(5, 7)]  # observed earlier: stale
         + [make_record(7, T1, name="Same time, new content")]  # equal observed_at, changed: written
@@ -75,7 +75,8 @@ def test_older_observation_never_overwrites_newer(writer, engine):
 
 def test_observed_at_is_latest_source_and_falls_back_to_the_read(writer, engine):
     two_sources = make_record(1)
-    two_sources["sources"].append({**two_sources["sources"][0], "source_identity": "hr", "observed_at": "2026-10-09T14:00:00+02:00"})
+    two_sources["sources"].append({**two_sources["sources"][0], "source_identity": "hr",
+                                   "observed_at": "2026-10-09T14:00:00+02:00"})
     no_stamp = make_record(2)
     del no_stamp["sources"][0]["observed_at"]
     write(writer, [two_sources, no_stamp], default_observed_at="2026-10-05T00:00:00Z")

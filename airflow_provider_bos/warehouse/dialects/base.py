@@ -279,7 +279,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         empty table by dialects without COPY)."""
         cols = self.written_columns
         marks = ", ".join(self.bind_json() if c in RECORD_JSON_COLUMNS else self.placeholder for c in cols)
-        return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) VALUES ({marks})")
+        columns = self._written_column_list()
+        return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({columns}) VALUES ({marks})")
 
     def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
         """Give target rows the wire hash of a staged copy with the same content (a direct load's

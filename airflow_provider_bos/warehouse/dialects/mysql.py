@@ -50,7 +50,8 @@ class MySqlDialect(WarehouseDialect):
         p = self.placeholder
         return [Statement(f"SELECT GET_LOCK({p}, {p})", (self._lock_name(target), int(max(timeout_s, 0))))]
 
-    def add_column(self, table, schema, column, type_sql, *, timeout_s):
+    def add_column(self, table: str, schema: str | None, column: str, type_sql: str, *,
+                   timeout_s: float) -> list[Statement]:
         # The metadata lock an ALTER waits for: the session's lock_wait_timeout (a year by default).
         return [Statement(f"SET SESSION lock_wait_timeout = {max(1, int(timeout_s))}"),
                 *super().add_column(table, schema, column, type_sql, timeout_s=timeout_s)]

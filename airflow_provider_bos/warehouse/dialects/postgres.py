@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -76,7 +76,7 @@ class PostgresDialect(WarehouseDialect):
             f"FROM {self.stage_ref(stage, schema)} s{where} OFFSET 0) x"
         )
 
-    def insert_all(self, stage, target, schema, *, synced_at, run_id):
+    def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
         if not self.document_staging:
             return super().insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id)
         cols = self._written_column_list()
@@ -128,7 +128,9 @@ class PostgresDialect(WarehouseDialect):
         return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} t "
                          f"WHERE {self._current('t')}")
 
-    def stage_claims(self, stage, target, schema, prefixes, seqs):
+    def stage_claims(
+        self, stage: str, target: str, schema: str | None, prefixes: Sequence[str], seqs: Sequence[int],
+    ) -> Statement | None:
         q = self.quote
         ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
         return Statement(
@@ -188,7 +190,8 @@ class PostgresDialect(WarehouseDialect):
         # For this transaction only.
         return [Statement("SET LOCAL work_mem = '64MB'")]
 
-    def add_column(self, table, schema, column, type_sql, *, timeout_s):
+    def add_column(self, table: str, schema: str | None, column: str, type_sql: str, *,
+                   timeout_s: float) -> list[Statement]:
         # ALTER TABLE queues for ACCESS EXCLUSIVE behind any open reader of the table, and every
         # writer queues behind it: give up soon instead (the caller goes on without the column).
         return [Statement(f"SET LOCAL lock_timeout = '{int(timeout_s * 1000)}ms'"),
@@ -201,7 +204,9 @@ class PostgresDialect(WarehouseDialect):
             Statement(f"LOCK TABLE {target} IN SHARE ROW EXCLUSIVE MODE"),
         ]
 
-    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote

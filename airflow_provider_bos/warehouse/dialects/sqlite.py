@@ -61,7 +61,9 @@ class SqliteDialect(WarehouseDialect):
     def _hash_differs(self, old: str, new: str) -> str:
         return f"{old} IS NOT {new}"
 
-    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote

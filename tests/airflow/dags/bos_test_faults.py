@@ -7,7 +7,7 @@ BOS_TEST_STREAM, BOS_TEST_DEADLINE_S, BOS_TEST_CONN_ID, BOS_TEST_BATCH_SIZE.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
@@ -18,7 +18,7 @@ env = os.environ.get
 with DAG(
     dag_id="bos_test_faults",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["bos-test"],
 ):

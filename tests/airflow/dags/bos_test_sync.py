@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, task
 
@@ -20,7 +20,7 @@ env = os.environ.get
 with DAG(
     dag_id="bos_test_sync",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["bos-test"],
     render_template_as_native_obj=env("BOS_TEST_NATIVE", "0") == "1",
@@ -63,7 +63,7 @@ with DAG(
 with DAG(
     dag_id="bos_test_monitor",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["bos-test"],
 ):

@@ -7,7 +7,7 @@ Airflow component (the DAG processor and the workers must agree on them).
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG
 
@@ -21,7 +21,7 @@ RECORDS = int(os.environ.get("BOS_DEPLOY_RECORDS", "1"))
 with DAG(
     dag_id="bos_deploy_sync",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_tasks=8,
     tags=["bos-test"],
@@ -45,7 +45,7 @@ with DAG(
 with DAG(
     dag_id="bos_deploy_kill",
     schedule=None,
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     tags=["bos-test"],
 ):
