@@ -96,8 +96,8 @@ def run(url: str, records: int, rounds: int) -> int:
     print(f"building {records} records ...", flush=True)
     base = [_wire(r) for r in iter_final_records(params)]
     step = 100  # 1 %
-    gone = {i for i in range(0, len(base), step)}
-    changed = {i for i in range(1, len(base), step)}
+    gone = set(range(0, len(base), step))
+    changed = set(range(1, len(base), step))
     full = ReconcileOptions(sync_mode="full")
     times: dict[str, list[float]] = {}
     problems: list[str] = []

@@ -72,7 +72,6 @@ with DAG(
                 ).scalar_one()
         finally:
             engine.dispose()
-        print(f"People in bos_people_daily: {current} current, {merged} records merged into others")
         return {"current": int(current), "merged_away": int(merged)}
 
     sync_people >> check_completeness >> count_people()

@@ -107,13 +107,13 @@ class BosFederatedReadOperator(BaseOperator):
     ) -> None:
         check_via(via)
         # At DAG parse time: a wrong value fails the DAG import, before any read or table.
-        self._reconcile_values = {
+        self._reconcile_values: dict[str, Any] = {
             "sync_mode": sync_mode, "scope": scope, "deletions": deletions,
             "max_retire_fraction": max_retire_fraction, "history": history,
             "adopt_unscoped_rows": adopt_unscoped_rows,
         }
         check_reconcile(**self._reconcile_values)
-        check_invalid_records(invalid_records)  # at DAG parse time too  # the session's rule and error, at DAG parse time: before any table is created
+        check_invalid_records(invalid_records)  # at DAG parse time, before any table is created
         if "outlets" not in kwargs:
             kwargs["outlets"] = [AssetAlias(alias_name(destination_conn_id, destination_schema, destination_table))]
         super().__init__(**kwargs)

@@ -48,7 +48,7 @@ from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_w
 from airflow_provider_bos.redaction import add_secret_sink
 
 if TYPE_CHECKING:
-    from airflow.api_fastapi.auth.managers.base_auth_manager import ResourceMethod
+    pass
 
 __all__ = ["URL_PREFIX", "create_app"]
 

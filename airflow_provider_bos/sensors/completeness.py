@@ -136,7 +136,7 @@ class BosCompletenessSensor(BaseSensorOperator):
             min_records=self.min_records,
             max_age=self.max_age,
             max_retired=self.max_retired,
-            now=datetime.now(timezone.utc),
+            now=datetime.now(UTC),
         )
         if verdict.outcome == PASS:
             self.log.info(verdict.message)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -435,7 +435,7 @@ class Scenario(_Strict):
             if spec.observed_at is None:
                 stamps.append(stamps[-1] + timedelta(days=1))
             else:
-                stamps.append(datetime.fromisoformat(spec.observed_at).astimezone(timezone.utc))
+                stamps.append(datetime.fromisoformat(spec.observed_at).astimezone(UTC))
         return stamps
 
     def resolved_contexts(self) -> list[dict]:

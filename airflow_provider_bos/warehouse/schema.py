@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite

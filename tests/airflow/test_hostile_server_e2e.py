@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from afhelpers import audit_rows, task_states
+
 from airflow_provider_bos.mcp.source_results import MAX_TRACKED_SOURCES, UNTRACKED_STATUS
 from airflow_provider_bos.testing.federation import expected_final
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, SourceSpec, load_scenario

@@ -171,7 +171,7 @@ def test_a_consistent_result_is_no_contradiction() -> None:
     tracker.observe(note(2, 1, "complete"))
     final = finish(tracker, direct_result([record("a")], metadata("complete", 1)))
     assert final.warnings == [] and final.contradictions == [] and run_status(final) == "complete"
-    assert CRM == source(0, "crm-eu")
+    assert source(0, "crm-eu") == CRM
 
 
 def test_the_progress_log_says_once_that_sources_went_untracked(caplog: pytest.LogCaptureFixture) -> None:

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _python_blocks(page: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    return re.findall(r"```python\n(.*?)```", page.read_text(), re.DOTALL)
 
 
 def test_the_quickstart_dag_in_readme_and_docs_is_one_and_builds(tmp_path: Path) -> None:

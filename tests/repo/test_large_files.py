@@ -17,7 +17,7 @@ def _git(repo: Path, *args: str) -> None:
                    cwd=repo, check=True, capture_output=True)
 
 
-@pytest.fixture
+@pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     """A git repository holding a copy of the check and one small file, all committed."""
     _git(tmp_path, "init", "-q")

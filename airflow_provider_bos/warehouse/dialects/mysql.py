@@ -77,7 +77,9 @@ class MySqlDialect(WarehouseDialect):
             f"ON t.{ref} = s.{ref} AND t.{h} = s.{h} SET t.{w} = s.{w} WHERE {self._hash_differs(f't.{w}', f's.{w}')}"
         )
 
-    def mark_retired(self, target, keys, schema, *, successor, retired_at, run_id):
+    def mark_retired(
+        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime, run_id: str,
+    ) -> Statement:
         # One UPDATE ... JOIN: a correlated subquery would name the temporary table twice.
         q = self.quote
         ref = q("record_ref")
@@ -92,7 +94,9 @@ class MySqlDialect(WarehouseDialect):
             (stamp, run_id, stamp),
         )
 
-    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
