@@ -46,7 +46,7 @@ def register_secret(value: str | None) -> None:
     At most :data:`MAX_SECRETS` distinct values per process reach the sinks; past that, only the
     most recent ones are kept for :func:`redact`, and one warning says so.
     """
-    global _forwarded, _warned
+    global _forwarded, _warned  # noqa: PLW0603 - process-wide bound shared by every caller, under _lock
     if not value or len(value) < 6:
         return
     with _lock:

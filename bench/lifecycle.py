@@ -75,7 +75,9 @@ class Tables:
         self.engine.dispose()
 
 
-def _write(tables: Tables, table: str, records: list[Any], options: ReconcileOptions, known: Any = None) -> tuple[float, Any]:
+def _write(
+    tables: Tables, table: str, records: list[Any], options: ReconcileOptions, known: Any = None
+) -> tuple[float, Any]:
     writer = WarehouseWriter(tables.engine, table=table, audit_table=f"{table}_runs")
     writer.ensure_tables()
     if options.history:

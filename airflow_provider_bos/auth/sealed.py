@@ -98,7 +98,8 @@ def unseal(cipher: Cipher, stored: str, binding: RowBinding, column: str) -> Uns
     if differs:
         raise BosTokenBindingError(
             f"The token store row {binding.key!r} ({column}) holds a token sealed for another row or target "
-            f"(its {', '.join(differs)} {'differs' if len(differs) == 1 else 'differ'}): the table was copied into or altered, and the token is "
+            f"(its {', '.join(differs)} {'differs' if len(differs) == 1 else 'differ'}): "
+            "the table was copied into or altered, and the token is "
             "neither used nor sent anywhere.",
             conn_id=binding.key,
         )

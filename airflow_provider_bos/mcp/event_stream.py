@@ -20,8 +20,9 @@ events after that id again, then the rest. So:
 - attempts are bounded (:data:`MAX_RESUME_ATTEMPTS` in a row without a new event id, and
   :data:`MAX_RESUMPTIONS_PER_CALL` in all, which new event ids do not reset: a server that sends
   an id and closes, forever, is given up), wait at least :data:`MIN_RETRY_MS` (a ``retry: 0``
-  cannot make them a busy loop) and are kept within the read's deadline; a server that refuses (no event ids, or 4xx on the ``GET``, e.g.
-  405 from a stateless server) leaves the call as it was: no confirmed result.
+  cannot make them a busy loop) and are kept within the read's deadline; a server that refuses
+  (no event ids, or 4xx on the ``GET``, e.g. 405 from a stateless server) leaves the call as it
+  was: no confirmed result.
 
 Deadlines, cancels and the stream idle timeout are never resumed: they are the client's own
 decision to stop.

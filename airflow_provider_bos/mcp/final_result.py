@@ -8,8 +8,9 @@ it is not are also its ``contradictions``: ``isError`` on a ``complete`` result,
 ended in error in the stream but is missing from ``source_errors``, a ``result_count`` that
 disagrees with the records, a final that arrived before a source's terminal status, and a stream
 that named more sources than the tracker keeps (so the others cannot be checked). A sync lands
-such a run as ``partial``, never ``complete`` (fail closed). Server text in warnings is escaped. It works on decoded JSON; the bytes of a streamed final
-frame are :class:`~.final_frame.FinalFrameScanner`'s, which leaves the parser a skeleton.
+such a run as ``partial``, never ``complete`` (fail closed). Server text in warnings is escaped.
+It works on decoded JSON; the bytes of a streamed final frame are
+:class:`~.final_frame.FinalFrameScanner`'s, which leaves the parser a skeleton.
 
 :class:`StreamingFinalResult` is the constant-memory form (``McpSession.federated_read(...,
 stream_records=True)``): its records are pulled from the still-open response as they arrive (see

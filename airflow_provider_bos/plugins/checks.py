@@ -39,7 +39,9 @@ def _verify_resource(resource_url: str, policy: OutboundPolicy, deadline: Deadli
         try:
             discover(resource_url, http_client=client)
         except httpx.HTTPError as exc:  # the deadline, or a transport failure discovery did not wrap
-            raise BosTransportError(f"Could not verify {resource_url} as a BOS resource: {type(exc).__name__}") from None
+            raise BosTransportError(
+                f"Could not verify {resource_url} as a BOS resource: {type(exc).__name__}"
+            ) from None
 
 
 def probe(conn_id: str, resource_url: str, *, policy: OutboundPolicy, deadline: Deadline) -> BaseException | None:

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_provider_bos.mcp.source_results import source_label
 from airflow_provider_bos.redaction import printable
 
-PASS = "pass"
+PASS = "pass"  # noqa: S105 - a verdict name, not a password
 PARTIAL = "partial"   # partial or failed read
 TOO_FEW = "too_few_records"
 STALE = "stale"

@@ -231,7 +231,10 @@ class RunTransaction:
     # --- the end ------------------------------------------------------------------------------
 
     def work_table(self, suffix: str, kind: str) -> str:
-        """Create the run's temporary work table ``kind`` (see :meth:`~.dialects.lifecycle.LifecycleSql.create_work_table`)."""
+        """Create the run's temporary work table ``kind``.
+
+        See :meth:`~.dialects.lifecycle.LifecycleSql.create_work_table`.
+        """
         name = staging_table_name(self.run_id, suffix)
         self.exec(self.dialect.create_work_table(name, self.schema, kind))
         self.work_tables.append(name)

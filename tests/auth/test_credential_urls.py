@@ -61,7 +61,7 @@ class Recorder:
 def test_an_api_key_is_never_sent_over_plain_http_to_another_host() -> None:
     seen = Recorder()
     with httpx.Client(transport=httpx.MockTransport(seen), auth=ApiKeyAuth(KEY)) as client:
-        with pytest.raises(BosConfigurationError, match="http://bos.example/mcp.*https") as caught:
+        with pytest.raises(BosConfigurationError, match=r"http://bos\.example/mcp.*https") as caught:
             client.post("http://bos.example/mcp", json={})
         assert client.post("http://127.0.0.1:8765/mcp", json={}).status_code == 200
         assert client.post("https://bos.example/mcp", json={}).status_code == 200
@@ -101,7 +101,7 @@ def _connection(host: str, auth_type: str) -> Any:
 def test_an_api_key_connection_to_a_plain_http_host_is_refused_when_read() -> None:
     from airflow_provider_bos.hooks.bos import BosConnectionConfig
 
-    with pytest.raises(BosConfigurationError, match="Connection 'bos_x'.*https") as caught:
+    with pytest.raises(BosConfigurationError, match=r"Connection 'bos_x'.*https") as caught:
         BosConnectionConfig.from_connection(_connection("http://bos.example/mcp", "api_key"))
     assert KEY not in str(caught.value)
     local = BosConnectionConfig.from_connection(_connection("http://127.0.0.1:8765/mcp", "api_key"))

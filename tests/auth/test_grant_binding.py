@@ -69,7 +69,7 @@ def test_a_row_pointed_at_another_token_endpoint_sends_its_refresh_token_nowhere
     with store.engine.begin() as conn:
         conn.execute(sa.text(f"UPDATE {store.table_name} SET token_endpoint = 'https://attacker.example/t'"))
     auth._http = httpx.Client(mounts={"https://attacker.example": httpx.MockTransport(attacker)})
-    with pytest.raises(BosReconnectRequired, match="attacker.example"):
+    with pytest.raises(BosReconnectRequired, match=r"attacker\.example"):
         auth.access_token(rejected=token)
     assert seen == []
     assert bos_server.counters.refreshes == refreshes

@@ -159,7 +159,7 @@ def test_a_changed_token_endpoint_gets_no_refresh_token(bos_server: Any, shared_
     _, grant = connected(bos_server, shared_store, VICTIM)
     moved = OAuthGrantAuth(shared_store, VICTIM, token_endpoint="https://elsewhere.example/token",
                            client_id=grant["client_id"], resource=bos_server.mcp_url)
-    with pytest.raises(BosReconnectRequired, match="elsewhere.example"):
+    with pytest.raises(BosReconnectRequired, match=r"elsewhere\.example"):
         moved.access_token(rejected=grant["access_token"])
     assert bos_server.counters.refreshes == 0
 

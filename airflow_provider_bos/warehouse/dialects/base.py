@@ -344,7 +344,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
         return Statement(
             f"SELECT SUBSTR(t.{w}, 1, 16) FROM {self.stage_ref(stage, schema)} s "
-            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} WHERE t.{w} IS NOT NULL AND {self._current('t')}"
+            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} "
+            f"WHERE t.{w} IS NOT NULL AND {self._current('t')}"
         )
 
     #: :meth:`stored_wire_state`'s last value is the number of current rows (lets an unchanged

@@ -109,7 +109,8 @@ class LifecycleSql:
         """Into the keyed work table ``keys``: every record_ref staged (see :attr:`keyed_run_keys`)."""
         ref = self.quote("record_ref")
         return Statement(
-            f"INSERT INTO {self.stage_ref(keys, schema)} ({ref}) SELECT DISTINCT s.{ref} FROM {self.stage_ref(stage, schema)} s"
+            f"INSERT INTO {self.stage_ref(keys, schema)} ({ref}) "
+            f"SELECT DISTINCT s.{ref} FROM {self.stage_ref(stage, schema)} s"
         )
 
     # --- work tables --------------------------------------------------------------------------
@@ -127,7 +128,8 @@ class LifecycleSql:
             cols = [ref, f"PRIMARY KEY ({self.quote('record_ref')})"]
         else:  # pragma: no cover - a caller's typo
             raise ValueError(kind)
-        return Statement(f"{self._temp_prefix()} {self.stage_ref(name, schema)} ({', '.join(cols)}){self._temp_suffix()}")
+        columns = ", ".join(cols)
+        return Statement(f"{self._temp_prefix()} {self.stage_ref(name, schema)} ({columns}){self._temp_suffix()}")
 
     # --- supersede ----------------------------------------------------------------------------
 
