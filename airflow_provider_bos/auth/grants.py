@@ -21,7 +21,8 @@ ciphertext; their access token is not used (it may be a copy) and their refresh 
 once on a refresh whose result is written sealed. Rotation then makes every copy of the old tokens
 worthless at BOS. (A copy made before the upgrade, into a row whose original was deleted, is the
 residual case: an operator who cannot rule that out reconnects every Connection after upgrading.)
-A Connection password that cannot be a token (``***``, empty) or whose seed the row has already consumed never replaces the stored grant.
+A Connection password that cannot be a token (``***``, empty) or whose seed the row has already
+consumed never replaces the stored grant.
 Everything in a token response is validated and normalised before the row is written, so the
 write that follows a rotation cannot fail on what the server sent.
 """
