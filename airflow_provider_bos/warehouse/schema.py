@@ -32,7 +32,7 @@ __all__ = [
     "rejects_table_name",
 ]
 
-SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite")
+SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "snowflake")
 
 # Our columns, in insert order. Extra columns of an existing table are left alone.
 RECORD_COLUMNS = (
@@ -98,6 +98,10 @@ def column_types(dialect_name: str) -> dict[str, TypeEngine]:
             "name": sa.String(250),
             "int": sa.BigInteger(),
         }
+    if dialect_name == "snowflake":
+        from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_column_types
+
+        return snowflake_column_types()
     raise ValueError(f"unsupported dialect {dialect_name!r}")
 
 
@@ -197,6 +201,8 @@ def audit_table(
         schema=schema,
         **_table_kwargs(dialect_name),
     )
+    if dialect_name == "snowflake":  # standard Snowflake tables have no indexes (micro-partitions prune)
+        return table
     sa.Index(
         audit_index_name(name),
         table.c.conn_id,
@@ -240,7 +246,8 @@ def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    sa.Index(_index_name(name, "run"), table.c.run_id)
+    if dialect_name != "snowflake":
+        sa.Index(_index_name(name, "run"), table.c.run_id)
     return table
 
 
@@ -255,6 +262,11 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
     ``dialect_name`` is a SQLAlchemy backend name; ``"mariadb"`` counts as ``"mysql"``.
     """
     name = "mysql" if dialect_name == "mariadb" else dialect_name
-    compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
+    if name == "snowflake":
+        from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_sa_dialect
+
+        compiler_dialect: sa.Dialect = snowflake_sa_dialect()
+    else:
+        compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
     table = records_table(sa.MetaData(), name)
     return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]

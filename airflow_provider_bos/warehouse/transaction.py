@@ -126,12 +126,15 @@ class RunTransaction:
 
     def mark_records_start(self) -> None:
         """A savepoint: everything loaded after it can be discarded by :meth:`discard_records`."""
-        self.exec(self.dialect.savepoint())
+        savepoint = self.dialect.savepoint()
+        if savepoint is not None:
+            self.exec(savepoint)
 
     def discard_records(self) -> None:
         """Undo every row loaded since :meth:`mark_records_start` (staging and direct load), in the
         same transaction; the lock and the staging tables taken before it stay."""
-        self.exec(self.dialect.rollback_to_savepoint())
+        for statement in self.dialect.discard_loaded((self.stage, self.deduped), self.schema):
+            self.exec(statement)
 
     def target_is_empty(self) -> bool:
         return self.exec(self.dialect.probe_empty(self.target)).first() is None
@@ -223,11 +226,24 @@ class RunTransaction:
         for name in (self.deduped, self.stage):
             self.exec(self.dialect.drop_staging(name, self.schema))
 
+    def drop_committed_staging(self) -> None:
+        """Drop the staging tables after the run committed (where DDL would have committed it early).
+
+        Best effort: the run is committed; a connection that cannot drop them is closed instead,
+        which ends the session and its temporary tables.
+        """
+        try:
+            self.drop_staging()
+            self.conn.commit()
+        except sa.exc.SQLAlchemyError:
+            self.conn.invalidate()
+
     def rollback(self) -> None:
         try:
             self.conn.rollback()
-            if self.dialect.name == "mysql":
-                # MySQL temporary tables survive a rollback; the pooled connection must not keep them.
+            if self.dialect.name == "mysql" or self.dialect.ddl_commits:
+                # MySQL and Snowflake temporary tables survive a rollback; the pooled connection must
+                # not keep them.
                 self.drop_staging()
                 self.conn.commit()
         except sa.exc.SQLAlchemyError:

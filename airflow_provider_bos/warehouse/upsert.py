@@ -101,7 +101,8 @@ class WarehouseWriter:
         self.schema = validate_schema(schema, self.dialect.name)
         if batch_size < 1:
             raise BosWarehouseError("batch_size must be at least 1.")
-        self.batch_size = batch_size
+        # A dialect with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
+        self.batch_size = min(batch_size, self.dialect.max_batch_rows or batch_size)
         self.lock_timeout_s = lock_timeout_s
         self.use_copy = self.dialect.uses_copy
         # The DB-API's base error: COPY runs on the raw driver connection, outside SQLAlchemy.
@@ -329,7 +330,8 @@ class WarehouseWriter:
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 counts = settle()
-                tx.drop_staging()
+                if not d.ddl_commits:  # else after the commit: a DROP would commit the run half-done
+                    tx.drop_staging()
                 if rejects:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
@@ -347,6 +349,8 @@ class WarehouseWriter:
                         f"unchanged): {db_detail(exc)}"
                     ) from exc
                 raise
+            if d.ddl_commits:
+                tx.drop_committed_staging()
         finally:
             tx.close()
         log.info(
