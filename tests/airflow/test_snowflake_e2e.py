@@ -20,7 +20,7 @@ from afhelpers import task_states, xcom_summary  # noqa: E402
 from airflow_provider_bos.testing.federation import plan_read  # noqa: E402
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario  # noqa: E402
 
-pytestmark = [pytest.mark.airflow]
+pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
 
 
 @pytest.fixture()

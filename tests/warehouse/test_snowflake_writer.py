@@ -20,6 +20,8 @@ from airflow_provider_bos.exceptions import BosIdentifierError
 from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.schema import rejects_table_name
 
+pytestmark = pytest.mark.snowflake
+
 
 @pytest.fixture()
 def sf_engine(snowflake_url: str) -> Iterator[sa.Engine]:  # noqa: F811
