@@ -80,6 +80,9 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _ENC_PREFIX = "enc:v1:"
 _RAW_PREFIX = "raw:"
 _SQLITE_BEGIN_OPTION = "bos_sqlite_begin"
+# Where one row can be locked for a refresh. A warehouse such as Snowflake has no row locks (a
+# writer locks the table until commit) and bills per second of a running warehouse: not a token store.
+_ROW_LOCKING_BACKENDS = frozenset({"sqlite", "postgresql", "mysql", "mariadb"})
 # Longest token stored: its ciphertext must fit a TEXT column everywhere (MySQL's holds 64 KiB).
 MAX_TOKEN_CHARS = 16_384
 # Columns added after the first release, with their DDL type: ensure_table adds missing ones.
@@ -228,6 +231,12 @@ class SqlTokenStore:
         self._lock_timeout_s = lock_timeout_s
         url = engine_or_url.url if isinstance(engine_or_url, Engine) else make_url(engine_or_url)
         self._dialect_name = url.get_backend_name()
+        if self._dialect_name not in _ROW_LOCKING_BACKENDS:
+            raise BosConfigurationError(
+                f"The token store cannot live in {self._dialect_name!r}: it needs a database that locks one "
+                "row for a refresh (SELECT ... FOR UPDATE), so use SQLite, PostgreSQL or MySQL/MariaDB "
+                "for token_store_url (the default is a SQLite file in AIRFLOW_HOME)."
+            )
         if self._dialect_name == "sqlite":
             database = url.database or ""
             if (
