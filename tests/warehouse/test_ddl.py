@@ -12,7 +12,7 @@ from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql"}
-TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects")
+TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_history")
 
 
 def _statements(path: Path) -> list[str]:
@@ -50,6 +50,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer = WarehouseWriter(engine)
             writer.ensure_tables()
             writer.ensure_rejects_table()
+            writer.ensure_history_table()
             with file_engine.begin() as conn:
                 for statement in statements:
                     conn.exec_driver_sql(statement)
@@ -63,6 +64,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer = WarehouseWriter(engine, schema=code_ns)
             writer.ensure_tables()
             writer.ensure_rejects_table()
+            writer.ensure_history_table()
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"SET search_path TO {file_ns}" if dialect == "postgresql" else f"USE {file_ns}")
                 for statement in statements:
@@ -71,6 +73,9 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             code_shape, file_shape = _shape(engine, code_ns), _shape(engine, file_ns)
         assert code_shape == file_shape
         assert code_shape["bos_records"]["pk"] == ["record_ref"]
+        assert {"_bos_deleted_at", "_bos_superseded_by"} <= {c[0] for c in code_shape["bos_records"]["columns"]}
+        assert {"retired", "superseded", "scope"} <= {c[0] for c in code_shape["bos_sync_runs"]["columns"]}
+        assert code_shape["bos_records_history"]["pk"] == ["record_ref", "_bos_valid_from"]
         assert ("ix_bos_sync_runs_lookup", ("conn_id", "context_handle", "tool_name", "finished_at"), False) in (
             code_shape["bos_sync_runs"]["indexes"]
         )
@@ -89,5 +94,5 @@ def test_record_columns_describe_the_records_table():
 
     for backend, json_type in (("postgresql", "JSONB"), ("mysql", "JSON"), ("mariadb", "JSON"), ("sqlite", "TEXT")):
         columns = dict(record_columns(backend))
-        assert tuple(columns) == (*RECORD_COLUMNS, WIRE_HASH_COLUMN)
+        assert tuple(columns) == (*RECORD_COLUMNS, WIRE_HASH_COLUMN, "_bos_deleted_at", "_bos_superseded_by")
         assert columns["attributes"] == json_type and columns["record_ref"] == "VARCHAR(512)"
