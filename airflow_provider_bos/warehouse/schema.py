@@ -7,6 +7,7 @@ them by inspection, so the two cannot drift apart.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 from collections.abc import Collection
 
 import sqlalchemy as sa
@@ -235,15 +236,8 @@ def audit_table(
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    if dialect_name == "snowflake":  # standard Snowflake tables have no indexes (micro-partitions prune)
-        return table
-    sa.Index(
-        audit_index_name(name),
-        table.c.conn_id,
-        table.c.context_handle,
-        table.c.tool_name,
-        table.c.finished_at,
-    )
+    _index(dialect_name, audit_index_name(name), table.c.conn_id, table.c.context_handle, table.c.tool_name,
+           table.c.finished_at)
     return table
 
 
@@ -287,7 +281,7 @@ def history_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    sa.Index(_index_name(name, "run"), table.c._bos_run_id)
+    _index(dialect_name, _index_name(name, "run"), table.c._bos_run_id)
     return table
 
 
@@ -309,8 +303,8 @@ def lineage_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         **_table_kwargs(dialect_name),
     )
     # No primary key: (run, ref, successor) would pass InnoDB's 3072-byte key limit.
-    sa.Index(_index_name(name, "ref"), table.c.record_ref)
-    sa.Index(_index_name(name, "successor"), table.c.successor_ref)
+    _index(dialect_name, _index_name(name, "ref"), table.c.record_ref)
+    _index(dialect_name, _index_name(name, "successor"), table.c.successor_ref)
     return table
 
 
@@ -334,9 +328,15 @@ def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    if dialect_name != "snowflake":
-        sa.Index(_index_name(name, "run"), table.c.run_id)
+    _index(dialect_name, _index_name(name, "run"), table.c.run_id)
     return table
+
+
+def _index(dialect_name: str, name: str, *columns: sa.Column[Any]) -> None:
+    """Index ``columns`` where the database has indexes: standard Snowflake tables do not (its
+    micro-partitions are pruned by min/max instead; a clustering key is the DBA's call)."""
+    if dialect_name != "snowflake":
+        sa.Index(name, *columns)
 
 
 def _index_name(table_name: str, role: str) -> str:

@@ -393,6 +393,8 @@ class WarehouseWriter:
         try:
             try:
                 tx.begin()
+                if d.ddl_commits:  # every temporary table before the first write: their DDL commits
+                    tx.precreate()
                 if life.history_table is not None:
                     seed_history(tx, life.history_table)
                 direct, parse_json = self._prepare_staging(tx, options)

@@ -11,6 +11,7 @@ step that installs them) they fail instead.
 
 from __future__ import annotations
 
+import atexit
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -33,13 +34,23 @@ def _require() -> Any:
     return fakesnow
 
 
+_RUNNING: dict[str, Any] = {}
+
+
 @pytest.fixture(scope="session")
 def fakesnow_server() -> Iterator[dict[str, Any]]:
-    """The running server's connection keyword arguments (host, port, protocol, account, ...)."""
-    fakesnow = _require()
-    os.environ["SNOWFLAKE_SQLALCHEMY_LEGACY_URL_PARAMS"] = "1"
-    with fakesnow.server() as kwargs:
-        yield kwargs
+    """The running server's connection keyword arguments (host, port, protocol, account, ...).
+
+    One server per test process, however many modules import this fixture: ``fakesnow.server()``
+    imports its ``fakesnow.server`` module, which then shadows the function for a second call.
+    """
+    if not _RUNNING:
+        fakesnow = _require()
+        os.environ["SNOWFLAKE_SQLALCHEMY_LEGACY_URL_PARAMS"] = "1"
+        server = fakesnow.server()
+        _RUNNING.update(server.__enter__())
+        atexit.register(server.__exit__, None, None, None)
+    yield _RUNNING
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixt
 from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "snowflake.sql"
-TABLES = ("BOS_RECORDS", "BOS_SYNC_RUNS", "BOS_RECORDS_REJECTS")
+TABLES = ("BOS_RECORDS", "BOS_SYNC_RUNS", "BOS_RECORDS_REJECTS", "BOS_RECORDS_LINEAGE", "BOS_RECORDS_HISTORY")
 
 pytestmark = pytest.mark.snowflake
 
@@ -46,6 +46,7 @@ def test_sql_file_matches_the_code(snowflake_url: str) -> None:  # noqa: F811
         writer = WarehouseWriter(engine, schema=code_ns)
         writer.ensure_tables()
         writer.ensure_rejects_table()
+        writer.ensure_history_table()
         with engine.begin() as conn:
             conn.exec_driver_sql(f"USE SCHEMA {file_ns}")
             for statement in _statements():
@@ -55,6 +56,8 @@ def test_sql_file_matches_the_code(snowflake_url: str) -> None:  # noqa: F811
         assert code == from_file
         assert code["BOS_RECORDS"][4] == ("LIFECYCLE", "VARIANT", "YES")
         assert ("_BOS_OBSERVED_AT", "TIMESTAMP_TZ", "NO") in code["BOS_RECORDS"]
+        assert ("_BOS_DELETED_AT", "TIMESTAMP_TZ", "YES") in code["BOS_RECORDS"]
+        assert ("SCOPE", "TEXT", "YES") in code["BOS_SYNC_RUNS"] and code["BOS_RECORDS_HISTORY"]
     finally:
         with engine.begin() as conn:
             for ns in (code_ns, file_ns):

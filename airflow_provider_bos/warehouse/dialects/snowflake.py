@@ -31,7 +31,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
-from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
+from airflow_provider_bos.warehouse.schema import (
+    DELETED_AT_COLUMN,
+    RECORD_JSON_COLUMNS,
+    SUPERSEDED_BY_COLUMN,
+    WIRE_HASH_COLUMN,
+)
 
 __all__ = ["SnowflakeDialect"]
 
@@ -132,7 +137,9 @@ class SnowflakeDialect(WarehouseDialect):
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
         ref = q("record_ref")
-        sets = ", ".join(f"{q(c)} = s.{q(c)}" for c in self.updated_columns)
+        # A written row is current again: its lifecycle columns go back to NULL.
+        sets = ", ".join([*(f"{q(c)} = s.{q(c)}" for c in self.updated_columns),
+                          *(f"{q(c)} = NULL" for c in self.lifecycle_resets())])
         cols = self._written_column_list()
         values = ", ".join(f"s.{q(c)}" for c in self.written_columns)
         sql = (
@@ -149,6 +156,28 @@ class SnowflakeDialect(WarehouseDialect):
         return Statement(
             f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
             f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND {self._hash_differs(f't.{w}', f's.{w}')}"
+        )
+
+    # --- lifecycle (supersede, retire, history) ------------------------------------------------------
+
+    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+        # FLATTEN: one row per element of the VARIANT array.
+        join = f", LATERAL FLATTEN(INPUT => {alias}.{self.quote('sources')}) p"
+        return join, tuple(f"p.value:{c}::VARCHAR" for c in ("source_type", "source_identity", "external_id"))
+
+    def mark_retired(self, target, keys, schema, *, successor, retired_at, run_id):
+        if not successor:
+            return super().mark_retired(target, keys, schema, successor=False, retired_at=retired_at, run_id=run_id)
+        # UPDATE ... FROM: Snowflake evaluates no correlated subquery in a SET clause.
+        q = self.quote
+        ref = q("record_ref")
+        stamp = self.bind_timestamp(retired_at)
+        p = self.placeholder
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t SET {q(DELETED_AT_COLUMN)} = {p}, "
+            f"{q(SUPERSEDED_BY_COLUMN)} = k.successor_ref, {q('_bos_run_id')} = {p}, {q('_bos_synced_at')} = {p} "
+            f"FROM {self.stage_ref(keys, schema)} k WHERE t.{ref} = k.{ref}",
+            (stamp, run_id, stamp),
         )
 
     # --- audit ----------------------------------------------------------------------------------
