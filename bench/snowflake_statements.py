@@ -37,12 +37,14 @@ def _records(n: int) -> Iterator[dict[str, Any]]:
 def _kind(sql: str) -> str:
     words = sql.split()
     head = " ".join(words[:3]).upper()
-    if head.startswith("INSERT INTO BOS_STAGE_"):
+    if head.startswith("INSERT INTO BOS_STAGE_") and ") VALUES (" in sql:
         return "INSERT staging (multi-row)"
     return words[0].upper() if words else "?"
 
 
-def run(n: int) -> list[tuple[str, int, Counter[str], float]]:
+def run(sizes: list[int]) -> Iterator[tuple[int, str, int, Counter[str], float]]:
+    """(records, run, statements, statements by kind, seconds) of a first sync and a re-run per size,
+    all on one fakesnow server (``fakesnow.server()`` can be entered once per process)."""
     import fakesnow
     from snowflake.connector.cursor import SnowflakeCursor
 
@@ -55,23 +57,22 @@ def run(n: int) -> list[tuple[str, int, Counter[str], float]]:
         return execute(self, command, *args, **kwargs)
 
     SnowflakeCursor.execute = counting  # type: ignore[method-assign]
-    results = []
     with fakesnow.server() as kw:
         url = (f"snowflake://{kw['user']}:{kw['password']}@{kw['account']}/bench/public"
                f"?host={kw['host']}&port={kw['port']}&protocol={kw['protocol']}")
         engine = sa.create_engine(url)
-        table = f"bench_{uuid.uuid4().hex[:8]}"
-        writer = WarehouseWriter(engine, table=table, audit_table=f"{table}_runs")
-        writer.ensure_tables()
-        for label in ("first sync", "unchanged re-run"):
-            sent.clear()
-            started = time.perf_counter()
-            counts = writer.write_run(SyncRunInfo(), _records(n), WriteOptions(audit={"status": "complete"}))
-            elapsed = time.perf_counter() - started
-            assert counts.received == n, counts
-            results.append((label, len(sent), Counter(_kind(s) for s in sent), elapsed))
+        for n in sizes:
+            table = f"bench_{uuid.uuid4().hex[:8]}"
+            writer = WarehouseWriter(engine, table=table, audit_table=f"{table}_runs")
+            writer.ensure_tables()
+            for label in ("first sync", "unchanged re-run"):
+                sent.clear()
+                started = time.perf_counter()
+                counts = writer.write_run(SyncRunInfo(), _records(n), WriteOptions(audit={"status": "complete"}))
+                elapsed = time.perf_counter() - started
+                assert counts.received == n, counts
+                yield n, label, len(sent), Counter(_kind(s) for s in sent), elapsed
         engine.dispose()
-    return results
 
 
 def main() -> None:
@@ -80,10 +81,9 @@ def main() -> None:
     args = parser.parse_args()
     print("| records | run | statements | of which staging INSERTs | fakesnow wall s |")
     print("|---:|---|---:|---:|---:|")
-    for n in args.records:
-        for label, total, kinds, elapsed in run(n):
-            print(f"| {n} | {label} | {total} | {kinds['INSERT staging (multi-row)']} | {elapsed:.0f} |", flush=True)
-            print(f"<!-- {dict(kinds)} -->", flush=True)
+    for n, label, total, kinds, elapsed in run(args.records):
+        print(f"| {n} | {label} | {total} | {kinds['INSERT staging (multi-row)']} | {elapsed:.0f} |", flush=True)
+        print(f"<!-- {dict(kinds)} -->", flush=True)
 
 
 if __name__ == "__main__":
