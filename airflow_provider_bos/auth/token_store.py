@@ -62,16 +62,16 @@ from airflow_provider_bos.redaction import register_secret
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_FILE_NAME",
+    "DEFAULT_TABLE",
+    "MAX_TOKEN_CHARS",
     "Cipher",
-    "StoredGrant",
     "SqlTokenStore",
+    "StoredGrant",
     "default_token_store_url",
     "ensure_private_sqlite_file",
     "refresh_token_fingerprint",
     "token_problem",
-    "MAX_TOKEN_CHARS",
-    "DEFAULT_TABLE",
-    "DEFAULT_FILE_NAME",
 ]
 
 DEFAULT_TABLE = "bos_oauth_grants"

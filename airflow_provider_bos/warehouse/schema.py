@@ -7,38 +7,38 @@ them by inspection, so the two cannot drift apart.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 from collections.abc import Collection
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.types import TypeEngine
 
 __all__ = [
-    "RECORD_COLUMNS",
-    "WIRE_HASH_COLUMN",
-    "AUDIT_JSON_COLUMNS",
-    "RECORD_JSON_COLUMNS",
+    "ADDED_AUDIT_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
+    "AUDIT_JSON_COLUMNS",
+    "DELETED_AT_COLUMN",
+    "ERROR_MESSAGE_MAX",
+    "GUARD_INDEX_COLUMNS",
+    "HISTORY_CONTENT_COLUMNS",
+    "LIFECYCLE_COLUMNS",
+    "RECORD_COLUMNS",
+    "RECORD_JSON_COLUMNS",
     "REJECTED_COLUMN",
     "RETIRED_COLUMN",
-    "SUPERSEDED_COLUMN",
     "SCOPE_COLUMN",
-    "ADDED_AUDIT_COLUMNS",
-    "DELETED_AT_COLUMN",
     "SUPERSEDED_BY_COLUMN",
-    "LIFECYCLE_COLUMNS",
-    "HISTORY_CONTENT_COLUMNS",
-    "companion_table_name",
-    "history_table",
-    "lineage_table",
-    "ERROR_MESSAGE_MAX",
+    "SUPERSEDED_COLUMN",
     "SUPPORTED_DIALECTS",
+    "WIRE_HASH_COLUMN",
     "audit_index_name",
-    "GUARD_INDEX_COLUMNS",
-    "guard_index_name",
     "audit_table",
     "column_types",
+    "companion_table_name",
+    "guard_index_name",
+    "history_table",
+    "lineage_table",
     "record_columns",
     "records_table",
     "rejects_table",

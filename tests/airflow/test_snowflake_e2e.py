@@ -14,11 +14,11 @@ import pytest
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
-from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: E402, F401
+from afhelpers import task_states, xcom_summary
+from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
 
-from afhelpers import task_states, xcom_summary  # noqa: E402
-from airflow_provider_bos.testing.federation import plan_read  # noqa: E402
-from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario  # noqa: E402
+from airflow_provider_bos.testing.federation import plan_read
+from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
 
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
 
@@ -149,9 +149,10 @@ def test_asset_event_and_lineage_follow_the_snowflake_provider(sf_airflow, run_d
     table = sf_airflow["table"].upper()
     assert uri == f"snowflake://fakesnow/BOSDB/PUBLIC/{table}"
     # The provider's own converter gives the same dataset as our lineage facet.
+    from urllib.parse import urlsplit
+
     from airflow.providers.snowflake.assets.snowflake import convert_asset_to_openlineage, sanitize_uri
     from airflow.sdk import Asset
-    from urllib.parse import urlsplit
 
     sanitize_uri(urlsplit(uri))
     dataset = convert_asset_to_openlineage(Asset(uri=uri), None)

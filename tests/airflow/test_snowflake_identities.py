@@ -14,10 +14,9 @@ import pytest
 import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
-from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: E402, F401
-
-import test_identities_over_time as days_suite  # noqa: E402
-from test_identities_over_time import *  # noqa: E402, F403 - the suite, collected here again
+import test_identities_over_time as days_suite
+from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from test_identities_over_time import *
 
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
 

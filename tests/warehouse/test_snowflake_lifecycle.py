@@ -18,8 +18,8 @@ from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixt
 import tests.warehouse.test_history as history_suite
 import tests.warehouse.test_reconcile as reconcile_suite
 from airflow_provider_bos.warehouse.schema import companion_table_name
-from tests.warehouse.test_history import *  # noqa: F403 - the suite, collected here again
-from tests.warehouse.test_reconcile import *  # noqa: F403
+from tests.warehouse.test_history import *
+from tests.warehouse.test_reconcile import *
 
 pytestmark = pytest.mark.snowflake
 

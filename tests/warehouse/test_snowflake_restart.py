@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 import test_frame_restart as restart_suite
 from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
-from test_frame_restart import *  # noqa: F403 - the suite, collected here again
+from test_frame_restart import *
 
 pytestmark = pytest.mark.snowflake
 
