@@ -2,6 +2,8 @@
 
 PostgreSQL: ``postgres://host:port/database/schema/table`` (handled by the postgres provider).
 MySQL/MariaDB: ``mysql://host:port/database/table`` (the mysql provider's convention).
+Snowflake: ``snowflake://<account>/<DATABASE>/<SCHEMA>/<TABLE>`` (the snowflake provider's), names
+as Snowflake stores them (an unquoted lower-case name is upper-cased).
 SQLite has no provider convention; ours is ``sqlite://host/<absolute db path>/<table>`` with the
 host of the machine that owns the file, registered in ``get_provider_info`` under ``asset-uris``.
 """
@@ -42,7 +44,40 @@ def table_asset_uri(url: URL, schema: str | None, table: str) -> str:
         return f"postgres://{url.host or 'localhost'}:{url.port or 5432}/{url.database}/{schema or 'public'}/{table}"
     if backend in {"mysql", "mariadb"}:
         return f"mysql://{url.host or 'localhost'}:{url.port or 3306}/{schema or url.database}/{table}"
+    if backend == "snowflake":
+        return snowflake_asset_uri(url, schema, table)
     if backend == "sqlite":
         path = url.database or ":memory:"
         return f"sqlite://{socket.gethostname()}/{quote(path.lstrip('/'))}/{table}"
     raise ValueError(f"No asset URI convention for database backend {backend!r}")
+
+
+def _snowflake_name(name: str) -> str:
+    # As Snowflake stores it: snowflake-sqlalchemy leaves an all-lower-case name unquoted (folded to
+    # upper case); any other name is quoted, so kept as written.
+    return name.upper() if name == name.lower() else name
+
+
+def snowflake_asset_uri(url: URL, schema: str | None, table: str) -> str:
+    """``snowflake://<account>/<database>/<schema>/<table>``: the account from the URL, its
+    path ``database[/schema]`` (the schema argument wins; Snowflake's default schema is PUBLIC)."""
+    database, _, url_schema = (url.database or "").partition("/")
+    if not database:
+        raise ValueError("A Snowflake destination's asset URI needs the connection's database")
+    parts = [_snowflake_name(p) for p in (database, schema or url_schema or "public", table)]
+    # With a custom endpoint (the connection's host extra) the URL's host is that endpoint and the
+    # account travels in the query (snowflake-sqlalchemy's URL).
+    account = url.query.get("account") or url.host or ""
+    return f"snowflake://{str(account).lower()}/{'/'.join(parts)}"
+
+
+def table_lineage_dataset(url: URL, schema: str | None, table: str) -> tuple[str, str]:
+    """OpenLineage ``(namespace, name)`` of the table: the asset URI split before the table, except
+    where the database's provider converts its asset URIs otherwise (Snowflake:
+    ``snowflake://<account>`` and ``DATABASE.SCHEMA.TABLE``)."""
+    uri = table_asset_uri(url, schema, table)
+    if url.get_backend_name() == "snowflake":
+        account, _, path = uri.removeprefix("snowflake://").partition("/")
+        return f"snowflake://{account}", path.replace("/", ".")
+    namespace, _, name = uri.rpartition("/")
+    return namespace, name

@@ -81,21 +81,24 @@ from airflow_provider_bos.redaction import register_secret
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_FILE_NAME",
+    "DEFAULT_TABLE",
+    "MAX_TOKEN_CHARS",
     "Cipher",
-    "StoredGrant",
     "SqlTokenStore",
+    "StoredGrant",
     "default_token_store_url",
     "ensure_private_sqlite_file",
     "refresh_token_fingerprint",
     "token_problem",
-    "MAX_TOKEN_CHARS",
-    "DEFAULT_TABLE",
-    "DEFAULT_FILE_NAME",
 ]
 
 DEFAULT_TABLE = "bos_oauth_grants"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _RAW_PREFIX = "raw:"
+# Where one row can be locked for a refresh. A warehouse such as Snowflake has no row locks (a
+# writer locks the table until commit) and bills per second of a running warehouse: not a token store.
+_ROW_LOCKING_BACKENDS = frozenset({"sqlite", "postgresql", "mysql", "mariadb"})
 # Columns added after the first release, with their DDL type: ensure_table adds missing ones.
 _ADDED_COLUMNS = {"consumed_seeds": "TEXT"}
 # Commit attempts for a rotated grant (the old refresh token is already spent at the server).
@@ -129,6 +132,12 @@ class SqlTokenStore:
         self._lock_timeout_s = lock_timeout_s
         url = engine_or_url.url if isinstance(engine_or_url, Engine) else make_url(engine_or_url)
         self._dialect_name = url.get_backend_name()
+        if self._dialect_name not in _ROW_LOCKING_BACKENDS:
+            raise BosConfigurationError(
+                f"The token store cannot live in {self._dialect_name!r}: it needs a database that locks one "
+                "row for a refresh (SELECT ... FOR UPDATE), so use SQLite, PostgreSQL or MySQL/MariaDB "
+                "for token_store_url (the default is a SQLite file in AIRFLOW_HOME)."
+            )
         if self._dialect_name == "sqlite":
             database = url.database or ""
             if (

@@ -2,7 +2,8 @@
 
 For the types we support (sqlite, postgres, mysql/MariaDB) the URL is built from the connection
 fields with the drivers we depend on: psycopg 3 (COPY) and PyMySQL (pure Python; the official MySQL
-provider needs a C client library). Other types fall back to their hook's engine.
+provider needs a C client library). Other types fall back to their hook's engine (snowflake: SnowflakeHook's, see
+:func:`snowflake_engine_kwargs`).
 """
 
 from __future__ import annotations
@@ -70,7 +71,27 @@ def engine_for_connection(conn_id: str) -> Engine:
         raise BosConfigurationError(
             f"Connection {conn_id!r} (type {conn_type!r}) is not a SQL connection with a SQLAlchemy engine."
         )
+    if conn_type == "snowflake":
+        return hook.get_sqlalchemy_engine(engine_kwargs=snowflake_engine_kwargs(conn.extra_dejson))
     return hook.get_sqlalchemy_engine()
+
+
+def snowflake_engine_kwargs(extra: dict[str, Any]) -> dict[str, Any]:
+    """What SnowflakeHook's engine needs beyond the hook for a connection with its own endpoint.
+
+    The hook puts an extra ``host``/``port`` (a private endpoint, a local emulator) into the URL's
+    query, which snowflake-sqlalchemy >= 1.11 refuses unless its legacy URL parameters are on; and
+    the hook has no field for ``protocol`` (``http`` for an emulator such as fakesnow).
+    """
+    kwargs: dict[str, Any] = {}
+    if extra.get("host") or extra.get("port"):
+        kwargs["legacy_url_params"] = True
+    protocol = str(extra.get("protocol") or "").strip().lower()
+    if protocol:
+        if protocol not in ("http", "https"):
+            raise BosConfigurationError(f"The snowflake connection's protocol must be http or https, not {protocol!r}.")
+        kwargs["connect_args"] = {"protocol": protocol}
+    return kwargs
 
 
 def airflow_fernet_cipher() -> Any:

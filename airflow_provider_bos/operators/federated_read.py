@@ -40,7 +40,7 @@ class BosFederatedReadOperator(BaseOperator):
     :param bos_conn_id: the ``bos`` Connection.
     :param context_handle: BOS context for ``bos_execute``; default: the connection's, else the one
         BOS marks ``is_default``. Templated.
-    :param destination_conn_id: an Airflow SQL connection (sqlite, postgres, mysql/MariaDB).
+    :param destination_conn_id: an Airflow SQL connection (sqlite, postgres, mysql/MariaDB, snowflake).
     :param destination_table: records table, created if missing (default ``bos_records``). Templated.
     :param destination_schema: schema / database of the table. Templated.
     :param audit_table: the sync audit table (default ``bos_sync_runs``), in the same schema.
@@ -276,7 +276,7 @@ class BosFederatedReadOperator(BaseOperator):
         from openlineage.client.event_v2 import InputDataset, OutputDataset
         from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
 
-        from airflow_provider_bos.assets.tables import table_asset_uri
+        from airflow_provider_bos.assets.tables import table_lineage_dataset
         from airflow_provider_bos.warehouse import record_columns
 
         if not self._lineage:
@@ -287,8 +287,7 @@ class BosFederatedReadOperator(BaseOperator):
             namespace=self._lineage["resource_url"],
             name=f"{self._lineage['context_handle'] or 'default'}/{self.tool_name}",
         )
-        # Namespace and name as the asset URI splits them: "<scheme>://<host>..." / "<table>".
-        namespace, _, name = table_asset_uri(url, self.destination_schema, self.destination_table).rpartition("/")
+        namespace, name = table_lineage_dataset(url, self.destination_schema, self.destination_table)
         fields = [
             schema_dataset.SchemaDatasetFacetFields(name=column, type=type_name)
             for column, type_name in record_columns(url.get_backend_name())

@@ -15,37 +15,37 @@ from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.types import TypeEngine
 
 __all__ = [
-    "RECORD_COLUMNS",
-    "WIRE_HASH_COLUMN",
-    "AUDIT_JSON_COLUMNS",
-    "RECORD_JSON_COLUMNS",
+    "ADDED_AUDIT_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
+    "AUDIT_JSON_COLUMNS",
+    "DELETED_AT_COLUMN",
+    "ERROR_MESSAGE_MAX",
+    "GUARD_INDEX_COLUMNS",
+    "HISTORY_CONTENT_COLUMNS",
+    "LIFECYCLE_COLUMNS",
+    "RECORD_COLUMNS",
+    "RECORD_JSON_COLUMNS",
     "REJECTED_COLUMN",
     "RETIRED_COLUMN",
-    "SUPERSEDED_COLUMN",
     "SCOPE_COLUMN",
-    "ADDED_AUDIT_COLUMNS",
-    "DELETED_AT_COLUMN",
     "SUPERSEDED_BY_COLUMN",
-    "LIFECYCLE_COLUMNS",
-    "HISTORY_CONTENT_COLUMNS",
-    "companion_table_name",
-    "history_table",
-    "lineage_table",
-    "ERROR_MESSAGE_MAX",
+    "SUPERSEDED_COLUMN",
     "SUPPORTED_DIALECTS",
+    "WIRE_HASH_COLUMN",
     "audit_index_name",
-    "GUARD_INDEX_COLUMNS",
-    "guard_index_name",
     "audit_table",
     "column_types",
+    "companion_table_name",
+    "guard_index_name",
+    "history_table",
+    "lineage_table",
     "record_columns",
     "records_table",
     "rejects_table",
     "rejects_table_name",
 ]
 
-SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite")
+SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "snowflake")
 
 # Our columns, in insert order. Extra columns of an existing table are left alone.
 RECORD_COLUMNS = (
@@ -128,6 +128,10 @@ def column_types(dialect_name: str) -> dict[str, TypeEngine[Any]]:
             "name": sa.String(250),
             "int": sa.BigInteger(),
         }
+    if dialect_name == "snowflake":
+        from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_column_types
+
+        return snowflake_column_types()
     raise ValueError(f"unsupported dialect {dialect_name!r}")
 
 
@@ -232,13 +236,8 @@ def audit_table(
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    sa.Index(
-        audit_index_name(name),
-        table.c.conn_id,
-        table.c.context_handle,
-        table.c.tool_name,
-        table.c.finished_at,
-    )
+    _index(dialect_name, audit_index_name(name), table.c.conn_id, table.c.context_handle, table.c.tool_name,
+           table.c.finished_at)
     return table
 
 
@@ -282,7 +281,7 @@ def history_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    sa.Index(_index_name(name, "run"), table.c._bos_run_id)
+    _index(dialect_name, _index_name(name, "run"), table.c._bos_run_id)
     return table
 
 
@@ -304,8 +303,8 @@ def lineage_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         **_table_kwargs(dialect_name),
     )
     # No primary key: (run, ref, successor) would pass InnoDB's 3072-byte key limit.
-    sa.Index(_index_name(name, "ref"), table.c.record_ref)
-    sa.Index(_index_name(name, "successor"), table.c.successor_ref)
+    _index(dialect_name, _index_name(name, "ref"), table.c.record_ref)
+    _index(dialect_name, _index_name(name, "successor"), table.c.successor_ref)
     return table
 
 
@@ -329,8 +328,15 @@ def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
         schema=schema,
         **_table_kwargs(dialect_name),
     )
-    sa.Index(_index_name(name, "run"), table.c.run_id)
+    _index(dialect_name, _index_name(name, "run"), table.c.run_id)
     return table
+
+
+def _index(dialect_name: str, name: str, *columns: sa.Column[Any]) -> None:
+    """Index ``columns`` where the database has indexes: standard Snowflake tables do not (its
+    micro-partitions are pruned by min/max instead; a clustering key is the DBA's call)."""
+    if dialect_name != "snowflake":
+        sa.Index(name, *columns)
 
 
 def _index_name(table_name: str, role: str) -> str:
@@ -344,6 +350,11 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
     ``dialect_name`` is a SQLAlchemy backend name; ``"mariadb"`` counts as ``"mysql"``.
     """
     name = "mysql" if dialect_name == "mariadb" else dialect_name
-    compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
+    if name == "snowflake":
+        from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_sa_dialect
+
+        compiler_dialect: sa.Dialect = snowflake_sa_dialect()
+    else:
+        compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
     table = records_table(sa.MetaData(), name)
     return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]

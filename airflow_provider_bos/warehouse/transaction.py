@@ -19,6 +19,8 @@ from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect,
 
 __all__ = ["RunTransaction", "UpsertCounts", "db_detail", "execute"]
 
+#: The lifecycle steps' work tables (suffix, kind), made up front where DDL commits (see precreate).
+LIFECYCLE_WORK_TABLES = (("_o", "provenance"), ("_n", "provenance"), ("_s", "successors"), ("_r", "keys"))
 # Bound parameters per suspect lookup (SQLite before 3.32 allows 999).
 #: What driver SQL returns: rows of any width and types (the SQL text is the dialect's).
 DriverResult: TypeAlias = "sa.CursorResult[*tuple[Any, ...]]"
@@ -104,6 +106,8 @@ class RunTransaction:
         self.conn = conn
         #: Work tables of the lifecycle steps (see :meth:`work_table`), dropped with the staging tables.
         self.work_tables: list[str] = []
+        self._created: set[str] = set()  # temporary tables made so far
+        self._precreated = False
         self._locked = False  # the writers' lock is held
         self._unlock_needed = False  # ... and must be released explicitly (a named lock)
 
@@ -137,18 +141,41 @@ class RunTransaction:
 
     def mark_records_start(self) -> None:
         """A savepoint: everything loaded after it can be discarded by :meth:`discard_records`."""
-        self.exec(self.dialect.savepoint())
+        savepoint = self.dialect.savepoint()
+        if savepoint is not None:
+            self.exec(savepoint)
 
     def discard_records(self) -> None:
         """Undo every row loaded since :meth:`mark_records_start` (staging and direct load), in the
         same transaction; the lock and the staging tables taken before it stay."""
-        self.exec(self.dialect.rollback_to_savepoint())
+        for statement in self.dialect.discard_loaded((self.stage, self.deduped), self.schema):
+            self.exec(statement)
 
     def target_is_empty(self) -> bool:
         return self.exec(self.dialect.probe_empty(self.target)).first() is None
 
     def create_staging(self, *, parse_json: bool) -> None:
-        self.exec(self.dialect.create_staging(self.stage, self.schema, parse_json=parse_json))
+        self._create(self.stage, self.dialect.create_staging(self.stage, self.schema, parse_json=parse_json))
+
+    def _create(self, name: str, statement: Statement) -> bool:
+        """Create the run's temporary table ``name`` unless :meth:`precreate` made it; True if made now."""
+        if name in self._created:
+            return False
+        if self.dialect.ddl_commits and self._precreated:  # pragma: no cover - a step precreate() misses
+            raise BosWarehouseError(f"Internal error: the temporary table {name} was not made before the run's "
+                                    "first write (its DDL would commit the run half-done); nothing was written.")
+        self.exec(statement)
+        self._created.add(name)
+        return True
+
+    def precreate(self) -> None:
+        """Make every temporary table the run may use before its first write (where DDL commits)."""
+        d = self.dialect
+        self.create_staging(parse_json=False)
+        self._create(self.deduped, d.create_deduped(self.deduped, self.schema, parse_json=False))
+        for suffix, kind in LIFECYCLE_WORK_TABLES:
+            self.work_table(suffix, kind)
+        self._precreated = True
 
     # --- after staging --------------------------------------------------------------------------
 
@@ -166,7 +193,7 @@ class RunTransaction:
         distinct = int(self.exec(d.count_distinct(self.stage, self.schema)).scalar_one())
         if staged == distinct:
             return self.stage, distinct
-        self.exec(d.create_deduped(self.deduped, self.schema, parse_json=parse_json))
+        self._create(self.deduped, d.create_deduped(self.deduped, self.schema, parse_json=parse_json))
         self.exec(d.dedupe(self.stage, self.deduped, self.schema, self.table))
         return self.deduped, distinct
 
@@ -236,20 +263,34 @@ class RunTransaction:
         See :meth:`~.dialects.lifecycle.LifecycleSql.create_work_table`.
         """
         name = staging_table_name(self.run_id, suffix)
-        self.exec(self.dialect.create_work_table(name, self.schema, kind))
-        self.work_tables.append(name)
+        if self._create(name, self.dialect.create_work_table(name, self.schema, kind)):
+            self.work_tables.append(name)
         return name
 
     def drop_staging(self) -> None:
         for name in (*self.work_tables, self.deduped, self.stage):
             self.exec(self.dialect.drop_staging(name, self.schema))
         self.work_tables = []
+        self._created.clear()
+
+    def drop_committed_staging(self) -> None:
+        """Drop the staging tables after the run committed (where DDL would have committed it early).
+
+        Best effort: the run is committed; a connection that cannot drop them is closed instead,
+        which ends the session and its temporary tables.
+        """
+        try:
+            self.drop_staging()
+            self.conn.commit()
+        except sa.exc.SQLAlchemyError:
+            self.conn.invalidate()
 
     def rollback(self) -> None:
         try:
             self.conn.rollback()
-            if self.dialect.name == "mysql":
-                # MySQL temporary tables survive a rollback; the pooled connection must not keep them.
+            if self.dialect.name == "mysql" or self.dialect.ddl_commits:
+                # MySQL and Snowflake temporary tables survive a rollback; the pooled connection must
+                # not keep them.
                 self.drop_staging()
                 self.conn.commit()
         except sa.exc.SQLAlchemyError:

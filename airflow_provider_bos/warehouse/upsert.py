@@ -121,7 +121,8 @@ class WarehouseWriter:
         self.schema = validate_schema(schema, self.dialect.name)
         if batch_size < 1:
             raise BosWarehouseError("batch_size must be at least 1.")
-        self.batch_size = batch_size
+        # A dialect with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
+        self.batch_size = min(batch_size, self.dialect.max_batch_rows or batch_size)
         self.lock_timeout_s = lock_timeout_s
         self.use_copy = self.dialect.uses_copy
         # The DB-API's base error: COPY runs on the raw driver connection, outside SQLAlchemy.
@@ -392,6 +393,8 @@ class WarehouseWriter:
         try:
             try:
                 tx.begin()
+                if d.ddl_commits:  # every temporary table before the first write: their DDL commits
+                    tx.precreate()
                 if life.history_table is not None:
                     seed_history(tx, life.history_table)
                 direct, parse_json = self._prepare_staging(tx, options)
@@ -410,7 +413,8 @@ class WarehouseWriter:
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, kept=kept, direct=direct)
                 audit.pop("observed_at", None)
-                tx.drop_staging()
+                if not d.ddl_commits:  # else after the commit: a DROP would commit the run half-done
+                    tx.drop_staging()
                 tx.exec(audit_insert(d, self.audit_table, self.schema, run, finished_at=utcnow(),
                                      counts=counts.as_dict(), destination_table=self.destination_table,
                                      present=self.audit_columns, scope=scope_key(life.options, run), **audit))
@@ -423,6 +427,8 @@ class WarehouseWriter:
                         f"unchanged): {db_detail(exc)}"
                     ) from exc
                 raise
+            if d.ddl_commits:
+                tx.drop_committed_staging()
         finally:
             tx.close()
         log.info(

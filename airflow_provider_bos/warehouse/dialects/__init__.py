@@ -39,7 +39,7 @@ __all__ = [
 
 
 def dialect_for(engine_or_dialect: sa.Engine | sa.Dialect, **options: Any) -> WarehouseDialect:
-    """The warehouse dialect for an engine; PostgreSQL, MySQL/MariaDB and SQLite are supported."""
+    """The warehouse dialect for an engine; PostgreSQL, MySQL/MariaDB, SQLite and Snowflake are supported."""
     sa_dialect = engine_or_dialect.dialect if isinstance(engine_or_dialect, sa.Engine) else engine_or_dialect
     name = sa_dialect.name
     if name == "postgresql":
@@ -48,6 +48,10 @@ def dialect_for(engine_or_dialect: sa.Engine | sa.Dialect, **options: Any) -> Wa
         return MySqlDialect(sa_dialect, **options)
     if name == "sqlite":
         return SqliteDialect(sa_dialect, **options)
+    if name == "snowflake":  # imported here: its types need the optional snowflake-sqlalchemy
+        from airflow_provider_bos.warehouse.dialects.snowflake import SnowflakeDialect
+
+        return SnowflakeDialect(sa_dialect, **options)
     raise BosWarehouseError(
-        f"Destination database {name!r} is not supported; use PostgreSQL, MySQL/MariaDB or SQLite."
+        f"Destination database {name!r} is not supported; use PostgreSQL, MySQL/MariaDB, SQLite or Snowflake."
     )

@@ -109,6 +109,10 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     # writes); a driver that encodes in Python (PyMySQL) or a database in this process (SQLite)
     # contends with the producer for the GIL instead (both measured slower, see bench/README.md).
     load_thread = False
+    # Any DDL commits the open transaction (Snowflake): staging is dropped after the run's commit.
+    ddl_commits = False
+    # Rows per staging/insert chunk at most (a statement-size limit), None: the writer's batch_size.
+    max_batch_rows: int | None = None
 
     @property
     def written_columns(self) -> tuple[str, ...]:
@@ -206,9 +210,13 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     def unlock(self, target: str) -> Statement | None:
         return None
 
-    def savepoint(self) -> Statement:
+    def savepoint(self) -> Statement | None:
         """Mark where the run's records start loading (a restarted final frame rolls back to it)."""
         return Statement(f"SAVEPOINT {RECORDS_SAVEPOINT}")
+
+    def discard_loaded(self, stages: tuple[str, ...], schema: str | None) -> list[Statement]:
+        """Undo the rows loaded since :meth:`savepoint` (``stages``: the run's staging tables)."""
+        return [self.rollback_to_savepoint()]
 
     def rollback_to_savepoint(self) -> Statement:
         return Statement(f"ROLLBACK TO SAVEPOINT {RECORDS_SAVEPOINT}")

@@ -1,0 +1,194 @@
+"""Snowflake: multi-row INSERT staging, one MERGE, VARIANT by PARSE_JSON, TIMESTAMP_TZ.
+
+What differs from the other dialects, and why:
+
+- **Identifiers.** snowflake-sqlalchemy's preparer leaves an all-lower-case name unquoted, so
+  Snowflake folds it to upper case: ``destination_table="bos_records"`` is the table
+  ``BOS_RECORDS``, which any unquoted reference (``select * from bos_records``) finds. A name with
+  an upper-case letter is quoted as given and is case-sensitive (``"Bos_Records"``).
+- **Staging.** Rows go into a TEMPORARY table by ``executemany``: with the connector's client-side
+  binding (pyformat) one chunk is ONE multi-row ``INSERT ... VALUES (...), (...)`` statement, so a
+  run sends O(chunks) statements, not one per record. A chunk is at most :attr:`max_batch_rows`
+  rows, which keeps a statement of ~1.3 KB records under Snowflake's statement-size limit.
+  JSON is staged as text and parsed (``PARSE_JSON``) only for the rows the MERGE writes.
+- **VALUES takes no PARSE_JSON.** Snowflake refuses expressions like ``PARSE_JSON(?)`` in a
+  ``VALUES`` list, so every insert that parses JSON is ``INSERT ... SELECT`` instead.
+- **DDL commits.** Any DDL (temporary tables included) commits the open transaction, so the
+  staging tables are made before the run's first write and dropped after its commit
+  (:attr:`ddl_commits`); the records, the audit row and the rejects commit together.
+- **No savepoints.** A restarted final frame empties the staging tables instead
+  (:meth:`discard_loaded`): nothing reaches the target before the MERGE.
+- **No LOCK TABLE.** Snowflake serialises concurrent MERGEs into one table itself; a writer that
+  slips between classification and MERGE changes the MERGE's row count, which the writer checks,
+  so the run rolls back instead of reporting wrong counts.
+- **Primary keys are not enforced.** The MERGE's ON clause keeps ``record_ref`` unique, the
+  dedupe step makes the source one row per key.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.schema import (
+    DELETED_AT_COLUMN,
+    RECORD_JSON_COLUMNS,
+    SUPERSEDED_BY_COLUMN,
+    WIRE_HASH_COLUMN,
+)
+
+__all__ = ["SnowflakeDialect"]
+
+
+class SnowflakeDialect(WarehouseDialect):
+    """Snowflake through snowflake-sqlalchemy: multi-row INSERT staging and one MERGE."""
+
+    name = "snowflake"
+    # Every run stages and merges: there is no cheaper path into an empty table to pay for a second
+    # load path (no COPY from the client; PUT + COPY INTO needs a stage and a file).
+    direct_load = False
+    ddl_commits = True
+    # Rows per multi-row INSERT: ~1.3 KB records make ~0.65 MB of statement text.
+    max_batch_rows = 500
+
+    # --- identifiers and values -----------------------------------------------------------------
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        # Qualified like the target: a connection without a current schema has no home for it.
+        return self.table_ref(stage, schema)
+
+    def bind_timestamp(self, value: datetime) -> Any:
+        # ISO 8601 with its offset: TIMESTAMP_TZ keeps the offset, and the text form needs no
+        # session time zone to be read back as the same instant.
+        return value.astimezone(UTC).isoformat()
+
+    def bind_ts(self) -> str:
+        return f"CAST({self.placeholder} AS TIMESTAMP_TZ)"
+
+    def bind_id(self) -> str:
+        return f"CAST({self.placeholder} AS VARCHAR(64))"
+
+    def bind_json(self) -> str:
+        return f"PARSE_JSON({self.placeholder})"
+
+    # --- transaction framing --------------------------------------------------------------------
+
+    def savepoint(self) -> Statement | None:
+        return None
+
+    def discard_loaded(self, stages: tuple[str, ...], schema: str | None) -> list[Statement]:
+        return [Statement(f"DELETE FROM {self.stage_ref(s, schema)}") for s in stages]
+
+    # --- staging --------------------------------------------------------------------------------
+
+    def _stage_column_defs(self, *, with_seq: bool, parse_json: bool = False) -> list[str]:
+        # JSON stays text in staging: an unchanged re-run parses none of it.
+        variant = self.type_sql("json")
+        return [d.replace(f" {variant}", " VARCHAR", 1) for d in super()._stage_column_defs(with_seq=with_seq)]
+
+    def create_deduped(self, stage: str, schema: str | None, *, parse_json: bool = False) -> Statement:
+        # No PRIMARY KEY (Snowflake would not enforce it): dedupe makes the rows distinct.
+        cols = ", ".join(self._stage_column_defs(with_seq=False))
+        return Statement(f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.stage_ref(stage, schema)} ({cols})")
+
+    def dedupe(self, src: str, dst: str, schema: str | None, target: str) -> Statement:
+        # A known row's observed_at is the stored row's: a join, not a correlated subquery (which
+        # Snowflake does not evaluate inside a window's ORDER BY).
+        q = self.quote
+        cols = [c for c in self.stage_columns if c != "_bos_seq"]
+        col_list = ", ".join(q(c) for c in cols)
+        ref, obs = q("record_ref"), q("_bos_observed_at")
+        return Statement(
+            f"INSERT INTO {self.stage_ref(dst, schema)} ({col_list}) "
+            f"SELECT {', '.join(f's.{q(c)}' for c in cols)} FROM {self.stage_ref(src, schema)} s "
+            f"LEFT JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} "
+            f"QUALIFY ROW_NUMBER() OVER (PARTITION BY s.{ref} ORDER BY COALESCE(s.{obs}, t.{obs}) DESC, "
+            f"s.{q('_bos_seq')} DESC) = 1"
+        )
+
+    def _staged_value(self, s: str, col: str) -> str:
+        if col in RECORD_JSON_COLUMNS:
+            return f"PARSE_JSON({s}.{self.quote(col)})"
+        return f"{s}.{self.quote(col)}"
+
+    # --- the merge ------------------------------------------------------------------------------
+
+    def _source(self, stage: str, schema: str | None) -> str:
+        """The MERGE's source: the staged rows that carry content, as target rows (JSON parsed,
+        the run's columns added), so every SET and INSERT value is a plain column of it."""
+        q = self.quote
+        values = ", ".join(f"{v} AS {q(c)}" for c, v in zip(self.written_columns, self._select_list(), strict=True))
+        return f"(SELECT {values} FROM {self.stage_ref(stage, schema)} s WHERE {self._decoded('s')}) s"
+
+    def _select_list(self) -> list[str]:
+        parts = []
+        for col in self.written_columns:
+            if col == "_bos_synced_at":
+                parts.append(self.bind_ts())
+            elif col == "_bos_run_id":
+                parts.append(self.bind_id())
+            else:
+                parts.append(self._staged_value("s", col))
+        return parts
+
+    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
+        q = self.quote
+        ref = q("record_ref")
+        # A written row is current again: its lifecycle columns go back to NULL.
+        sets = ", ".join([*(f"{q(c)} = s.{q(c)}" for c in self.updated_columns),
+                          *(f"{q(c)} = NULL" for c in self.lifecycle_resets())])
+        cols = self._written_column_list()
+        values = ", ".join(f"s.{q(c)}" for c in self.written_columns)
+        sql = (
+            f"MERGE INTO {self.table_ref(target, schema)} t USING {self._source(stage, schema)} "
+            f"ON t.{ref} = s.{ref} "
+            f"WHEN MATCHED AND {self._write_allowed('t', 's')} AND {self._changed('t', 's')} THEN UPDATE SET {sets} "
+            f"WHEN NOT MATCHED THEN INSERT ({cols}) VALUES ({values})"
+        )
+        return [(Statement(sql, (self.bind_timestamp(synced_at), run_id)), "inserted+updated")]
+
+    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        q = self.quote
+        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
+            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND {self._hash_differs(f't.{w}', f's.{w}')}"
+        )
+
+    # --- lifecycle (supersede, retire, history) ------------------------------------------------------
+
+    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+        # FLATTEN: one row per element of the VARIANT array.
+        join = f", LATERAL FLATTEN(INPUT => {alias}.{self.quote('sources')}) p"
+        return join, tuple(f"p.value:{c}::VARCHAR" for c in ("source_type", "source_identity", "external_id"))
+
+    def mark_retired(self, target, keys, schema, *, successor, retired_at, run_id):
+        if not successor:
+            return super().mark_retired(target, keys, schema, successor=False, retired_at=retired_at, run_id=run_id)
+        # UPDATE ... FROM: Snowflake evaluates no correlated subquery in a SET clause.
+        q = self.quote
+        ref = q("record_ref")
+        stamp = self.bind_timestamp(retired_at)
+        p = self.placeholder
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t SET {q(DELETED_AT_COLUMN)} = {p}, "
+            f"{q(SUPERSEDED_BY_COLUMN)} = k.successor_ref, {q('_bos_run_id')} = {p}, {q('_bos_synced_at')} = {p} "
+            f"FROM {self.stage_ref(keys, schema)} k WHERE t.{ref} = k.{ref}",
+            (stamp, run_id, stamp),
+        )
+
+    # --- audit ----------------------------------------------------------------------------------
+
+    def insert_audit(self, audit: str, schema: str | None, columns: list[str], json_columns: set[str]) -> Statement:
+        # INSERT ... SELECT: PARSE_JSON is not allowed in a VALUES list.
+        cols = ", ".join(self.quote(c) for c in columns)
+        marks = ", ".join(self.bind_json() if c in json_columns else self.placeholder for c in columns)
+        return Statement(f"INSERT INTO {self.table_ref(audit, schema)} ({cols}) SELECT {marks}")
+
+    def insert_target(self, target: str, schema: str | None) -> Statement:
+        cols = self.written_columns
+        marks = ", ".join(self.bind_json() if c in RECORD_JSON_COLUMNS else self.placeholder for c in cols)
+        return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) SELECT {marks}")

@@ -1,0 +1,110 @@
+-- airflow-provider-bos: destination tables for Snowflake.
+-- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_snowflake_ddl.py
+-- compares them). The operator creates these itself when missing; run this file when a DBA creates
+-- them instead, in the database and schema of the bos_warehouse connection.
+-- Names are unquoted, so Snowflake stores them upper-cased (BOS_RECORDS, RECORD_REF): the operator's
+-- destination_table="bos_records" is this table. Timestamps are TIMESTAMP_TZ (written in UTC).
+-- JSON columns are VARIANT (query them as attributes:dept::VARCHAR). Standard Snowflake tables have
+-- no indexes; PRIMARY KEY is recorded but not enforced (the MERGE keeps record_ref unique).
+-- _bos_record_hash = sha256 hex of the record's canonical JSON.
+
+CREATE TABLE IF NOT EXISTS bos_records (
+    record_ref        VARCHAR(512) NOT NULL,
+    display_name      TEXT,
+    email             TEXT,
+    phone             TEXT,
+    lifecycle         VARIANT,
+    identity_match    VARIANT,
+    attributes        VARIANT NOT NULL,
+    sources           VARIANT NOT NULL,
+    _bos_observed_at  TIMESTAMP_TZ NOT NULL,
+    _bos_synced_at    TIMESTAMP_TZ NOT NULL,
+    _bos_run_id       VARCHAR(64) NOT NULL,
+    _bos_record_hash  VARCHAR(64) NOT NULL,
+    -- sha256 hex of the record's bytes as received: re-runs skip byte-identical records.
+    -- Tables made before it: ALTER TABLE bos_records ADD COLUMN _bos_wire_hash VARCHAR(64);
+    _bos_wire_hash    VARCHAR(64),
+    -- NULL while the row is current; set when a run retired it (a complete full read did not return
+    -- it, or it was superseded by the record named in _bos_superseded_by). Tables made before them:
+    -- the writer adds both, or run ALTER TABLE bos_records ADD COLUMN _bos_deleted_at TIMESTAMP_TZ;
+    -- and ALTER TABLE bos_records ADD COLUMN _bos_superseded_by VARCHAR(512);
+    _bos_deleted_at   TIMESTAMP_TZ,
+    _bos_superseded_by VARCHAR(512),
+    PRIMARY KEY (record_ref)
+);
+
+CREATE TABLE IF NOT EXISTS bos_sync_runs (
+    run_id               VARCHAR(64) NOT NULL,
+    dag_id               VARCHAR(250),
+    task_id              VARCHAR(250),
+    airflow_run_id       VARCHAR(250),
+    conn_id              VARCHAR(250),
+    context_handle       VARCHAR(255),
+    tool_name            VARCHAR(255),
+    arguments_hash       VARCHAR(64),
+    started_at           TIMESTAMP_TZ,
+    finished_at          TIMESTAMP_TZ NOT NULL,
+    status               VARCHAR(16) NOT NULL,   -- complete | partial | failed
+    completeness         VARCHAR(32),
+    result_count         BIGINT,
+    inserted             BIGINT,
+    updated              BIGINT,
+    unchanged            BIGINT,
+    skipped_stale        BIGINT,
+    duplicates           BIGINT,
+    -- records quarantined in <table>_rejects (invalid_records="quarantine").
+    -- Tables made before it: the writer adds it, or run ALTER TABLE bos_sync_runs ADD COLUMN rejected BIGINT;
+    rejected             BIGINT,
+    -- rows retired (not returned by a complete full read) and superseded (merged or split into other
+    -- records of a complete result); scope: sha256 of the read's scope (see docs/sync-modes.md).
+    -- Tables made before them: the writer adds them, or ALTER TABLE bos_sync_runs ADD COLUMN retired BIGINT;
+    -- (superseded BIGINT, scope VARCHAR(64) likewise).
+    retired              BIGINT,
+    superseded           BIGINT,
+    scope                VARCHAR(64),
+    provisional_records  BIGINT,
+    provisional_pages    BIGINT,
+    source_errors        VARIANT,
+    source_summary       VARIANT,
+    error_message        TEXT,
+    destination_table    VARCHAR(200),
+    PRIMARY KEY (run_id)
+);
+
+-- Only with invalid_records="quarantine": records bos_records cannot store (one table per records
+-- table, named <table>_rejects). record: the record's JSON bytes, at most 64 KiB (truncated: cut).
+CREATE TABLE IF NOT EXISTS bos_records_rejects (
+    run_id       VARCHAR(64) NOT NULL,
+    record_ref   TEXT,
+    reason       TEXT NOT NULL,
+    record       BINARY NOT NULL,
+    truncated    BOOLEAN NOT NULL,
+    rejected_at  TIMESTAMP_TZ NOT NULL
+);
+
+-- Who was merged into whom: one row per (superseded record_ref, successor record_ref) and run
+-- (a merge: several rows with one successor_ref; a split: several with one record_ref).
+CREATE TABLE IF NOT EXISTS bos_records_lineage (
+    run_id         VARCHAR(64) NOT NULL,
+    record_ref     VARCHAR(512) NOT NULL,
+    successor_ref  VARCHAR(512) NOT NULL,
+    recorded_at    TIMESTAMP_TZ NOT NULL
+);
+
+-- Only with history=True: every version of every record (SCD2); _bos_valid_to NULL = the current one.
+CREATE TABLE IF NOT EXISTS bos_records_history (
+    record_ref        VARCHAR(512) NOT NULL,
+    display_name      TEXT,
+    email             TEXT,
+    phone             TEXT,
+    lifecycle         VARIANT,
+    identity_match    VARIANT,
+    attributes        VARIANT NOT NULL,
+    sources           VARIANT NOT NULL,
+    _bos_observed_at  TIMESTAMP_TZ NOT NULL,
+    _bos_record_hash  VARCHAR(64) NOT NULL,
+    _bos_valid_from   TIMESTAMP_TZ NOT NULL,
+    _bos_valid_to     TIMESTAMP_TZ,
+    _bos_run_id       VARCHAR(64) NOT NULL,
+    PRIMARY KEY (record_ref, _bos_valid_from)
+);

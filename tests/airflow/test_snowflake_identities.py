@@ -1,0 +1,44 @@
+"""Identities over time end to end on Snowflake: the suite every database runs (imported), its
+destination a Connection of type ``snowflake`` on the fakesnow server, through SnowflakeHook.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
+import test_identities_over_time as days_suite
+from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from test_identities_over_time import *
+
+pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
+
+
+@pytest.fixture()
+def warehouse_url(snowflake_url: str) -> str:  # noqa: F811
+    return snowflake_url
+
+
+@pytest.fixture(autouse=True)
+def _snowflake_connection(bos_airflow: dict[str, Any], fakesnow_server: dict[str, Any],  # noqa: F811
+                          monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", json.dumps(snowflake_connection_json(fakesnow_server)))
+    monkeypatch.setattr(days_suite, "rows", _rows)
+    yield
+
+
+def _rows(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    # fakesnow sends a NULL TIMESTAMP_TZ to the client as 1970-01-01: NULL-ness is read in SQL.
+    with env["engine"].connect() as conn:
+        result = conn.execute(sa.text(
+            f"SELECT record_ref, _bos_deleted_at IS NULL AS is_current, _bos_superseded_by FROM {env['table']}"
+        )).mappings()
+        return {r["record_ref"]: {"record_ref": r["record_ref"], "_bos_superseded_by": r["_bos_superseded_by"],
+                                  "_bos_deleted_at": None if r["is_current"] else "retired"} for r in result}

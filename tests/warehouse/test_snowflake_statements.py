@@ -1,0 +1,67 @@
+"""A Snowflake sync sends O(batches) statements, not O(records) (counted at the connector)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
+from whhelpers import make_record, run_info, write
+
+from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.dialects.snowflake import SnowflakeDialect
+
+pytestmark = pytest.mark.snowflake
+
+
+@contextmanager
+def sent_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement the connector sends to the server (executemany's multi-row INSERT is one)."""
+    from snowflake.connector.cursor import SnowflakeCursor
+
+    sent: list[str] = []
+    execute = SnowflakeCursor.execute
+
+    def counting(self, command, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(command)
+        return execute(self, command, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(SnowflakeCursor, "execute", counting)
+        yield sent
+
+
+def _sync(engine: sa.Engine, table: str, n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    writer = WarehouseWriter(engine, table=table, audit_table=f"{table}_runs")
+    writer.ensure_tables()  # DDL and inspection are counted apart from the run
+    records = [make_record(i) for i in range(n)]
+    try:
+        with sent_statements(monkeypatch) as first:
+            assert write(writer, records).inserted == n
+        with sent_statements(monkeypatch) as rerun:
+            assert write(writer, records, run=run_info()).unchanged == n
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}_runs")
+    return first, rerun
+
+
+def test_statements_grow_with_batches_not_records(snowflake_url: str, unique_table: str,  # noqa: F811
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
+    batch = SnowflakeDialect.max_batch_rows
+    small_first, small_rerun = _sync(engine, unique_table, 2 * batch, monkeypatch)
+    large_first, large_rerun = _sync(engine, f"{unique_table}_l", 6 * batch, monkeypatch)
+    engine.dispose()
+
+    inserts = [s for s in large_first if s.lstrip().upper().startswith("INSERT INTO BOS_STAGE_") and ") VALUES (" in s]
+    assert len(inserts) == 6  # one multi-row INSERT per batch of staged rows
+    # Three times the records: exactly the four extra staging batches, on the first run and the re-run.
+    assert len(large_first) - len(small_first) == 4
+    assert len(large_rerun) - len(small_rerun) == 4
+    # Everything else is a constant handful: the run's temporary tables made and dropped, classify,
+    # merge, supersession's look-up, audit row, commit.
+    assert len(large_first) <= 6 + 20
