@@ -32,7 +32,7 @@ __all__ = [
     "rejects_table_name",
 ]
 
-SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite")
+SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "duckdb")
 
 # Our columns, in insert order. Extra columns of an existing table are left alone.
 RECORD_COLUMNS = (
@@ -96,6 +96,17 @@ def column_types(dialect_name: str) -> dict[str, TypeEngine]:
             "id": sa.String(64),
             "hash": sa.String(64),
             "name": sa.String(250),
+            "int": sa.BigInteger(),
+        }
+    if dialect_name == "duckdb":
+        return {
+            "key": sa.String(),  # DuckDB ignores VARCHAR lengths
+            "text": sa.String(),
+            "json": sa.JSON(),  # DuckDB's JSON type (text, checked on the way in)
+            "ts": sa.DateTime(timezone=True),  # TIMESTAMPTZ
+            "id": sa.String(),
+            "hash": sa.String(),
+            "name": sa.String(),
             "int": sa.BigInteger(),
         }
     raise ValueError(f"unsupported dialect {dialect_name!r}")
@@ -255,6 +266,7 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
     ``dialect_name`` is a SQLAlchemy backend name; ``"mariadb"`` counts as ``"mysql"``.
     """
     name = "mysql" if dialect_name == "mariadb" else dialect_name
-    compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
+    compilers = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}
+    compiler_dialect = compilers[name]() if name in compilers else sa.engine.URL.create(name).get_dialect()()
     table = records_table(sa.MetaData(), name)
     return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]

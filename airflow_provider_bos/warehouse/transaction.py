@@ -7,6 +7,7 @@ builds, in order, on one connection, and knows the run's two staging tables.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
@@ -94,6 +95,8 @@ class RunTransaction:
             conn = conn.execution_options(isolation_level=dialect.isolation_level)
         self.conn = conn
         self._locked = False  # the writers' lock is held
+        self._database = str(engine.url.database or "")
+        self._process_lock: threading.Lock | None = None  # held (see WarehouseDialect.process_lock)
         self._unlock_needed = False  # ... and must be released explicitly (a named lock)
 
     def exec(self, statement: Statement) -> sa.CursorResult:
@@ -111,6 +114,14 @@ class RunTransaction:
         if self._locked:
             return
         d = self.dialect
+        local = d.process_lock(self._database, self.target)
+        if local is not None:
+            if not local.acquire(timeout=max(self.lock_timeout_s, 0)):
+                raise BosWarehouseError(
+                    f"Another writer in this process held {self.destination_table} for "
+                    f"{self.lock_timeout_s:.0f}s; retry the task later."
+                )
+            self._process_lock = local
         result = None
         locks = d.lock(self.target, timeout_s=self.lock_timeout_s)
         for statement in locks:
@@ -126,12 +137,15 @@ class RunTransaction:
 
     def mark_records_start(self) -> None:
         """A savepoint: everything loaded after it can be discarded by :meth:`discard_records`."""
-        self.exec(self.dialect.savepoint())
+        savepoint = self.dialect.savepoint()
+        if savepoint is not None:
+            self.exec(savepoint)
 
     def discard_records(self) -> None:
         """Undo every row loaded since :meth:`mark_records_start` (staging and direct load), in the
         same transaction; the lock and the staging tables taken before it stay."""
-        self.exec(self.dialect.rollback_to_savepoint())
+        for statement in self.dialect.discard_records(self.stage, self.table, self.schema, self.run_id):
+            self.exec(statement)
 
     def target_is_empty(self) -> bool:
         return self.exec(self.dialect.probe_empty(self.target)).first() is None
@@ -226,8 +240,8 @@ class RunTransaction:
     def rollback(self) -> None:
         try:
             self.conn.rollback()
-            if self.dialect.name == "mysql":
-                # MySQL temporary tables survive a rollback; the pooled connection must not keep them.
+            if self.dialect.temp_tables_survive_rollback:
+                # The pooled connection must not keep them.
                 self.drop_staging()
                 self.conn.commit()
         except sa.exc.SQLAlchemyError:
@@ -245,4 +259,9 @@ class RunTransaction:
                     except sa.exc.SQLAlchemyError:  # closing the connection releases it too
                         self.conn.invalidate()
         finally:
-            self.conn.close()
+            try:
+                self.conn.close()
+            finally:
+                if self._process_lock is not None:
+                    self._process_lock.release()
+                    self._process_lock = None

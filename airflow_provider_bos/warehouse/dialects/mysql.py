@@ -20,6 +20,9 @@ class MySqlDialect(WarehouseDialect):
     # lock before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
     lock_before_staging = True
+    uses_guard_index = True
+    # MySQL temporary tables survive a rollback.
+    temp_tables_survive_rollback = True
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.
