@@ -2,6 +2,7 @@
 
     airflow-provider-bos connect --conn-id bos_default --resource https://dfsm.ai/mcp/apps/bos/platform
     airflow-provider-bos token-store show --conn-id bos_default
+    airflow-provider-bos erase --conn-id warehouse --table bos_records --record-ref <ref> [...]
 
 ``connect`` discovers the authorization server, registers a public client (unless ``--client-id``),
 prints the sign-in URL (and opens a browser when there is one), receives the callback on a
@@ -369,7 +370,7 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="BOS provider tools: OAuth connect and token store."
+        prog=PROG, description="BOS provider tools: OAuth connect, token store, erasure."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -408,6 +409,10 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--conn-id", default="bos_default")
     _add_store_options(show)
     show.set_defaults(handler=_cmd_token_store_show)
+
+    from airflow_provider_bos.cli_erase import add_erase_parser
+
+    add_erase_parser(commands)
     return parser
 
 

@@ -22,6 +22,7 @@ from airflow_provider_bos.wire import (
     FederatedRead,
     KnownWireHashes,
     ReadObservations,
+    ReconcileOptions,
     RecordSink,
     RunInfo,
     StreamingRead,
@@ -62,6 +63,11 @@ class SyncOutcome:
             "duplicates": counts.duplicates,
             # Records quarantined in <table>_rejects (invalid_records="quarantine").
             "rejected": counts.rejected,
+            # Rows retired (a complete full read did not return them) and superseded (merged or split
+            # into other records of a complete result); rows max_retire_fraction kept from retiring.
+            "retired": counts.retired,
+            "superseded": counts.superseded,
+            "retire_withheld": counts.retire_withheld,
             "provisional_records": result.observations.provisional_records,
             # Final records that arrived byte-identical to stored rows and were not decoded.
             "records_known": result.known_records,
@@ -111,6 +117,7 @@ def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | A
         "source_summary": result.observations.summary(),
         "provisional_records": result.observations.provisional_records,
         "provisional_pages": result.observations.pages,
+        "observed_at": getattr(result.metadata, "observed_at", None),
     }
 
 
@@ -181,6 +188,7 @@ def run_sync(
     arguments: dict[str, Any],
     logger: logging.Logger | Any = log,
     invalid_records: str = "fail",
+    reconcile: ReconcileOptions | None = None,
     **read_options: Any,
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
@@ -189,7 +197,9 @@ def run_sync(
     ``on_context`` (notes the read's context on ``run`` as soon as it is known). On any
     failure the records table is untouched, a ``failed`` audit row is written, and the error is
     re-raised. ``invalid_records``: ``"fail"`` or ``"quarantine"`` (see :class:`~..wire.WriteOptions`);
-    a run that quarantined records is ``partial``.
+    a run that quarantined records is ``partial``. ``reconcile``: sync mode, scope, deletions, the
+    retire guard and history (:class:`~..wire.ReconcileOptions`; default: incremental); a run whose
+    retirements the guard withheld is ``partial``.
     """
     result: StreamingRead | None = None
     try:
@@ -211,10 +221,10 @@ def run_sync(
             # then, inside the same transaction (an error there rolls everything back).
             with streaming:
                 options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
-                                       invalid_records=invalid_records)
+                                       invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions())
                 counts = writer.write_run(run, streaming.records, options)
     except BaseException as exc:
         _audit_failure(writer, run, exc, result, logger)
         raise
-    status = "partial" if counts.rejected else run_status(streaming)
+    status = "partial" if counts.rejected or counts.retire_withheld else run_status(streaming)
     return SyncOutcome(run=run, result=streaming, counts=counts, status=status)

@@ -25,6 +25,10 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosResultErro
 
 __all__ = [
     "INVALID_RECORDS_MODES",
+    "ReconcileOptions",
+    "SYNC_MODES",
+    "DELETIONS_MODES",
+    "check_reconcile",
     "check_invalid_records",
     "FederatedRead",
     "KnownRecord",
@@ -207,6 +211,10 @@ class WriteCounts(Protocol):
     skipped_stale: int
     duplicates: int
     rejected: int
+    retired: int
+    superseded: int
+    #: Rows a complete full read would have retired, kept current by ``max_retire_fraction``.
+    retire_withheld: int
 
 
 #: ``WriteOptions.invalid_records`` (and the operator's option of that name).
@@ -222,6 +230,68 @@ def check_invalid_records(mode: Any) -> str:
     return mode
 
 
+#: ``ReconcileOptions.sync_mode`` and ``.deletions`` (and the operator's options of those names).
+SYNC_MODES = ("incremental", "full")
+DELETIONS_MODES = ("soft", "hard")
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileOptions:
+    """How a run reconciles the table with what the read returned (see docs/sync-modes.md).
+
+    ``sync_mode``: ``"incremental"`` (upserts; supersession only) or ``"full"`` (the read returns
+    every record of its scope: a complete one retires the scope's rows it did not return).
+    ``scope``: the scope's name when the read's arguments change from run to run (default: the
+    BOS resource, context, tool and arguments). ``resource``: the BOS resource the scope names.
+    ``deletions``: ``"soft"`` (``_bos_deleted_at`` set) or ``"hard"`` (rows deleted).
+    ``max_retire_fraction``: a complete full read that would retire more than this fraction of its
+    scope's current rows retires nothing and is audited ``partial`` (None: no guard).
+    ``history``: keep every version in ``<table>_history``. ``adopt_unscoped_rows``: a full read
+    may also retire rows written before scopes existed by runs of the same read (same connection,
+    context, tool and, without ``scope``, arguments hash in their audit row).
+    """
+
+    sync_mode: str = "incremental"
+    scope: str | None = None
+    resource: str | None = None
+    deletions: str = "soft"
+    max_retire_fraction: float | None = 0.5
+    history: bool = False
+    adopt_unscoped_rows: bool = False
+
+
+def check_reconcile(
+    *, sync_mode: Any = "incremental", scope: Any = None, deletions: Any = "soft", max_retire_fraction: Any = 0.5,
+    history: Any = False, adopt_unscoped_rows: Any = False, resource: str | None = None,
+) -> ReconcileOptions:
+    """The :class:`ReconcileOptions` of these values; :class:`BosConfigurationError` saying what to fix."""
+    if not isinstance(sync_mode, str) or sync_mode not in SYNC_MODES:
+        raise BosConfigurationError(f"sync_mode must be one of {SYNC_MODES}, not {str(sync_mode)[:40]!r}.")
+    if not isinstance(deletions, str) or deletions not in DELETIONS_MODES:
+        raise BosConfigurationError(f"deletions must be one of {DELETIONS_MODES}, not {str(deletions)[:40]!r}.")
+    if scope is not None and (not isinstance(scope, str) or not scope.strip() or len(scope) > 200):
+        raise BosConfigurationError(
+            "scope must be a non-empty name of at most 200 characters (e.g. 'people-nightly'), or None "
+            "for the read's own scope (BOS resource, context, tool, arguments)."
+        )
+    if max_retire_fraction is not None and (
+        isinstance(max_retire_fraction, bool) or not isinstance(max_retire_fraction, int | float)
+        or not 0 <= max_retire_fraction <= 1
+    ):
+        raise BosConfigurationError(
+            f"max_retire_fraction must be a number from 0 to 1 (or None to turn the guard off), "
+            f"not {str(max_retire_fraction)[:40]!r}."
+        )
+    for name, value in (("history", history), ("adopt_unscoped_rows", adopt_unscoped_rows)):
+        if not isinstance(value, bool):
+            raise BosConfigurationError(f"{name} must be True or False, not {str(value)[:40]!r}.")
+    return ReconcileOptions(
+        sync_mode=sync_mode, scope=scope, resource=resource, deletions=deletions,
+        max_retire_fraction=None if max_retire_fraction is None else float(max_retire_fraction),
+        history=history, adopt_unscoped_rows=adopt_unscoped_rows,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class WriteOptions:
     """How one run is written (the per-call options of :meth:`RecordSink.write_run`).
@@ -234,13 +304,17 @@ class WriteOptions:
     :class:`KnownRecord` claims against. ``default_observed_at``: a record's observation time when
     none of its sources carries one (the read's ``metadata.observed_at``). ``invalid_records``:
     ``"fail"`` (a record the table cannot store rolls the run back) or ``"quarantine"`` (it goes
-    to the rejects table ``<table>_rejects`` and the run is ``partial``).
+    to the rejects table ``<table>_rejects`` and the run is ``partial``). The audit fields may
+    also carry ``observed_at``, the read's observation time (``metadata.observed_at``): a full read
+    never retires a row observed after it.
     """
 
     audit: Mapping[str, Any] | Callable[[], Mapping[str, Any]]
     known: KnownWireHashes | None = None
     default_observed_at: str | datetime | None = None
     invalid_records: str = "fail"
+    #: Retire, supersede and history (:class:`ReconcileOptions`; the default: incremental, no history).
+    reconcile: ReconcileOptions = ReconcileOptions()
 
 
 class RecordSink(Protocol):

@@ -19,6 +19,12 @@ CREATE TABLE IF NOT EXISTS bos_records (
     -- sha256 hex of the record's bytes as received: re-runs skip byte-identical records.
     -- Tables made before it: ALTER TABLE bos_records ADD COLUMN _bos_wire_hash VARCHAR(64);
     _bos_wire_hash    VARCHAR(64),
+    -- NULL while the row is current; set when a run retired it (a complete full read did not return
+    -- it, or it was superseded by the record named in _bos_superseded_by). Tables made before them:
+    -- the writer adds both, or run ALTER TABLE bos_records ADD COLUMN _bos_deleted_at DATETIME(6);
+    -- and ALTER TABLE bos_records ADD COLUMN _bos_superseded_by VARCHAR(512);
+    _bos_deleted_at   DATETIME(6),
+    _bos_superseded_by VARCHAR(512),
     PRIMARY KEY (record_ref),
     -- Answers the change test (is the stored row newer / is its hash different?) without reading
     -- whole rows: the writer forces it when present. Add it to older tables for faster re-runs.
@@ -47,6 +53,13 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     -- records quarantined in <table>_rejects (invalid_records="quarantine").
     -- Tables made before it: the writer adds it, or run ALTER TABLE bos_sync_runs ADD COLUMN rejected BIGINT;
     rejected             BIGINT,
+    -- rows retired (not returned by a complete full read) and superseded (merged or split into other
+    -- records of a complete result); scope: sha256 of the read's scope (see docs/sync-modes.md).
+    -- Tables made before them: the writer adds them, or ALTER TABLE bos_sync_runs ADD COLUMN retired BIGINT;
+    -- (superseded BIGINT, scope VARCHAR(64) likewise).
+    retired              BIGINT,
+    superseded           BIGINT,
+    scope                VARCHAR(64),
     provisional_records  BIGINT,
     provisional_pages    BIGINT,
     source_errors        JSON,
@@ -67,4 +80,34 @@ CREATE TABLE IF NOT EXISTS bos_records_rejects (
     truncated    BOOL NOT NULL,
     rejected_at  DATETIME(6) NOT NULL,
     INDEX ix_bos_records_rejects_run (run_id)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Who was merged into whom: one row per (superseded record_ref, successor record_ref) and run
+-- (a merge: several rows with one successor_ref; a split: several with one record_ref).
+CREATE TABLE IF NOT EXISTS bos_records_lineage (
+    run_id         VARCHAR(64) NOT NULL,
+    record_ref     VARCHAR(512) NOT NULL,
+    successor_ref  VARCHAR(512) NOT NULL,
+    recorded_at    DATETIME(6) NOT NULL,
+    INDEX ix_bos_records_lineage_ref (record_ref),
+    INDEX ix_bos_records_lineage_successor (successor_ref)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Only with history=True: every version of every record (SCD2); _bos_valid_to NULL = the current one.
+CREATE TABLE IF NOT EXISTS bos_records_history (
+    record_ref        VARCHAR(512) NOT NULL,
+    display_name      LONGTEXT,
+    email             LONGTEXT,
+    phone             LONGTEXT,
+    lifecycle         JSON,
+    identity_match    JSON,
+    attributes        JSON NOT NULL,
+    sources           JSON NOT NULL,
+    _bos_observed_at  DATETIME(6) NOT NULL,
+    _bos_record_hash  VARCHAR(64) NOT NULL,
+    _bos_valid_from   DATETIME(6) NOT NULL,
+    _bos_valid_to     DATETIME(6),
+    _bos_run_id       VARCHAR(64) NOT NULL,
+    PRIMARY KEY (record_ref, _bos_valid_from),
+    INDEX ix_bos_records_history_run (_bos_run_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -20,6 +20,12 @@ CREATE TABLE IF NOT EXISTS bos_records (
     -- sha256 hex of the record's bytes as received: re-runs skip byte-identical records.
     -- Tables made before it: ALTER TABLE bos_records ADD COLUMN _bos_wire_hash VARCHAR(64);
     _bos_wire_hash    VARCHAR(64),
+    -- NULL while the row is current; set when a run retired it (a complete full read did not return
+    -- it, or it was superseded by the record named in _bos_superseded_by). Tables made before them:
+    -- the writer adds both, or run ALTER TABLE bos_records ADD COLUMN _bos_deleted_at DATETIME;
+    -- and ALTER TABLE bos_records ADD COLUMN _bos_superseded_by VARCHAR(512);
+    _bos_deleted_at   DATETIME,
+    _bos_superseded_by VARCHAR(512),
     PRIMARY KEY (record_ref)
 );
 
@@ -45,6 +51,13 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     -- records quarantined in <table>_rejects (invalid_records="quarantine").
     -- Tables made before it: the writer adds it, or run ALTER TABLE bos_sync_runs ADD COLUMN rejected BIGINT;
     rejected             BIGINT,
+    -- rows retired (not returned by a complete full read) and superseded (merged or split into other
+    -- records of a complete result); scope: sha256 of the read's scope (see docs/sync-modes.md).
+    -- Tables made before them: the writer adds them, or ALTER TABLE bos_sync_runs ADD COLUMN retired BIGINT;
+    -- (superseded BIGINT, scope VARCHAR(64) likewise).
+    retired              BIGINT,
+    superseded           BIGINT,
+    scope                VARCHAR(64),
     provisional_records  BIGINT,
     provisional_pages    BIGINT,
     source_errors        TEXT,
@@ -69,3 +82,35 @@ CREATE TABLE IF NOT EXISTS bos_records_rejects (
 );
 
 CREATE INDEX IF NOT EXISTS ix_bos_records_rejects_run ON bos_records_rejects (run_id);
+
+-- Who was merged into whom: one row per (superseded record_ref, successor record_ref) and run
+-- (a merge: several rows with one successor_ref; a split: several with one record_ref).
+CREATE TABLE IF NOT EXISTS bos_records_lineage (
+    run_id         VARCHAR(64) NOT NULL,
+    record_ref     VARCHAR(512) NOT NULL,
+    successor_ref  VARCHAR(512) NOT NULL,
+    recorded_at    DATETIME NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_ref ON bos_records_lineage (record_ref);
+CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_successor ON bos_records_lineage (successor_ref);
+
+-- Only with history=True: every version of every record (SCD2); _bos_valid_to NULL = the current one.
+CREATE TABLE IF NOT EXISTS bos_records_history (
+    record_ref        VARCHAR(512) NOT NULL,
+    display_name      TEXT,
+    email             TEXT,
+    phone             TEXT,
+    lifecycle         TEXT,
+    identity_match    TEXT,
+    attributes        TEXT NOT NULL,
+    sources           TEXT NOT NULL,
+    _bos_observed_at  DATETIME NOT NULL,
+    _bos_record_hash  VARCHAR(64) NOT NULL,
+    _bos_valid_from   DATETIME NOT NULL,
+    _bos_valid_to     DATETIME,
+    _bos_run_id       VARCHAR(64) NOT NULL,
+    PRIMARY KEY (record_ref, _bos_valid_from)
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_history_run ON bos_records_history (_bos_run_id);

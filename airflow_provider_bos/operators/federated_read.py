@@ -20,7 +20,7 @@ from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.reads import check_via
 from airflow_provider_bos.operators.progress import ProgressLogger
 from airflow_provider_bos.sync import run_sync
-from airflow_provider_bos.wire import check_invalid_records
+from airflow_provider_bos.wire import ReconcileOptions, check_invalid_records, check_reconcile
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -55,6 +55,18 @@ class BosFederatedReadOperator(BaseOperator):
         (default: the run rolls back and is audited ``failed``) or ``"quarantine"`` (it goes to
         ``<destination_table>_rejects``, the rest lands, the run is ``partial``, XCom ``rejected``
         counts it).
+    :param sync_mode: ``"incremental"`` (default: upserts; a complete result still supersedes rows
+        merged into or split across its records) or ``"full"`` (the read returns every record of its
+        scope: a complete one retires the scope's current rows it did not return). See
+        docs/sync-modes.md.
+    :param scope: the name of the read's scope, for a full read whose arguments change from run to
+        run (default: the BOS resource, context, tool and arguments). Templated.
+    :param deletions: ``"soft"`` (default: ``_bos_deleted_at`` set) or ``"hard"`` (rows deleted).
+    :param max_retire_fraction: a complete full read that would retire more than this fraction of
+        its scope's current rows retires nothing and is audited ``partial`` (default 0.5; None: off).
+    :param history: keep every version of every record in ``<destination_table>_history``.
+    :param adopt_unscoped_rows: let a full read retire rows written before scopes existed by runs
+        of the same read (default False: such rows are outside every scope).
     """
 
     template_fields: Sequence[str] = (
@@ -63,6 +75,7 @@ class BosFederatedReadOperator(BaseOperator):
         "context_handle",
         "destination_table",
         "destination_schema",
+        "scope",
     )
     template_fields_renderers = {"arguments": "json"}
     ui_color = "#e8f1fb"
@@ -84,9 +97,22 @@ class BosFederatedReadOperator(BaseOperator):
         batch_size: int = 5000,
         read_deadline: timedelta = timedelta(minutes=30),
         invalid_records: str = "fail",
+        sync_mode: str = "incremental",
+        scope: str | None = None,
+        deletions: str = "soft",
+        max_retire_fraction: float | None = 0.5,
+        history: bool = False,
+        adopt_unscoped_rows: bool = False,
         **kwargs: Any,
     ) -> None:
         check_via(via)
+        # At DAG parse time: a wrong value fails the DAG import, before any read or table.
+        self._reconcile_values = {
+            "sync_mode": sync_mode, "scope": scope, "deletions": deletions,
+            "max_retire_fraction": max_retire_fraction, "history": history,
+            "adopt_unscoped_rows": adopt_unscoped_rows,
+        }
+        check_reconcile(**self._reconcile_values)
         check_invalid_records(invalid_records)  # at DAG parse time too  # the session's rule and error, at DAG parse time: before any table is created
         if "outlets" not in kwargs:
             kwargs["outlets"] = [AssetAlias(alias_name(destination_conn_id, destination_schema, destination_table))]
@@ -105,6 +131,12 @@ class BosFederatedReadOperator(BaseOperator):
         self.batch_size = batch_size
         self.read_deadline = read_deadline
         self.invalid_records = invalid_records
+        self.sync_mode = sync_mode
+        self.scope = scope
+        self.deletions = deletions
+        self.max_retire_fraction = max_retire_fraction
+        self.history = history
+        self.adopt_unscoped_rows = adopt_unscoped_rows
         self._hook: BosHook | None = None
         self._hook_lock = threading.Lock()
         self._lineage: dict[str, Any] = {}
@@ -120,6 +152,7 @@ class BosFederatedReadOperator(BaseOperator):
             validate_identifier(self.destination_schema, what="destination_schema")
         validate_identifier(self.audit_table, what="audit_table")
         _check_json_arguments(self.arguments)
+        self._reconcile_options(None)  # a templated scope is checked once rendered, before the read
 
         engine = engine_for_connection(self.destination_conn_id)
         try:
@@ -156,6 +189,7 @@ class BosFederatedReadOperator(BaseOperator):
         ti.xcom_push(key="bos_run_id", value=run.run_id)
 
         hook = BosHook(self.bos_conn_id)
+        reconcile = self._reconcile_options(hook.config.resource_url)
         with self._hook_lock:
             self._hook = hook
         try:
@@ -167,6 +201,7 @@ class BosFederatedReadOperator(BaseOperator):
                 arguments=self.arguments,
                 logger=self.log,
                 invalid_records=self.invalid_records,
+                reconcile=reconcile,
                 context_handle=self.context_handle,
                 via=self.via,
                 stream=self.stream,
@@ -181,10 +216,15 @@ class BosFederatedReadOperator(BaseOperator):
         summary = outcome.summary(writer.destination_table)
         status, counts = outcome.status, outcome.counts
         self.log.info(
-            "BOS sync %s: %s, %s final records -> %s (inserted %d, updated %d, unchanged %d, stale %d)",
-            run.run_id, status, summary["result_count"], writer.destination_table,
-            counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale,
+            "BOS sync %s: %s (%s), %s final records -> %s (inserted %d, updated %d, unchanged %d, stale %d, "
+            "retired %d, superseded %d)",
+            run.run_id, status, self.sync_mode, summary["result_count"], writer.destination_table,
+            counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale, counts.retired,
+            counts.superseded,
         )
+        if counts.retire_withheld:
+            self.log.warning("BOS sync %s: %d row(s) were not retired (max_retire_fraction=%s); the run is partial.",
+                             run.run_id, counts.retire_withheld, self.max_retire_fraction)
         self._emit_asset_event(context, engine, summary)
         self._lineage = {
             "engine_url": engine.url,
@@ -203,6 +243,9 @@ class BosFederatedReadOperator(BaseOperator):
                 + f"{rejected}); the partial records were landed and audited."
             )
         return summary
+
+    def _reconcile_options(self, resource: str | None) -> ReconcileOptions:
+        return check_reconcile(**{**self._reconcile_values, "scope": self.scope}, resource=resource)
 
     def on_kill(self) -> None:
         """Close the stream; the server sees the disconnect and cancels the call."""
@@ -223,7 +266,8 @@ class BosFederatedReadOperator(BaseOperator):
             return
         uri = table_asset_uri(engine.url, self.destination_schema, self.destination_table)
         extra = {k: summary[k] for k in ("run_id", "status", "completeness", "result_count",
-                                          "inserted", "updated", "unchanged", "skipped_stale")}
+                                          "inserted", "updated", "unchanged", "skipped_stale", "retired",
+                                          "superseded")}
         context["outlet_events"][alias].add(Asset(uri=uri), extra=extra)
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
@@ -254,8 +298,9 @@ class BosFederatedReadOperator(BaseOperator):
             name=name,
             facets={"schema": schema_dataset.SchemaDatasetFacet(fields=fields)},
             outputFacets={
+                # Rows this run changed: written, and retired or superseded.
                 "outputStatistics": output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
-                    rowCount=summary["inserted"] + summary["updated"]
+                    rowCount=summary["inserted"] + summary["updated"] + summary["retired"] + summary["superseded"]
                 )
             },
         )

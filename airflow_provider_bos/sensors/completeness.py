@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.sensors.verdict import PASS, UNKNOWN, Verdict, judge
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ class BosCompletenessSensor(BaseSensorOperator):
     :param min_records: a complete run with fewer records is treated like a partial one (default 1:
         a sync that returns nothing is usually broken; set 0 for reads that may be empty).
     :param max_age: the run must have finished within this window (stale data otherwise).
+    :param max_retired: a run that retired or superseded more rows than this is treated like a
+        partial one (``on_partial`` decides: fail, alert or skip); default None: no limit.
     """
 
     template_fields: Sequence[str] = ("sync_task_id", "tool_name", "context_handle", "bos_conn_id")
@@ -58,8 +61,14 @@ class BosCompletenessSensor(BaseSensorOperator):
         on_partial_callback: Callable[[Context, Verdict], None] | None = None,
         min_records: int = 1,
         max_age: timedelta | None = None,
+        max_retired: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if max_retired is not None and (isinstance(max_retired, bool) or not isinstance(max_retired, int)
+                                        or max_retired < 0):
+            raise BosConfigurationError(
+                f"max_retired must be a whole number of rows (0 or more), or None for no limit, not {max_retired!r}."
+            )
         super().__init__(**kwargs)
         if on_partial not in ON_PARTIAL:
             raise ValueError(f"on_partial must be one of {ON_PARTIAL}")
@@ -79,6 +88,7 @@ class BosCompletenessSensor(BaseSensorOperator):
         self.on_partial_callback = on_partial_callback
         self.min_records = min_records
         self.max_age = max_age
+        self.max_retired = max_retired
 
     def _find_run(self, context: Context) -> dict[str, Any] | None:
         from airflow_provider_bos.hooks.connections import engine_for_connection
@@ -125,6 +135,7 @@ class BosCompletenessSensor(BaseSensorOperator):
             run,
             min_records=self.min_records,
             max_age=self.max_age,
+            max_retired=self.max_retired,
             now=datetime.now(timezone.utc),
         )
         if verdict.outcome == PASS:

@@ -15,6 +15,7 @@ PARTIAL = "partial"   # partial or failed read
 TOO_FEW = "too_few_records"
 STALE = "stale"
 UNKNOWN = "unknown_status"
+TOO_MANY_RETIRED = "too_many_retired"
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ def judge(
     min_records: int = 1,
     max_age: timedelta | None = None,
     now: datetime | None = None,
+    max_retired: int | None = None,
 ) -> Verdict:
     """Judge one audit row."""
     ref = f"BOS sync run {run.get('run_id')} ({run.get('tool_name')} in context {run.get('context_handle')})"
@@ -65,6 +67,14 @@ def judge(
     if status != "complete":
         return Verdict(UNKNOWN, f"{ref} has unknown status {status!r}; failing closed.", run)
     count = run.get("result_count") or 0
+    if max_retired is not None:
+        retired, superseded = run.get("retired") or 0, run.get("superseded") or 0
+        if retired + superseded > max_retired:
+            return Verdict(
+                TOO_MANY_RETIRED,
+                f"{ref} retired {retired} and superseded {superseded} row(s), more than max_retired={max_retired}.",
+                run,
+            )
     if count < min_records:
         return Verdict(TOO_FEW, f"{ref} returned {count} record(s), fewer than min_records={min_records}.", run)
     return Verdict(PASS, f"{ref} is complete with {count} record(s).", run)

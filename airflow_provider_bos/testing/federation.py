@@ -28,23 +28,28 @@ import hashlib
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
-from airflow_provider_bos.testing.scenario import MAX_CONCURRENT_SOURCES, Scenario
+from airflow_provider_bos.testing.days import DayState, Joiner, resolve_day, seed_key_of
+from airflow_provider_bos.testing.days import mix as _mix
+from airflow_provider_bos.testing.scenario import MAX_CONCURRENT_SOURCES, Scenario, load_scenario
 
-__all__ = ["PlannedRead", "plan_read", "build_operation_result"]
+__all__ = [
+    "DayChangeRefs",
+    "ExpectedFinal",
+    "ExpectedRecord",
+    "PlannedRead",
+    "build_operation_result",
+    "day_changes",
+    "expected_final",
+    "plan_read",
+]
 
 _M64 = (1 << 64) - 1
 _SALT_BITS = 24
 _INDEX_BITS = 40
-
-
-def _mix(x: int) -> int:
-    """splitmix64 finaliser: a bijection on 64-bit ints with good avalanche."""
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
 
 
 def _stable_hash(text: str) -> int:
@@ -118,10 +123,24 @@ class _SourcePlan:
     first_page_ms: float
     page_delay_ms: float
     terminal_ms: float
-    observed_at_z: str
     observed_at_iso: str
+    stamps_z: tuple[str, ...]  # provenance observed_at of a record last changed on day d: [d - 1]
     capabilities: tuple[str, ...]
     versioned: bool
+    # The day's changes (see testing/days.py); all empty on day 1.
+    left: tuple[int, ...]  # sorted base indices whose people left: not in the pages any more
+    joiners: tuple[Joiner, ...]  # after the base records in the pages
+    merged_away: frozenset[int]  # base indices whose final record is a merged one
+    bumps: dict[int, int]
+    stamp_days: dict[int, int]
+    cutoff: int  # base indices below it were delivered (the left ones aside)
+    joiners_delivered: int
+
+    def ext(self, i: int) -> str:
+        return f"{self.ext_prefix}{self.ext_base + i}"
+
+    def joiner_ext(self, joiner: Joiner) -> str:
+        return f"{self.ext_prefix}{self.ext_base + self.records + joiner.number}"
 
     def shared_pos(self, j: int) -> int:
         return j * self.records // self.shared
@@ -152,21 +171,34 @@ class PlannedRead:
         request_id: str | int,
         context: dict,
         arguments: dict,
+        day: int = 1,
     ) -> None:
         self.request_id = request_id
         self.context = context
         # The engine delivers the scenario's data whatever the business arguments say (no filter,
         # no limit): tests get exactly the records the scenario describes.
         self.arguments = arguments
-        self._seed_key = _mix((scenario.seed & _M64) ^ 0x5EED_B05_F00D)
+        self.day = scenario.check_day(day)
+        self._seed_key = seed_key_of(scenario)
         self._revision = scenario.revision
-        self._sources = _plan_sources(scenario, self._seed_key)
+        state = resolve_day(scenario, self.day)
+        self._sources = _plan_sources(scenario, self._seed_key, state)
+        self._merged = tuple(
+            (m, tuple((self._sources[si], i) for si, i in m.parts)) for m in state.merged
+        )
         self._shared_sources = tuple(s for s in self._sources if s.shared)
         self._shared_final = max((s.shared_delivered for s in self._shared_sources), default=0)
 
-        own = sum(s.delivered - s.shared_delivered for s in self._sources)
+        own = sum(
+            s.cutoff - s.shared_delivered - _below(s.left, s.cutoff) - _below(s.merged_away, s.cutoff)
+            + s.joiners_delivered
+            for s in self._sources
+        )
+        merged = sum(1 for _, parts in self._merged if any(i < s.cutoff for s, i in parts))
         self._unstorable = scenario.faults.unstorable_final_records and bool(self._sources)
-        self.final_record_count = self._shared_final + own + (len(_UNSTORABLE) if self._unstorable else 0)
+        self.final_record_count = (
+            self._shared_final + own + merged + (len(_UNSTORABLE) if self._unstorable else 0)
+        )
         self.notification_count = sum(s.pages + 1 for s in self._sources)
         self.provisional_record_count = sum(s.delivered for s in self._sources)
         failed = [s for s in self._sources if s.error is not None]
@@ -178,7 +210,7 @@ class PlannedRead:
             "source_delta_applied": False,
             "completeness": completeness,
             "result_count": self.final_record_count,
-            "observed_at": scenario.observed_at_datetime.isoformat(),
+            "observed_at": state.observed_at[-1].isoformat(),
             "provenance": [
                 {**s.source_ref(), "observed_at": s.observed_at_iso} for s in self._sources if s.error is None
             ],
@@ -201,13 +233,13 @@ class PlannedRead:
         """``(at_ms, params)`` per notification, in simulated-time order (see module docstring)."""
         events = heapq.merge(*(self._source_events(s) for s in self._sources))
         request_id, context = self.request_id, self.context
-        for sequence, (at_ms, _index, _k, source, status, page_index, start, stop) in enumerate(events, 1):
+        for sequence, (at_ms, _index, _k, source, status, page_index, records) in enumerate(events, 1):
             params: dict[str, Any] = {
                 "requestId": request_id,
                 "sequence": sequence,
                 "pageIndex": page_index,
                 "source": source.source_ref(),
-                "records": self._page_records(source, start, stop) if status == "page" else [],
+                "records": records,
                 "status": status,
             }
             if status == "error":
@@ -215,36 +247,47 @@ class PlannedRead:
             params["context"] = dict(context)
             yield at_ms, params
 
-    @staticmethod
-    def _source_events(s: _SourcePlan) -> Iterator[tuple]:
+    def _source_events(self, s: _SourcePlan) -> Iterator[tuple]:
         # Tuples sort by (time, source index, per-source counter); the counter is unique per
-        # source, so heapq.merge never compares the payload.
+        # source, so heapq.merge never compares the payload. A page's records are made when
+        # heapq.merge asks for the event: one page per source in memory at a time.
+        local = self._local_records(s)
         for p in range(1, s.pages + 1):
             start = (p - 1) * s.page_size
-            yield (s.first_page_ms + (p - 1) * s.page_delay_ms, s.index, p, s, "page", p,
-                   start, min(start + s.page_size, s.delivered))
+            records = list(islice(local, min(s.page_size, s.delivered - start)))
+            yield (s.first_page_ms + (p - 1) * s.page_delay_ms, s.index, p, s, "page", p, records)
         status = "error" if s.error is not None else "complete"
-        yield (s.terminal_ms, s.index, s.pages + 1, s, status, s.pages, 0, 0)
+        yield (s.terminal_ms, s.index, s.pages + 1, s, status, s.pages, [])
 
-    def _page_records(self, s: _SourcePlan, start: int, stop: int) -> list[dict]:
-        """Records at local indexes [start, stop) of source ``s``, under source-local refs."""
-        out = []
+    def _local_records(self, s: _SourcePlan) -> Iterator[dict]:
+        """The source's records of the day in page order, under source-local refs.
+
+        The base records (those whose people left aside), then the day's joiners.
+        """
         seed_key, record = self._seed_key, self._record
         salt_key = s.salt << _INDEX_BITS
         shared, total = s.shared, s.records
-        j = -(-start * shared // total) if shared else 0  # first shared person at or after start
-        next_shared = j * total // shared if j < shared else -1
-        for i in range(start, stop):
+        bumps, stamps = s.bumps, s.stamp_days
+        left = iter(s.left)
+        next_left = next(left, -1)
+        j = 0
+        next_shared = 0 if shared else -1
+        for i in range(total):
             is_shared = i == next_shared
             if is_shared:
                 hid = _mix(seed_key ^ j)
                 j += 1
                 next_shared = j * total // shared if j < shared else -1
+            elif i == next_left:
+                next_left = next(left, -1)
+                continue
             else:
                 hid = _mix(seed_key ^ salt_key ^ i)
-            ext = f"{s.ext_prefix}{s.ext_base + i}"
-            out.append(record(hid, s.ref_prefix + ext, ((s, ext),), is_shared, False))
-        return out
+            ext = s.ext(i)
+            yield record(hid, s.ref_prefix + ext, ((s, ext),), is_shared, False, bumps.get(i, 0), stamps.get(i, 1))
+        for joiner in s.joiners:
+            ext = s.joiner_ext(joiner)
+            yield record(_mix(seed_key ^ joiner.key), s.ref_prefix + ext, ((s, ext),), False, False, 0, joiner.day)
 
     # --- final result -------------------------------------------------------------------------
 
@@ -263,16 +306,32 @@ class PlannedRead:
         for s in self._sources:
             salt_key = s.salt << _INDEX_BITS
             shared, total = s.shared, s.records
+            gone, bumps, stamps = set(s.left) | s.merged_away, s.bumps, s.stamp_days
             j = 0
             next_shared = 0 if shared else -1
-            for i in range(s.delivered):
+            for i in range(s.cutoff):
                 if i == next_shared:
                     j += 1
                     next_shared = j * total // shared if j < shared else -1
                     continue
+                if gone and i in gone:
+                    continue
                 hid = _mix(seed_key ^ salt_key ^ i)
-                ext = f"{s.ext_prefix}{s.ext_base + i}"
-                yield record(hid, f"bos:person:{hid:016x}", ((s, ext),), False, False)
+                yield record(hid, f"bos:person:{hid:016x}", ((s, s.ext(i)),), False, False,
+                             bumps.get(i, 0), stamps.get(i, 1))
+            for joiner in s.joiners[: s.joiners_delivered]:
+                hid = _mix(seed_key ^ joiner.key)
+                yield record(hid, f"bos:person:{hid:016x}", ((s, s.joiner_ext(joiner)),), False, False, 0,
+                             joiner.day)
+        for m, parts in self._merged:
+            provs = tuple((s, s.ext(i)) for s, i in parts if i < s.cutoff)
+            if not provs:
+                continue
+            first, i = parts[0]  # the merged record is the first part's person under a new ref
+            hid = _mix(seed_key ^ (first.salt << _INDEX_BITS) ^ i)
+            ref_hid = _mix(seed_key ^ m.key)
+            yield record(hid, f"bos:person:{ref_hid:016x}", provs, True, len(provs) > 1,
+                         first.bumps.get(i, 0), m.day)
         if self._unstorable:
             source = self._sources[0]
             for n, (ref, fields) in enumerate(_UNSTORABLE):
@@ -282,14 +341,17 @@ class PlannedRead:
     # --- one record ---------------------------------------------------------------------------
 
     def _record(
-        self, hid: int, ref: str, provs: tuple[tuple[_SourcePlan, str], ...], shared: bool, merged: bool
+        self, hid: int, ref: str, provs: tuple[tuple[_SourcePlan, str], ...], shared: bool, merged: bool,
+        bump: int = 0, stamp_day: int = 1,
     ) -> dict:
         """One FederatedRecord dict (``merged``: more than one provenance entry).
 
         Identity fields (name, email) come from ``hid`` alone; content from ``hid`` and the
-        revision: each person's content changes every ``period`` (1..4, from ``hid``) revisions.
+        revision: each person's content changes every ``period`` (1..4, from ``hid``) revisions,
+        and once more per ``bump`` (a day's ``change``). Provenance ``observed_at`` is the
+        source's observation on ``stamp_day``, the day the record last changed.
         """
-        epoch = self._revision // ((hid >> 62) + 1)
+        epoch = self._revision // ((hid >> 62) + 1) + bump
         hc = _mix(hid ^ ((epoch + 1) * _REV_KEY & _M64))
 
         if (hid >> 16) & 7 == 0:
@@ -355,7 +417,7 @@ class PlannedRead:
                     "source_identity": s.source_identity,
                     "external_id": ext,
                     "record_type": "person",
-                    "observed_at": s.observed_at_z,
+                    "observed_at": s.stamps_z[stamp_day - 1],
                     "capabilities": list(s.capabilities),
                     "version": version if s.versioned else None,
                 }
@@ -368,8 +430,12 @@ class PlannedRead:
         }
 
 
-def _plan_sources(scenario: Scenario, seed_key: int) -> tuple[_SourcePlan, ...]:
-    base_dt = scenario.observed_at_datetime
+def _below(indices: tuple[int, ...] | frozenset[int], bound: int) -> int:
+    return sum(1 for i in indices if i < bound)
+
+
+def _plan_sources(scenario: Scenario, seed_key: int, state: DayState) -> tuple[_SourcePlan, ...]:
+    base_dt = state.observed_at[-1]
     salts: set[int] = set()
     slots = [0.0] * min(MAX_CONCURRENT_SOURCES, len(scenario.sources))  # free-at times
     heapq.heapify(slots)
@@ -383,15 +449,28 @@ def _plan_sources(scenario: Scenario, seed_key: int) -> tuple[_SourcePlan, ...]:
         # Simulated concurrency: a source starts when one of the advertised slots is free.
         begin = heapq.heappop(slots)
         first = begin + spec.start_delay_ms
-        pages = spec.delivered_pages
-        if spec.error is not None:
-            terminal = first + pages * spec.page_delay_ms
-        else:
+        day = state.sources[index]
+        base_kept = spec.records - len(day.left)
+        records = base_kept + len(day.joiners)  # the source's records on the day
+        if day.error is None:
+            pages, delivered = -(-records // spec.page_size), records
             terminal = first + max(pages - 1, 0) * spec.page_delay_ms
+        else:
+            pages = day.error_after_pages
+            delivered = min(records, pages * spec.page_size)
+            terminal = first + pages * spec.page_delay_ms
         heapq.heappush(slots, terminal)
         shared = scenario.shared_people if spec.records else 0
-        delivered = spec.delivered_records
-        observed = base_dt - timedelta(seconds=(_mix(seed_key ^ pair_hash) % 90))
+        if delivered >= base_kept:
+            cutoff = spec.records
+        else:
+            cutoff = delivered
+            for gone in day.left:  # the smallest bound with `delivered` kept base indices below it
+                if gone >= cutoff:
+                    break
+                cutoff += 1
+        offset = timedelta(seconds=(_mix(seed_key ^ pair_hash) % 90))
+        observed = base_dt - offset
         plans.append(
             _SourcePlan(
                 index=index,
@@ -406,29 +485,134 @@ def _plan_sources(scenario: Scenario, seed_key: int) -> tuple[_SourcePlan, ...]:
                 page_size=spec.page_size,
                 delivered=delivered,
                 pages=pages,
-                error=spec.error,
-                shared_delivered=min(shared, -(-delivered * shared // spec.records)) if shared else 0,
+                error=day.error,
+                shared_delivered=min(shared, -(-cutoff * shared // spec.records)) if shared else 0,
                 first_page_ms=first,
                 page_delay_ms=spec.page_delay_ms,
                 terminal_ms=terminal,
-                observed_at_z=observed.isoformat().replace("+00:00", "Z"),
                 observed_at_iso=observed.isoformat(),
+                stamps_z=tuple((at - offset).isoformat().replace("+00:00", "Z") for at in state.observed_at),
                 capabilities=("read", "write") if pair_hash & 1 else ("read",),
                 versioned=pair_hash & 2 == 0,
+                left=day.left,
+                joiners=day.joiners,
+                merged_away=day.merged_away,
+                bumps=dict(day.bumps),
+                stamp_days=dict(day.stamp_days),
+                cutoff=cutoff,
+                joiners_delivered=max(0, delivered - base_kept),
             )
         )
     return tuple(plans)
 
 
-def plan_read(scenario: Scenario, *, request_id: str | int, context: dict, arguments: dict) -> PlannedRead:
-    """Plan one federated read of ``scenario`` for the JSON-RPC request ``request_id``.
+def plan_read(
+    scenario: Scenario, *, request_id: str | int, context: dict, arguments: dict, day: int = 1
+) -> PlannedRead:
+    """Plan one federated read of ``scenario`` on ``day`` for the JSON-RPC request ``request_id``.
 
     ``context`` is the public context dict copied into every notification; ``arguments`` are the
-    operation's business arguments (recorded, not applied).
+    operation's business arguments (recorded, not applied). A day the scenario does not have is a
+    :class:`~airflow_provider_bos.exceptions.BosConfigurationError`.
     """
-    return PlannedRead(scenario, request_id=request_id, context=context, arguments=arguments)
+    return PlannedRead(scenario, request_id=request_id, context=context, arguments=arguments, day=day)
 
 
 def build_operation_result(read: PlannedRead) -> dict:
     """The materialised operation result ``{"result": [records...], "metadata": {...}}``."""
     return {"result": list(read.iter_final_records()), "metadata": copy.deepcopy(read.final_metadata)}
+
+
+# --- what tests expect of a day ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedRecord:
+    """One final record: its ref, its provenance keys ``(source_type, source_identity, external_id)``
+    in wire order, and the whole wire record."""
+
+    record_ref: str
+    provenance: tuple[tuple[str, str, str], ...]
+    record: dict
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedFinal:
+    """The final result the reference server returns for a scenario's day."""
+
+    day: int
+    completeness: str
+    observed_at: datetime
+    records: tuple[ExpectedRecord, ...]
+
+    @property
+    def refs(self) -> frozenset[str]:
+        return frozenset(r.record_ref for r in self.records)
+
+    def by_ref(self) -> dict[str, ExpectedRecord]:
+        return {r.record_ref: r for r in self.records}
+
+
+@dataclass(frozen=True, slots=True)
+class DayChangeRefs:
+    """What a day changed against the day before, as final ``record_ref`` s (day 1: nothing).
+
+    ``merged``: new ref -> the two refs it replaced (first source's first); ``split``: the
+    merged ref that is gone -> the two refs its people have again; ``left``: refs no longer
+    returned; ``joined``: new people's refs; ``changed``: refs whose content changed.
+    """
+
+    day: int
+    left: tuple[str, ...]
+    joined: tuple[str, ...]
+    merged: dict[str, tuple[str, str]]
+    split: dict[str, tuple[str, str]]
+    changed: tuple[str, ...]
+
+
+def expected_final(
+    scenario: Scenario | str, day: int = 1, *, arguments: dict | None = None
+) -> ExpectedFinal:
+    """The final records of ``scenario`` (an object or a builtin name / JSON path) on ``day``.
+
+    What the server returns for that day, whatever the tool and context (``arguments`` are
+    recorded, not applied, by the engine), so tests compute expected sets instead of hard-coding
+    them. Same scenario and day, same result.
+    """
+    chosen = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    read = plan_read(chosen, request_id="expected", context={}, arguments=dict(arguments or {}), day=day)
+    records = tuple(
+        ExpectedRecord(
+            record_ref=r["record_ref"],
+            provenance=tuple((e["source_type"], e["source_identity"], e["external_id"]) for e in r["sources"]),
+            record=r,
+        )
+        for r in read.iter_final_records()
+    )
+    return ExpectedFinal(day=read.day, completeness=read.final_metadata["completeness"],
+                         observed_at=datetime.fromisoformat(read.final_metadata["observed_at"]), records=records)
+
+
+def day_changes(scenario: Scenario | str, day: int) -> DayChangeRefs:
+    """What ``day`` of ``scenario`` changed, by ref (see :class:`DayChangeRefs`)."""
+    chosen = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    chosen.check_day(day)
+    seed_key = seed_key_of(chosen)
+    sources = _plan_sources(chosen, seed_key, resolve_day(chosen, 1))
+    changes = resolve_day(chosen, day).changes
+
+    def own(person: tuple[int, int]) -> str:
+        s, i = person
+        return f"bos:person:{_mix(seed_key ^ (sources[s].salt << _INDEX_BITS) ^ i):016x}"
+
+    def pair(parts: tuple[tuple[int, int], tuple[int, int]]) -> tuple[str, str]:
+        return own(parts[0]), own(parts[1])
+
+    return DayChangeRefs(
+        day=day,
+        left=tuple(own(p) for p in changes.left),
+        joined=tuple(f"bos:person:{_mix(seed_key ^ j.key):016x}" for _, j in changes.joined),
+        merged={f"bos:person:{_mix(seed_key ^ m.key):016x}": pair(m.parts) for m in changes.merged},
+        split={f"bos:person:{_mix(seed_key ^ m.key):016x}": pair(m.parts) for m in changes.split},
+        changed=tuple(own(p) for p in changes.changed),
+    )

@@ -428,8 +428,8 @@ class McpApp:
                                  extra_headers)
             return
         style, context, arguments = target
-        scenario = self.owner.scenario
-        read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments)
+        scenario, day = self.owner.scenario_and_day()
+        read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments, day=day)
         if negotiated:
             self.counters.incr("streamed_calls")
         arguments_of_call = dict(read=read, request_id=req_id, style=style, context=context, stateless=stateless,

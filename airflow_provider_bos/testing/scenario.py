@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -26,21 +26,29 @@ from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.models import BosContext, SourceErrorCode
 
 __all__ = [
+    "BUILTIN_SCENARIOS",
+    "DEFAULT_CONTEXTS",
     "MAX_CONCURRENT_SOURCES",
     "MAX_PAGE_SIZE",
     "MAX_SOURCE_RECORDS",
-    "DEFAULT_CONTEXTS",
-    "SourceSpec",
+    "ChangeSpec",
+    "DaySpec",
+    "FailSpec",
     "FaultSpec",
+    "JoinSpec",
+    "LeaveSpec",
+    "MergeSpec",
     "Scenario",
-    "BUILTIN_SCENARIOS",
-    "load_scenario",
+    "SourceSpec",
     "large_scenario",
+    "load_scenario",
 ]
 
 MAX_PAGE_SIZE = 100  # the server advertises pageSize 100
 MAX_CONCURRENT_SOURCES = 8  # the server advertises maxConcurrentSources 8
 MAX_SOURCE_RECORDS = 1 << 40  # record identities pack the local index into 40 bits
+MAX_DAYS = 1 << 15  # identities of joiners and merged records pack the day into 16 bits
+MAX_DAY_CHANGES = 1 << 20  # ... and their number within the day into 20 bits
 
 DEFAULT_CONTEXTS: tuple[dict[str, Any], ...] = (
     {
@@ -225,6 +233,76 @@ class FaultSpec(_Strict):
         return self
 
 
+class _SourceCount(_Strict):
+    source: str = Field(min_length=1, description="the source's source_identity")
+    count: int = Field(ge=1, lt=MAX_DAY_CHANGES)
+
+
+class JoinSpec(_SourceCount):
+    """``count`` new people join ``source`` (appended to its records, new canonical refs)."""
+
+
+class LeaveSpec(_SourceCount):
+    """``count`` of ``source``'s own people leave: their source records and final records are gone."""
+
+
+class ChangeSpec(_SourceCount):
+    """``count`` of ``source``'s own people change content (phone, lifecycle, attributes, version)."""
+
+
+class MergeSpec(_Strict):
+    """``count`` people seen as separate records in two sources are matched from this day on.
+
+    Each pair (one own person of ``sources[0]``, one of ``sources[1]``) becomes ONE final record
+    with a new canonical ``record_ref``, both provenance entries and an ``identity_match``; its
+    name, email and content are the ``sources[0]`` person's. The two source records stay in the
+    pages: a merge changes the final result, not the sources.
+    """
+
+    sources: tuple[str, str]
+    count: int = Field(ge=1, lt=MAX_DAY_CHANGES)
+
+    @model_validator(mode="after")
+    def _check_distinct(self) -> MergeSpec:
+        if self.sources[0] == self.sources[1]:
+            raise ValueError(f"a merge needs two different sources, not {self.sources[0]!r} twice")
+        return self
+
+
+class FailSpec(_Strict):
+    """``source`` fails on this day only, like :attr:`SourceSpec.error` (the read is ``partial``)."""
+
+    source: str = Field(min_length=1)
+    error: SourceErrorCode
+    error_after_pages: int = Field(default=0, ge=0)
+
+
+class DaySpec(_Strict):
+    """One day after day 1 of the scenario's population, described as changes to the day before.
+
+    Applied in this order: ``leave``, ``split``, ``merge``, ``join``, ``change``. Who leaves,
+    merges or changes is chosen deterministically (a seeded walk over the source's own people,
+    i.e. not the ``shared_people``) among people not merged, not gone and not already chosen that
+    day. ``split`` undoes the oldest ``split`` merges still in effect: the merged record is gone
+    and its two people come back under the refs they had before. ``fail`` is this day's source
+    failures only (the base sources' ``error`` fields are day 1's).
+    """
+
+    day: int = Field(ge=2, le=MAX_DAYS)
+    observed_at: str | None = None  # default: a day after the day before
+    join: list[JoinSpec] = Field(default_factory=list)
+    leave: list[LeaveSpec] = Field(default_factory=list)
+    merge: list[MergeSpec] = Field(default_factory=list)
+    split: int = Field(default=0, ge=0, lt=MAX_DAY_CHANGES)
+    change: list[ChangeSpec] = Field(default_factory=list)
+    fail: list[FailSpec] = Field(default_factory=list)
+
+    @field_validator("observed_at")
+    @classmethod
+    def _check_observed_at(cls, value: str | None) -> str | None:
+        return None if value is None else _check_timestamp(value)
+
+
 class Scenario(_Strict):
     """A complete description of the reference server's federated reads.
 
@@ -243,6 +321,11 @@ class Scenario(_Strict):
       exactly one must have ``is_default: true``.
     - At most :data:`MAX_CONCURRENT_SOURCES` sources run at once (simulated); later sources
       start when an earlier one finishes.
+    - ``days``: later days of the same population (:class:`DaySpec`; ``days[0]`` is day 2, and
+      so on); the scenario's own fields are day 1. Each day's ``observed_at`` is later than the
+      day before's. A record's provenance ``observed_at`` is the day it last changed (joined,
+      merged, split back or changed), so a record nobody touched streams the same bytes every
+      day. Faults apply on every day. Serve a day with ``BosReferenceServer(day=n)``.
     """
 
     name: str = "custom"
@@ -253,17 +336,12 @@ class Scenario(_Strict):
     sources: list[SourceSpec] = Field(min_length=1)
     faults: FaultSpec = Field(default_factory=FaultSpec)
     contexts: list[dict] | None = None
+    days: list[DaySpec] = Field(default_factory=list)
 
     @field_validator("observed_at")
     @classmethod
     def _check_observed_at(cls, value: str) -> str:
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            raise ValueError(f"observed_at {value!r} is not an ISO 8601 timestamp") from None
-        if parsed.tzinfo is None:
-            raise ValueError(f"observed_at {value!r} needs a timezone, e.g. 2026-10-08T12:00:00Z")
-        return value
+        return _check_timestamp(value)
 
     @field_validator("contexts")
     @classmethod
@@ -304,17 +382,71 @@ class Scenario(_Strict):
                     f"{smallest.source_type}/{smallest.source_identity}; shared people are part of every "
                     "non-empty source's records"
                 )
+        if self.days:
+            self._check_days()
         return self
+
+    def _check_days(self) -> None:
+        for i, spec in enumerate(self.days):
+            if spec.day != i + 2:
+                raise ValueError(f"days[{i}] is day {spec.day}; days are listed in order from day 2 "
+                                 f"(days[{i}] must be day {i + 2})")
+        stamps = self.day_observed_at()
+        for i in range(1, len(stamps)):
+            if stamps[i] <= stamps[i - 1]:
+                raise ValueError(f"day {i + 1}'s observed_at {stamps[i].isoformat()} is not later than "
+                                 f"day {i}'s ({stamps[i - 1].isoformat()})")
+        from airflow_provider_bos.testing.days import DayPlanError, resolve_day
+
+        try:
+            resolve_day(self, self.day_count)  # every day on the way is checked too
+        except DayPlanError as exc:
+            raise ValueError(str(exc)) from None
 
     @property
     def observed_at_datetime(self) -> datetime:
         """``observed_at`` as an aware UTC datetime."""
         return datetime.fromisoformat(self.observed_at).astimezone(timezone.utc)
 
+    @property
+    def day_count(self) -> int:
+        """How many days the scenario has (1 without ``days``)."""
+        return 1 + len(self.days)
+
+    def check_day(self, day: object) -> int:
+        """``day`` if the scenario has it; else :class:`BosConfigurationError` naming the valid days."""
+        if isinstance(day, bool) or not isinstance(day, int) or not 1 <= day <= self.day_count:
+            have = "only day 1" if self.day_count == 1 else f"days 1 to {self.day_count}"
+            raise BosConfigurationError(
+                f"Scenario {self.name!r} has {have}; day {day!r} does not exist. "
+                "Pick one of those days, or add days to the scenario (its 'days' list)."
+            )
+        return day
+
+    def day_observed_at(self) -> list[datetime]:
+        """Every day's read ``observed_at`` (aware UTC), day 1 first."""
+        stamps = [self.observed_at_datetime]
+        for spec in self.days:
+            if spec.observed_at is None:
+                stamps.append(stamps[-1] + timedelta(days=1))
+            else:
+                stamps.append(datetime.fromisoformat(spec.observed_at).astimezone(timezone.utc))
+        return stamps
+
     def resolved_contexts(self) -> list[dict]:
         """The public contexts to offer: ``contexts`` or fresh copies of :data:`DEFAULT_CONTEXTS`."""
         chosen = self.contexts if self.contexts is not None else DEFAULT_CONTEXTS
         return [dict(ctx) for ctx in chosen]
+
+
+def _check_timestamp(value: str) -> str:
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"observed_at {value!r} is not an ISO 8601 timestamp") from None
+    if parsed.tzinfo is None:
+        raise ValueError(f"observed_at {value!r} needs a timezone, e.g. 2026-10-08T12:00:00Z")
+    return value
 
 
 def _summarise(exc: ValidationError) -> str:

@@ -5,7 +5,10 @@
     ... server.mcp_url, server.mint_grant(), server.counters.refreshes ...
     server.stop()
 
-CLI: ``python -m airflow_provider_bos.testing.server --port 8765 [--scenario NAME|FILE]``.
+CLI: ``python -m airflow_provider_bos.testing.server --port 8765 [--scenario NAME|FILE] [--day N]``.
+
+A scenario with ``days`` is served one day at a time: ``BosReferenceServer(day=n)``,
+:meth:`BosReferenceServer.set_day` or ``POST /_bos/admin/day {"day": n}``.
 
 Every instance has fresh in-memory state (clients, grants, sessions, counters).
 """
@@ -120,13 +123,15 @@ class BosReferenceServer:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, scenario: Scenario | str = "complete",
                  access_token_ttl_s: float = 3600, local_user: str = "demo.user@example.com",
-                 time_scale: float = 1.0, allow_remote: bool = False) -> None:
+                 time_scale: float = 1.0, allow_remote: bool = False, day: int = 1) -> None:
         if not allow_remote and not _is_loopback(host):
             raise BosConfigurationError(f"Refusing to bind the reference server to non-loopback host {host!r}; "
                                         "pass allow_remote=True (CLI: --allow-remote) if you mean it.")
         self.host = host
         self.counters = ServerCounters()
+        self._lock = threading.Lock()  # the scenario and its day change together
         self._scenario = _resolve_scenario(scenario)
+        self._day = self._scenario.check_day(day)
         self._access_token_ttl_s = float(access_token_ttl_s)
         self.local_user = local_user
         self.time_scale = float(time_scale)
@@ -155,11 +160,32 @@ class BosReferenceServer:
     def scenario(self) -> Scenario:
         return self._scenario
 
-    def set_scenario(self, scenario: Scenario | str) -> None:
-        """Replace the scenario for subsequent requests (fault counters restart)."""
-        self._scenario = _resolve_scenario(scenario)
+    @property
+    def day(self) -> int:
+        """The scenario's day that reads return (1 unless set)."""
+        return self._day
+
+    def scenario_and_day(self) -> tuple[Scenario, int]:
+        """The scenario and its day, read together (what one request serves)."""
+        with self._lock:
+            return self._scenario, self._day
+
+    def set_scenario(self, scenario: Scenario | str, *, day: int = 1) -> None:
+        """Replace the scenario for subsequent requests, at ``day`` (fault counters restart)."""
+        resolved = _resolve_scenario(scenario)
+        resolved.check_day(day)
+        with self._lock:
+            self._scenario, self._day = resolved, day
         self._apply_scenario_auth_faults()
         self.mcp.reset_faults()
+
+    def set_day(self, day: int) -> None:
+        """Serve ``day`` of the scenario from the next request on (fault counters carry on).
+
+        :raises BosConfigurationError: the scenario has no such day.
+        """
+        with self._lock:
+            self._day = self._scenario.check_day(day)
 
     def set_access_token_ttl(self, seconds: float) -> None:
         """Lifetime of access tokens issued from now on."""
@@ -275,6 +301,7 @@ class BosReferenceServer:
             Route(SOURCE_RESULTS_DOC_PATH, self._doc_source_results, methods=["GET"]),
             Route(OAUTH_DOC_PATH, self._doc_oauth, methods=["GET"]),
             Route("/_bos/admin/scenario", self._admin_scenario, methods=["POST"]),
+            Route("/_bos/admin/day", self._admin_day, methods=["GET", "POST"]),
             Route("/_bos/admin/counters", self._admin_counters, methods=["GET"]),
         ]
         return Starlette(routes=routes, lifespan=lambda app: self.mcp.lifespan())
@@ -310,6 +337,23 @@ class BosReferenceServer:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse({"scenario": self._scenario.name})
 
+    async def _admin_day(self, request: Request) -> Response:
+        if request.method == "GET":
+            scenario, day = self.scenario_and_day()
+            return JSONResponse({"scenario": scenario.name, "day": day, "days": scenario.day_count})
+        try:
+            document = await request.json()
+        except ValueError:
+            return JSONResponse({"error": "body must be JSON"}, status_code=400)
+        if not isinstance(document, dict) or set(document) != {"day"}:
+            return JSONResponse({"error": 'body must be {"day": <day number>}'}, status_code=400)
+        try:
+            self.set_day(document["day"])
+        except BosConfigurationError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        scenario, day = self.scenario_and_day()
+        return JSONResponse({"scenario": scenario.name, "day": day, "days": scenario.day_count})
+
     async def _admin_counters(self, request: Request) -> Response:
         return JSONResponse(self.counters.snapshot())
 
@@ -335,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--scenario", default="complete", help="builtin scenario name or a scenario JSON file")
+    parser.add_argument("--day", type=int, default=1, metavar="N", help="the scenario's day to serve (default 1)")
     parser.add_argument("--access-token-ttl", type=float, default=3600.0, metavar="S")
     parser.add_argument("--time-scale", type=float, default=1.0, help="multiplier for simulated source delays")
     parser.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
@@ -342,12 +387,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = BosReferenceServer(host=args.host, port=args.port, scenario=args.scenario,
                                     access_token_ttl_s=args.access_token_ttl, time_scale=args.time_scale,
-                                    allow_remote=args.allow_remote)
+                                    allow_remote=args.allow_remote, day=args.day)
     except (BosConfigurationError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"BOS reference server: MCP URL {server.mcp_url}", flush=True)
-    print(f"scenario {server.scenario.name!r}; Ctrl-C to stop", flush=True)
+    print(f"scenario {server.scenario.name!r}, day {server.day} of {server.scenario.day_count}; Ctrl-C to stop",
+          flush=True)
     server.serve_forever()
     return 0
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -21,10 +21,14 @@ from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect,
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.schema import (
+    ADDED_AUDIT_COLUMNS,
     AUDIT_COUNT_COLUMNS,
     AUDIT_JSON_COLUMNS,
     ERROR_MESSAGE_MAX,
     REJECTED_COLUMN,
+    RETIRED_COLUMN,
+    SCOPE_COLUMN,
+    SUPERSEDED_COLUMN,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 
@@ -97,11 +101,13 @@ def audit_insert(
     source_summary: Any = None,
     error_message: str | None = None,
     destination_table: str | None = None,
-    rejected_column: bool = True,
+    present: Collection[str] = ADDED_AUDIT_COLUMNS,
+    scope: str | None = None,
 ) -> Statement:
     """The INSERT of one audit row (values bound, JSON serialised, timestamps in UTC).
 
-    ``rejected_column``: the table has :data:`~.schema.REJECTED_COLUMN` (False for one made before it).
+    ``present``: which of :data:`~.schema.ADDED_AUDIT_COLUMNS` the table has (one made before them
+    lacks them). ``scope``: the read's scope key (see :func:`~.reconcile.scope_key`).
     """
     if status not in RUN_STATUSES:
         raise BosWarehouseError(f"Audit status must be one of {RUN_STATUSES}, not {status!r}.")
@@ -122,7 +128,8 @@ def audit_insert(
         "completeness": completeness,
         "result_count": result_count,
         **{c: counts.get(c) for c in AUDIT_COUNT_COLUMNS},
-        **({REJECTED_COLUMN: counts.get(REJECTED_COLUMN)} if rejected_column else {}),
+        **{c: counts.get(c) for c in (REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN) if c in present},
+        **({SCOPE_COLUMN: scope} if SCOPE_COLUMN in present else {}),
         "provisional_records": provisional_records,
         "provisional_pages": provisional_pages,
         "source_errors": _json_text(source_errors),
@@ -168,23 +175,25 @@ class AuditReader:
         self._columns_checked = False
 
     def _stored_table(self) -> sa.Table:
-        """The table as it is stored: without :data:`~.schema.REJECTED_COLUMN` if it was made before it."""
+        """The table as it is stored: without those of :data:`~.schema.ADDED_AUDIT_COLUMNS` it was made before."""
         if not self._columns_checked:
             try:
                 present = column_names(self.engine, self.dialect, self.table.name, self.schema)
             except sa.exc.SQLAlchemyError:  # no table yet (looked for again next time), or the query says why
                 return self.table
-            if REJECTED_COLUMN in present:
+            missing = [c for c in ADDED_AUDIT_COLUMNS if c not in present]
+            if not missing:
                 self._columns_checked = True  # for good: a column is never dropped by us
-            else:  # looked for again next time: a writer may add it meanwhile
+            else:  # looked for again next time: a writer may add them meanwhile
                 return audit_table_definition(
-                    sa.MetaData(), self.dialect.name, self.table.name, self.schema, rejected=False,
+                    sa.MetaData(), self.dialect.name, self.table.name, self.schema, omit=missing,
                 )
         return self.table
 
     def _decode(self, row: sa.Row) -> dict[str, Any]:
         data = dict(row._mapping)
-        data.setdefault(REJECTED_COLUMN, None)  # a table made before the column
+        for column in ADDED_AUDIT_COLUMNS:
+            data.setdefault(column, None)  # a table made before the column
         for column in AUDIT_JSON_COLUMNS:
             if isinstance(data.get(column), str | bytes):
                 data[column] = json.loads(data[column])

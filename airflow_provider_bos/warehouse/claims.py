@@ -29,7 +29,9 @@ from airflow_provider_bos.warehouse.loads import SeenKeys, keys_distinct
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, execute
 from airflow_provider_bos.wire import KnownRecord
 
-__all__ = ["KeptClaims", "WireHashSet", "kept_claims", "load_known_wire_hashes", "settle_kept_claims"]
+__all__ = [
+    "KeptClaims", "WireHashSet", "kept_claims", "load_known_wire_hashes", "settle_kept_claims", "stage_kept_claims",
+]
 
 
 def _prefix(wire_hash: str) -> int:
@@ -161,6 +163,10 @@ class KeptClaims:
         self.last_seq = array("q", bytes(8 * len(known)))
         #: Claims kept, and how many of them repeated an earlier one (the same bytes again).
         self.count = self.repeats = 0
+        #: The claims were staged as known rows after all (:func:`stage_kept_claims`).
+        self.staged = False
+        #: The settle proved them unchanged by the table's state token (nothing changed since the read).
+        self.state_unchanged = False
 
     def keep(self, claim: KnownRecord, seq: int) -> bool:
         """Keep ``claim`` out of staging; False for one matched elsewhere (it is staged as before)."""
@@ -213,13 +219,14 @@ def settle_kept_claims(
     apart = _claims_apart(tx, staged, seen, kept)
     tx.lock()
     if apart and _state_unchanged(tx, kept.known):
+        kept.state_unchanged = True
         if staged:
             counts = tx.classify_and_merge(staged, parse_json=parse_json, maybe_duplicates=False)
         else:
             counts = UpsertCounts()
         # The same bytes claimed twice are duplicates of one stored row (identical content).
         return replace(counts, unchanged=counts.unchanged + kept.rows, duplicates=counts.duplicates + kept.repeats)
-    _stage_kept_claims(tx, kept)
+    stage_kept_claims(tx, kept)
     counts = tx.classify_and_merge(staged + kept.rows, parse_json=parse_json, maybe_duplicates=not apart)
     return replace(counts, duplicates=counts.duplicates + kept.repeats)
 
@@ -242,8 +249,12 @@ def _state_unchanged(tx: RunTransaction, known: WireHashSet) -> bool:
     return tuple(int(v) for v in tx.exec(statement).one()) == known.state
 
 
-def _stage_kept_claims(tx: RunTransaction, kept: KeptClaims) -> None:
-    """Stage every kept claim as a known row, from the stored row it matched (under the lock)."""
+def stage_kept_claims(tx: RunTransaction, kept: KeptClaims) -> None:
+    """Stage every kept claim as a known row, from the stored row it matched (under the lock); also
+    after the merge, when a lifecycle step needs every record_ref of the run in staging."""
+    if kept.staged:
+        return
+    kept.staged = True
     prefixes, seqs = kept.known.prefixes, kept.last_seq
     positions = [i for i, hit in enumerate(kept.hits) if hit]
     statement = tx.dialect.stage_claims(

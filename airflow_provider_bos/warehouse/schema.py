@@ -7,6 +7,7 @@ them by inspection, so the two cannot drift apart.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Collection
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -19,6 +20,17 @@ __all__ = [
     "RECORD_JSON_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
     "REJECTED_COLUMN",
+    "RETIRED_COLUMN",
+    "SUPERSEDED_COLUMN",
+    "SCOPE_COLUMN",
+    "ADDED_AUDIT_COLUMNS",
+    "DELETED_AT_COLUMN",
+    "SUPERSEDED_BY_COLUMN",
+    "LIFECYCLE_COLUMNS",
+    "HISTORY_CONTENT_COLUMNS",
+    "companion_table_name",
+    "history_table",
+    "lineage_table",
     "ERROR_MESSAGE_MAX",
     "SUPPORTED_DIALECTS",
     "audit_index_name",
@@ -60,6 +72,23 @@ AUDIT_COUNT_COLUMNS = ("inserted", "updated", "unchanged", "skipped_stale", "dup
 # Records quarantined in <table>_rejects. An audit table made before it gets it added by the writer
 # (ALTER TABLE ... ADD COLUMN); one that cannot be altered is written and read without it.
 REJECTED_COLUMN = "rejected"
+# Rows this run retired (no longer returned by a complete full read) and superseded (merged into or
+# split across other records of a complete result); the run's scope key (see warehouse/reconcile.py).
+# Added in place to audit tables made before them, as REJECTED_COLUMN is.
+RETIRED_COLUMN = "retired"
+SUPERSEDED_COLUMN = "superseded"
+SCOPE_COLUMN = "scope"
+ADDED_AUDIT_COLUMNS = (REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN, SCOPE_COLUMN)
+# The records table's lifecycle: NULL while the row is current; set when a run retires it, with the
+# successor's record_ref when it was superseded. Added in place to records tables made before them.
+DELETED_AT_COLUMN = "_bos_deleted_at"
+SUPERSEDED_BY_COLUMN = "_bos_superseded_by"
+LIFECYCLE_COLUMNS = (DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN)
+# What <table>_history keeps of each version (with _bos_valid_from, _bos_valid_to, _bos_run_id).
+HISTORY_CONTENT_COLUMNS = (
+    "record_ref", "display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources",
+    "_bos_observed_at", "_bos_record_hash",
+)
 ERROR_MESSAGE_MAX = 4000
 
 
@@ -140,6 +169,8 @@ def records_table(
         sa.Column("_bos_run_id", t["id"], nullable=False),
         sa.Column("_bos_record_hash", t["hash"], nullable=False),
         sa.Column(WIRE_HASH_COLUMN, t["hash"], nullable=True),
+        sa.Column(DELETED_AT_COLUMN, t["ts"], nullable=True),
+        sa.Column(SUPERSEDED_BY_COLUMN, t["key"], nullable=True),
         schema=schema,
         **_table_kwargs(dialect_name),
     )
@@ -174,11 +205,12 @@ def audit_index_name(table_name: str) -> str:
 
 def audit_table(
     metadata: sa.MetaData, dialect_name: str, name: str = "bos_sync_runs", schema: str | None = None,
-    *, rejected: bool = True,
+    *, omit: Collection[str] = (),
 ) -> sa.Table:
     """The audit table: one row per sync run (``complete``, ``partial`` or ``failed``).
 
-    ``rejected=False``: as an audit table made before :data:`REJECTED_COLUMN` is (never created so).
+    ``omit``: columns of :data:`ADDED_AUDIT_COLUMNS` an audit table made before them lacks (never
+    created so).
     """
     t = column_types(dialect_name)
     table = sa.Table(
@@ -198,7 +230,9 @@ def audit_table(
         sa.Column("completeness", sa.String(32), nullable=True),
         sa.Column("result_count", t["int"], nullable=True),
         *(sa.Column(c, t["int"], nullable=True) for c in AUDIT_COUNT_COLUMNS),
-        *((sa.Column(REJECTED_COLUMN, t["int"], nullable=True),) if rejected else ()),
+        *(sa.Column(c, t["int"], nullable=True) for c in (REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN)
+          if c not in omit),
+        *((sa.Column(SCOPE_COLUMN, t["hash"], nullable=True),) if SCOPE_COLUMN not in omit else ()),
         sa.Column("provisional_records", t["int"], nullable=True),
         sa.Column("provisional_pages", t["int"], nullable=True),
         sa.Column("source_errors", t["json"], nullable=True),
@@ -218,17 +252,71 @@ def audit_table(
     return table
 
 
-def rejects_table_name(records_table_name: str) -> str:
-    """``<table>_rejects``: where ``invalid_records="quarantine"`` puts the records the table cannot store.
+def companion_table_name(records_table_name: str, suffix: str) -> str:
+    """``<table>_<suffix>``: a table kept beside the records table (rejects, history, lineage).
 
-    A table name too long for the suffix (over 55 characters) keeps its first 38 characters and a
-    hash of the whole name: ``<first 38>_<16 hex>_rejects``, 63 characters, one per table.
+    A table name too long for the suffix keeps its first 38 characters and a hash of the whole
+    name: ``<first 38>_<16 hex>_<suffix>``, at most 63 characters, one per table.
     """
-    name = f"{records_table_name}_rejects"
+    name = f"{records_table_name}_{suffix}"
     if len(name) <= 63:
         return name
     digest = hashlib.sha256(records_table_name.encode()).hexdigest()[:16]
-    return f"{records_table_name[:38]}_{digest}_rejects"
+    return f"{records_table_name[:38]}_{digest}_{suffix}"
+
+
+def rejects_table_name(records_table_name: str) -> str:
+    """``<table>_rejects``: where ``invalid_records="quarantine"`` puts the records the table cannot store."""
+    return companion_table_name(records_table_name, "rejects")
+
+
+def history_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
+    """``<table>_history`` (``history=True``): every version of every record, SCD2 style.
+
+    A version is valid from ``_bos_valid_from`` until ``_bos_valid_to`` (NULL: the current one);
+    ``_bos_run_id`` is the run that wrote it. The key is (record_ref, _bos_valid_from).
+    """
+    t = column_types(dialect_name)
+    roles = {"record_ref": "key", "display_name": "text", "email": "text", "phone": "text", "lifecycle": "json",
+             "identity_match": "json", "attributes": "json", "sources": "json", "_bos_observed_at": "ts",
+             "_bos_record_hash": "hash"}
+    required = {"record_ref", "attributes", "sources", "_bos_observed_at", "_bos_record_hash"}
+    table = sa.Table(
+        name,
+        metadata,
+        *(sa.Column(c, t[roles[c]], nullable=c not in required, primary_key=c == "record_ref")
+          for c in HISTORY_CONTENT_COLUMNS),
+        sa.Column("_bos_valid_from", t["ts"], primary_key=True, nullable=False),
+        sa.Column("_bos_valid_to", t["ts"], nullable=True),
+        sa.Column("_bos_run_id", t["id"], nullable=False),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
+    sa.Index(_index_name(name, "run"), table.c._bos_run_id)
+    return table
+
+
+def lineage_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
+    """``<table>_lineage``: which record_ref was superseded by which, in which run.
+
+    One row per (superseded ref, successor ref) and run: a merge gives several rows with the same
+    ``successor_ref``, a split several with the same ``record_ref``.
+    """
+    t = column_types(dialect_name)
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("run_id", t["id"], nullable=False),
+        sa.Column("record_ref", t["key"], nullable=False),
+        sa.Column("successor_ref", t["key"], nullable=False),
+        sa.Column("recorded_at", t["ts"], nullable=False),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
+    # No primary key: (run, ref, successor) would pass InnoDB's 3072-byte key limit.
+    sa.Index(_index_name(name, "ref"), table.c.record_ref)
+    sa.Index(_index_name(name, "successor"), table.c.successor_ref)
+    return table
 
 
 def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:

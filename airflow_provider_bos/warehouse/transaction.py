@@ -39,6 +39,12 @@ class UpsertCounts:
     skipped_stale: int = 0
     duplicates: int = 0
     rejected: int = 0
+    #: Current rows this run retired (a complete full read did not return them) and superseded (all
+    #: their provenance now belongs to other records of a complete result). Not among the others.
+    retired: int = 0
+    superseded: int = 0
+    #: Rows the run would have retired but ``max_retire_fraction`` kept current (the run is partial).
+    retire_withheld: int = 0
 
     @property
     def received(self) -> int:
@@ -94,6 +100,8 @@ class RunTransaction:
         if dialect.isolation_level:
             conn = conn.execution_options(isolation_level=dialect.isolation_level)
         self.conn = conn
+        #: Work tables of the lifecycle steps (see :meth:`work_table`), dropped with the staging tables.
+        self.work_tables: list[str] = []
         self._locked = False  # the writers' lock is held
         self._database = str(engine.url.database or "")
         self._process_lock: threading.Lock | None = None  # held (see WarehouseDialect.process_lock)
@@ -233,9 +241,17 @@ class RunTransaction:
 
     # --- the end ------------------------------------------------------------------------------
 
+    def work_table(self, suffix: str, kind: str) -> str:
+        """Create the run's temporary work table ``kind`` (see :meth:`~.dialects.lifecycle.LifecycleSql.create_work_table`)."""
+        name = staging_table_name(self.run_id, suffix)
+        self.exec(self.dialect.create_work_table(name, self.schema, kind))
+        self.work_tables.append(name)
+        return name
+
     def drop_staging(self) -> None:
-        for name in (self.deduped, self.stage):
+        for name in (*self.work_tables, self.deduped, self.stage):
             self.exec(self.dialect.drop_staging(name, self.schema))
+        self.work_tables = []
 
     def rollback(self) -> None:
         try:

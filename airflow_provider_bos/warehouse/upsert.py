@@ -20,24 +20,38 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.catalog import column_names
-from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes, settle_kept_claims
+from airflow_provider_bos.warehouse.claims import (
+    KeptClaims,
+    WireHashSet,
+    kept_claims,
+    load_known_wire_hashes,
+    settle_kept_claims,
+)
 from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_class, dialect_for
+from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_distinct, settle_direct
+from airflow_provider_bos.warehouse.reconcile import Lifecycle, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.strategies import strategy_for
 from airflow_provider_bos.warehouse.schema import (
+    ADDED_AUDIT_COLUMNS,
     GUARD_INDEX_COLUMNS,
+    LIFECYCLE_COLUMNS,
     REJECTED_COLUMN,
+    SCOPE_COLUMN,
     WIRE_HASH_COLUMN,
     audit_table,
+    companion_table_name,
+    history_table,
+    lineage_table,
     records_table,
     rejects_table,
     rejects_table_name,
 )
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, db_detail, execute
-from airflow_provider_bos.wire import WriteOptions, check_invalid_records
+from airflow_provider_bos.wire import ReconcileOptions, WriteOptions, check_invalid_records
 
 __all__ = ["UpsertCounts", "WarehouseWriter", "WriteOptions"]
 
@@ -55,6 +69,7 @@ _AUDIT_FIELDS = {
     "provisional_records": 0,
     "provisional_pages": 0,
     "error_message": None,  # a partial run's note, e.g. what a self-contradicting result claimed
+    "observed_at": None,  # the read's metadata.observed_at: a full read retires no row observed after it
 }
 
 
@@ -106,8 +121,9 @@ class WarehouseWriter:
         )
         self._tables_ready = False
         self._rejects_ready = False
-        #: The audit table has the ``rejected`` column (False: one made before it; see ensure_tables).
-        self.audit_rejected_column = True
+        self._history_ready = False
+        #: Which of the columns added after the first release the audit table has (see ensure_tables).
+        self.audit_columns: set[str] = set(ADDED_AUDIT_COLUMNS)
         # The records table's covering index for the change test, when it has one (MySQL).
         self.guard_index: str | None = None
 
@@ -120,6 +136,21 @@ class WarehouseWriter:
     def rejects_destination(self) -> str:
         """``schema.<table>_rejects`` (or the hashed name of a long table), where quarantine puts records."""
         return self._qualified(rejects_table_name(self.table))
+
+    @property
+    def audit_rejected_column(self) -> bool:
+        """The audit table has the ``rejected`` column (False: one made before it that could not be altered)."""
+        return REJECTED_COLUMN in self.audit_columns
+
+    @property
+    def history_destination(self) -> str:
+        """``schema.<table>_history``: every version of every record (``history=True``)."""
+        return self._qualified(companion_table_name(self.table, "history"))
+
+    @property
+    def lineage_destination(self) -> str:
+        """``schema.<table>_lineage``: which record_ref was superseded by which, in which run."""
+        return self._qualified(companion_table_name(self.table, "lineage"))
 
     @property
     def staging_method(self) -> str:
@@ -141,20 +172,22 @@ class WarehouseWriter:
 
     # --- DDL (the one place the writer creates or inspects tables) -------------------------------
 
-    def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table]:
+    def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table]:
         metadata = sa.MetaData()
         records = records_table(metadata, self.dialect.name, self.table, self.schema)
         audit = audit_table(metadata, self.dialect.name, self.audit_table, self.schema)
-        return metadata, records, audit
+        lineage_name = validate_identifier(companion_table_name(self.table, "lineage"), kind="lineage table")
+        lineage = lineage_table(metadata, self.dialect.name, lineage_name, self.schema)
+        return metadata, records, audit, lineage
 
     def ensure_tables(self) -> None:
         """Create the records and audit tables if missing; check an existing table has our columns.
 
         Each table in a transaction of its own, never the run's (MySQL commits DDL implicitly).
         """
-        _, records, audit = self._metadata()
+        _, records, audit, lineage = self._metadata()
         try:
-            for table in (audit, records):
+            for table in (audit, records, lineage):
                 self._create_table(table)
             for table in (records, audit):
                 present = column_names(self.engine, self.dialect, table.name, self.schema)
@@ -165,9 +198,11 @@ class WarehouseWriter:
                         log.info("%s has no %s column: re-runs decode every record (see sql/ to add it).",
                                  self._qualified(table.name), WIRE_HASH_COLUMN)
                 if table is audit:
-                    # A column added after the first release: added in place (a small table).
-                    self.audit_rejected_column = REJECTED_COLUMN in present or self._add_column(audit, REJECTED_COLUMN)
-                optional = (WIRE_HASH_COLUMN, REJECTED_COLUMN)
+                    # Columns added after the first release: added in place (a small table).
+                    self.audit_columns = {c for c in ADDED_AUDIT_COLUMNS if c in present or self._add_column(audit, c)}
+                else:
+                    self._add_lifecycle_columns(records, present)
+                optional = (WIRE_HASH_COLUMN, *ADDED_AUDIT_COLUMNS, *LIFECYCLE_COLUMNS)
                 missing = [c.name for c in table.columns if c.name not in present and c.name not in optional]
                 if missing:
                     raise BosWarehouseError(
@@ -182,6 +217,16 @@ class WarehouseWriter:
                 f"{self._qualified(self.audit_table)}: {db_detail(exc)}"
             ) from exc
         self._tables_ready = True
+
+    def _add_lifecycle_columns(self, records: sa.Table, present: set[str]) -> None:
+        """Add ``_bos_deleted_at`` and ``_bos_superseded_by`` to a records table made before them
+        (nullable: no row is rewritten; NULL means current). Required: every run may supersede."""
+        for name in LIFECYCLE_COLUMNS:
+            if name not in present and not self._add_column(records, name):
+                raise BosWarehouseError(
+                    f"{self._qualified(records.name)} has no {name} column and it could not be added now; "
+                    "add it with the ALTER TABLE in sql/ (NULL for every existing row) and run again."
+                )
 
     def _add_column(self, table: sa.Table, name: str) -> bool:
         """Add the nullable column ``name`` to ``table`` made before it, in a transaction of its own.
@@ -244,6 +289,18 @@ class WarehouseWriter:
             self._rejects_ready = True
         return table
 
+    def ensure_history_table(self) -> sa.Table:
+        """Create ``<table>_history`` if missing (its own transaction, as :meth:`ensure_tables`)."""
+        name = validate_identifier(companion_table_name(self.table, "history"), kind="history table")
+        table = history_table(sa.MetaData(), self.dialect.name, name, self.schema)
+        if not self._history_ready:
+            try:
+                self._create_table(table)
+            except sa.exc.SQLAlchemyError as exc:
+                raise BosWarehouseError(f"Could not create {self._qualified(name)}: {db_detail(exc)}") from exc
+            self._history_ready = True
+        return table
+
     def _find_guard_index(self, inspector: Any, table: str) -> str | None:
         """An index of ``table`` leading with the change test's columns (tables made before it had none)."""
         for index in inspector.get_indexes(table, schema=self.schema):
@@ -301,18 +358,27 @@ class WarehouseWriter:
         if not callable(options.audit):
             _audit_row_fields(options.audit)  # refused before anything is read
         check_invalid_records(options.invalid_records)
+        if not isinstance(options.reconcile, ReconcileOptions):
+            raise BosWarehouseError("WriteOptions.reconcile must be a ReconcileOptions (see wire.check_reconcile).")
         default_observed_at = options.default_observed_at
         try:
             default_obs = parse_timestamp(default_observed_at) if default_observed_at else None
         except ValueError:
             raise BosWarehouseError(f"default_observed_at {str(default_observed_at)[:40]!r} is not ISO 8601.") from None
         self._ensure_once()
+        if options.reconcile.sync_mode == "full" and SCOPE_COLUMN not in self.audit_columns:
+            raise BosWarehouseError(
+                f"{self._qualified(self.audit_table)} has no {SCOPE_COLUMN} column, which a full read needs to "
+                "know which rows its scope wrote; add it with the ALTER TABLE in sql/ and run again."
+            )
         quarantine = self.ensure_rejects_table() if options.invalid_records == "quarantine" else None
-        return self._write(run, records, default_obs, options, quarantine)
+        history = self.ensure_history_table().name if options.reconcile.history else None
+        life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history)
+        return self._write(run, records, default_obs, options, quarantine, life)
 
     def _write(
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
-        quarantine: sa.Table | None,
+        quarantine: sa.Table | None, life: Lifecycle,
     ) -> UpsertCounts:
         d = self.dialect
         rejects = Rejects() if quarantine is not None else None
@@ -321,23 +387,28 @@ class WarehouseWriter:
         try:
             try:
                 tx.begin()
+                if life.history_table is not None:
+                    seed_history(tx, life.history_table)
                 direct, parse_json = self._prepare_staging(tx, options)
                 synced_at = utcnow()
                 tx.mark_records_start()
-                rejects, settle = self._load_records(tx, records, default_obs, synced_at, options, rejects,
-                                                     direct=direct, parse_json=parse_json)
+                rejects, settle, kept = self._load_records(tx, records, default_obs, synced_at, options, rejects,
+                                                           direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 counts = settle()
-                tx.drop_staging()
                 if rejects:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
                     counts.rejected = len(rejects)
                     audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
+                # After the merge, under the lock, with the staged keys: supersede, retire, history.
+                audit = reconcile(tx, counts, audit, life=life, run=run, kept=kept, direct=direct)
+                audit.pop("observed_at", None)
+                tx.drop_staging()
                 tx.exec(audit_insert(d, self.audit_table, self.schema, run, finished_at=utcnow(),
                                      counts=counts.as_dict(), destination_table=self.destination_table,
-                                     rejected_column=self.audit_rejected_column, **audit))
+                                     present=self.audit_columns, scope=scope_key(life.options, run), **audit))
                 tx.conn.commit()
             except BaseException as exc:
                 tx.rollback()
@@ -350,9 +421,10 @@ class WarehouseWriter:
         finally:
             tx.close()
         log.info(
-            "BOS run %s -> %s: inserted=%d updated=%d unchanged=%d skipped_stale=%d duplicates=%d (%s)",
+            "BOS run %s -> %s: inserted=%d updated=%d unchanged=%d skipped_stale=%d duplicates=%d retired=%d "
+            "superseded=%d (%s)",
             run.run_id, self.destination_table, counts.inserted, counts.updated, counts.unchanged,
-            counts.skipped_stale, counts.duplicates, self.staging_method,
+            counts.skipped_stale, counts.duplicates, counts.retired, counts.superseded, self.staging_method,
         )
         return counts
 
@@ -381,8 +453,9 @@ class WarehouseWriter:
     def _load_records(
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
         options: WriteOptions, rejects: Rejects | None, *, direct: bool, parse_json: bool,
-    ) -> tuple[Rejects | None, Callable[[], UpsertCounts]]:
-        """Load every record; return the run's rejects and how to classify and merge what was loaded.
+    ) -> tuple[Rejects | None, Callable[[], UpsertCounts], KeptClaims | None]:
+        """Load every record; return the run's rejects, how to classify and merge what was loaded, and
+        the claims kept out of staging (if any).
 
         If the stream is resumed and the final frame comes again from its start
         (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
@@ -394,14 +467,14 @@ class WarehouseWriter:
                 if direct:
                     loaded, staged = load.load_direct(tx, records, default_obs, synced_at,
                                                       batch_size=self.batch_size, rejects=rejects)
-                    return rejects, partial(settle_direct, tx, loaded, staged, synced_at)
+                    return rejects, partial(settle_direct, tx, loaded, staged, synced_at), None
                 seen = SeenKeys()
                 kept = kept_claims(tx, options.known, uses_copy=load.keeps_claims)
                 received = load.stage(tx, records, default_obs, batch_size=self.batch_size,
                                       seen=seen, kept=kept, rejects=rejects)
                 if kept is not None and kept.count:
-                    return rejects, partial(settle_kept_claims, tx, received, seen, kept, parse_json=parse_json)
-                return rejects, partial(_classify_and_merge, tx, received, seen, parse_json=parse_json)
+                    return rejects, partial(settle_kept_claims, tx, received, seen, kept, parse_json=parse_json), kept
+                return rejects, partial(_classify_and_merge, tx, received, seen, parse_json=parse_json), None
             except BosFinalFrameRestarted as restart:
                 tx.discard_records()
                 records = restart.records
@@ -443,7 +516,7 @@ class WarehouseWriter:
             source_summary=source_summary,
             error_message=error,
             destination_table=self.destination_table,
-            rejected_column=self.audit_rejected_column,
+            present=self.audit_columns,
         )
         try:
             with self.engine.begin() as conn:

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.schema import rejects_table_name
+from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
 
 
 @pytest.fixture()
@@ -34,6 +34,8 @@ def make_writer(engine: sa.Engine, unique_table: str) -> Iterator[Callable[..., 
         created.append((writer.schema, writer.table))
         created.append((writer.schema, writer.audit_table))
         created.append((writer.schema, rejects_table_name(writer.table)))
+        for suffix in ("history", "lineage"):
+            created.append((writer.schema, companion_table_name(writer.table, suffix)))
         return writer
 
     yield factory

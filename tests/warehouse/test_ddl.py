@@ -12,7 +12,7 @@ from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql", "duckdb": "duckdb.sql"}
-TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects")
+TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_history")
 
 
 def _statements(path: Path) -> list[str]:
@@ -72,6 +72,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer = WarehouseWriter(engine)
             writer.ensure_tables()
             writer.ensure_rejects_table()
+            writer.ensure_history_table()
             with file_engine.begin() as conn:
                 for statement in statements:
                     conn.exec_driver_sql(statement)
@@ -85,6 +86,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer = WarehouseWriter(engine, schema=code_ns)
             writer.ensure_tables()
             writer.ensure_rejects_table()
+            writer.ensure_history_table()
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"USE {file_ns}" if dialect == "mysql" else f"SET search_path TO {file_ns}")
                 for statement in statements:
@@ -97,11 +99,15 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             assert [name for name, *_ in code_shape["bos_sync_runs"]["indexes"]] == ["ix_bos_sync_runs_lookup"]
             assert ("attributes", "JSON", "NO") in code_shape["bos_records"]["columns"]
             assert ("_bos_observed_at", "TIMESTAMP WITH TIME ZONE", "NO") in code_shape["bos_records"]["columns"]
-            return
-        assert code_shape["bos_records"]["pk"] == ["record_ref"]
-        assert ("ix_bos_sync_runs_lookup", ("conn_id", "context_handle", "tool_name", "finished_at"), False) in (
-            code_shape["bos_sync_runs"]["indexes"]
-        )
+            assert code_shape["bos_records_history"]["pk"] == [["record_ref", "_bos_valid_from"]]
+        else:
+            assert code_shape["bos_records"]["pk"] == ["record_ref"]
+            assert code_shape["bos_records_history"]["pk"] == ["record_ref", "_bos_valid_from"]
+            assert ("ix_bos_sync_runs_lookup", ("conn_id", "context_handle", "tool_name", "finished_at"), False) in (
+                code_shape["bos_sync_runs"]["indexes"]
+            )
+        assert {"_bos_deleted_at", "_bos_superseded_by"} <= {c[0] for c in code_shape["bos_records"]["columns"]}
+        assert {"retired", "superseded", "scope"} <= {c[0] for c in code_shape["bos_sync_runs"]["columns"]}
     finally:
         if dialect != "sqlite":
             drop = "DROP DATABASE IF EXISTS {}" if dialect == "mysql" else "DROP SCHEMA IF EXISTS {} CASCADE"
@@ -120,5 +126,5 @@ def test_record_columns_describe_the_records_table():
         ("sqlite", "TEXT", "VARCHAR(512)"), ("duckdb", "JSON", "VARCHAR"),
     ):
         columns = dict(record_columns(backend))
-        assert tuple(columns) == (*RECORD_COLUMNS, WIRE_HASH_COLUMN)
+        assert tuple(columns) == (*RECORD_COLUMNS, WIRE_HASH_COLUMN, "_bos_deleted_at", "_bos_superseded_by")
         assert columns["attributes"] == json_type and columns["record_ref"] == key_type

@@ -29,15 +29,23 @@ import abc
 import hashlib
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql
+from airflow_provider_bos.warehouse.dialects.statement import Statement
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN, column_types
+from airflow_provider_bos.warehouse.schema import (
+    DELETED_AT_COLUMN,
+    LIFECYCLE_COLUMNS,
+    RECORD_COLUMNS,
+    RECORD_JSON_COLUMNS,
+    WIRE_HASH_COLUMN,
+    column_types,
+)
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.copy_format import TargetCopyLines
@@ -69,14 +77,6 @@ DOCUMENT_STAGE_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Statement:
-    """SQL text in the driver's paramstyle plus its positional parameters."""
-
-    sql: str
-    params: tuple[Any, ...] = ()
-
-
 #: The savepoint before a run's records are loaded (see :meth:`WarehouseDialect.savepoint`).
 RECORDS_SAVEPOINT = "bos_records"
 
@@ -87,8 +87,12 @@ def staging_table_name(run_id: str, suffix: str = "") -> str:
     return validate_identifier(f"bos_stage_{digest}{suffix}")
 
 
-class WarehouseDialect(abc.ABC):
-    """SQL builder for one database family. Subclasses override what differs."""
+class WarehouseDialect(LifecycleSql, abc.ABC):
+    """SQL builder for one database family. Subclasses override what differs.
+
+    The lifecycle statements (supersede, retire, history, lineage, erasure) come from
+    :class:`~.lifecycle.LifecycleSql`.
+    """
 
     name = "generic"
     uses_copy = False
@@ -347,9 +351,11 @@ class WarehouseDialect(abc.ABC):
     wire_hash_prefixes_aggregated = False
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
-        """The first 16 hex digits of every stored wire hash (one per row)."""
+        """The first 16 hex digits of every current row's stored wire hash (one per row): a retired
+        row's record is decoded when it comes back, so the merge can make it current again."""
         w = self.quote(WIRE_HASH_COLUMN)
-        return Statement(f"SELECT SUBSTR({w}, 1, 16) FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
+        return Statement(f"SELECT SUBSTR({w}, 1, 16) FROM {self.table_ref(target, schema)} t "
+                         f"WHERE {w} IS NOT NULL AND {self._current('t')}")
 
     def count_distinct(self, stage: str, schema: str | None) -> Statement:
         return Statement(f"SELECT COUNT(DISTINCT {self.quote('record_ref')}) FROM {self.stage_ref(stage, schema)}")
@@ -368,8 +374,12 @@ class WarehouseDialect(abc.ABC):
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
         return Statement(
             f"SELECT SUBSTR(t.{w}, 1, 16) FROM {self.stage_ref(stage, schema)} s "
-            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} WHERE t.{w} IS NOT NULL"
+            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} WHERE t.{w} IS NOT NULL AND {self._current('t')}"
         )
+
+    #: :meth:`stored_wire_state`'s last value is the number of current rows (lets an unchanged
+    #: re-run prove that it returned every current row without a join).
+    wire_state_counts_current = False
 
     def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
         """One row: a token of every stored (record_ref, wire hash) pair, as :meth:`wire_hash_prefixes`
@@ -420,8 +430,13 @@ class WarehouseDialect(abc.ABC):
         return f"({t}.{obs} IS NULL OR {t}.{obs} <= {s}.{obs})"
 
     def _changed(self, t: str, s: str) -> str:
+        """The staged row ``s`` differs from the target row ``t``, or ``t`` was retired (it comes back)."""
         h = self.quote("_bos_record_hash")
-        return f"({self._hash_differs(f'{t}.{h}', f'{s}.{h}')})"
+        return f"({self._hash_differs(f'{t}.{h}', f'{s}.{h}')} OR {t}.{self.quote(DELETED_AT_COLUMN)} IS NOT NULL)"
+
+    def lifecycle_resets(self) -> tuple[str, ...]:
+        """The target's columns an update sets back to NULL: a written row is current again."""
+        return LIFECYCLE_COLUMNS
 
     def _decoded(self, s: str) -> str:
         """True for a staged row that carries its content (false for a known row)."""
@@ -444,7 +459,8 @@ class WarehouseDialect(abc.ABC):
         stale, changed = self._stale("t", "s"), self._changed("t", "s")
         if self.wire_hash_column:
             w = self.quote(WIRE_HASH_COLUMN)
-            unverified = f"{known} AND ({new} OR {self._hash_differs(f't.{w}', f's.{w}')})"
+            unverified = (f"{known} AND ({new} OR {self._hash_differs(f't.{w}', f's.{w}')} "
+                          f"OR t.{self.quote(DELETED_AT_COLUMN)} IS NOT NULL)")
         else:
             unverified = known
         return Statement(

@@ -149,6 +149,13 @@ class DuckDbDialect(WarehouseDialect):
             (list(prefixes), list(seqs)),
         )
 
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+        # No JSON_TABLE: the sources array unnested as JSON values.
+        join = f" CROSS JOIN (SELECT UNNEST(CAST({alias}.{self.quote('sources')} AS JSON[])) AS v) p"
+        return join, ("p.v->>'source_type'", "p.v->>'source_identity'", "p.v->>'external_id'")
+
     # --- merge ------------------------------------------------------------------------------
 
     def bind_ts(self) -> str:

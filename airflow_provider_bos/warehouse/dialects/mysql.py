@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
-from airflow_provider_bos.warehouse.schema import WIRE_HASH_COLUMN
+from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
 
 __all__ = ["MySqlDialect"]
 
@@ -76,6 +76,21 @@ class MySqlDialect(WarehouseDialect):
             f"ON t.{ref} = s.{ref} AND t.{h} = s.{h} SET t.{w} = s.{w} WHERE {self._hash_differs(f't.{w}', f's.{w}')}"
         )
 
+    def mark_retired(self, target, keys, schema, *, successor, retired_at, run_id):
+        # One UPDATE ... JOIN: a correlated subquery would name the temporary table twice.
+        q = self.quote
+        ref = q("record_ref")
+        sets = [f"t.{q(DELETED_AT_COLUMN)} = {self.placeholder}"]
+        if successor:
+            sets.append(f"t.{q(SUPERSEDED_BY_COLUMN)} = k.successor_ref")
+        sets += [f"t.{q('_bos_run_id')} = {self.placeholder}", f"t.{q('_bos_synced_at')} = {self.placeholder}"]
+        stamp = self.bind_timestamp(retired_at)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t JOIN {self.stage_ref(keys, schema)} k ON k.{ref} = t.{ref} "
+            f"SET {', '.join(sets)}",
+            (stamp, run_id, stamp),
+        )
+
     def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
@@ -94,6 +109,7 @@ class MySqlDialect(WarehouseDialect):
                 params.append(run_id)
             else:
                 sets.append(f"t.{q(col)} = s.{q(col)}")
+        sets += [f"t.{q(col)} = NULL" for col in self.lifecycle_resets()]
         update = Statement(
             f"UPDATE {target_ref} t JOIN {stage_ref} s ON t.{ref} = s.{ref} SET {', '.join(sets)} "
             f"WHERE {self._decoded('s')} AND {self._write_allowed('t', 's')} AND {self._changed('t', 's')}",

@@ -52,6 +52,11 @@ class SqliteDialect(WarehouseDialect):
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}"
         )
 
+    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+        join = f" CROSS JOIN JSON_EACH({alias}.{self.quote('sources')}) AS p"
+        return join, ("JSON_EXTRACT(p.value, '$.source_type')", "JSON_EXTRACT(p.value, '$.source_identity')",
+                      "JSON_EXTRACT(p.value, '$.external_id')")
+
     def begin(self) -> list[Statement]:
         # Take the write lock up front: counts and merge then see the same table.
         return [
@@ -67,7 +72,8 @@ class SqliteDialect(WarehouseDialect):
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
         cols = self._written_column_list()
-        sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns)
+        sets = ", ".join([*(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns),
+                          *(f"{q(c)} = NULL" for c in self.lifecycle_resets())])
         # The WHERE (known rows are never written) also keeps the parser from reading ON CONFLICT
         # as a join constraint.
         sql = (

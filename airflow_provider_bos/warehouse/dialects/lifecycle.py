@@ -1,0 +1,301 @@
+"""The SQL of a row's lifecycle: supersede, retire, history, lineage and erasure (a part of every dialect).
+
+:class:`LifecycleSql` is a base of :class:`~.base.WarehouseDialect`: every dialect builds these
+statements by inheritance and overrides only what its database spells differently (the JSON
+expansion of ``sources``, UPDATE with a join). All of them are set-based: one statement per table
+against the run's staged keys (the staging table holds every record_ref the run returned), never a
+statement per row. :mod:`..reconcile` and :mod:`..history` execute them, in the run's transaction,
+after the merge and before the audit row.
+
+The work tables (TEMPORARY, one set per run, dropped with the staging tables):
+
+- ``others`` (record_ref, source_type, source_identity, external_id): the provenance entries of
+  every current row the result did NOT return;
+- ``successors`` (same columns): the provenance entries of the result's rows that share one with
+  ``others``;
+- ``superseded`` (record_ref, successor_ref): the rows of ``others`` ALL of whose entries belong
+  to the result's rows, with the smallest such successor record_ref (deterministic for a split);
+- ``retired`` (record_ref): the current rows of the read's scope the result did not return.
+
+Each statement names each work table at most once (MySQL cannot reopen a temporary table).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from airflow_provider_bos.warehouse.dialects.statement import Statement
+from airflow_provider_bos.warehouse.schema import (
+    DELETED_AT_COLUMN,
+    HISTORY_CONTENT_COLUMNS,
+    SCOPE_COLUMN,
+    SUPERSEDED_BY_COLUMN,
+)
+
+__all__ = ["PROVENANCE_KEY", "LifecycleSql", "ScopeFilter"]
+
+#: A provenance entry's identity, as the work tables hold it.
+PROVENANCE_KEY = ("source_type", "source_identity", "external_id")
+
+
+class ScopeFilter:
+    """Which audit rows' runs wrote the rows of a read's scope.
+
+    ``scope``: the scope key. ``legacy``: also runs audited without a scope (written before scopes
+    existed) whose (conn_id, context_handle, tool_name[, arguments_hash]) are these values.
+    """
+
+    def __init__(self, scope: str, legacy: dict[str, str | None] | None = None) -> None:
+        self.scope = scope
+        self.legacy = legacy
+
+
+class LifecycleSql:
+    """Builders of the lifecycle statements; mixed into :class:`~.base.WarehouseDialect`."""
+
+    # Provided by WarehouseDialect.
+    placeholder: str
+    if TYPE_CHECKING:
+        def quote(self, identifier: str) -> str: ...
+        def table_ref(self, table: str, schema: str | None) -> str: ...
+        def stage_ref(self, stage: str, schema: str | None) -> str: ...
+        def type_sql(self, role: str) -> str: ...
+        def bind_timestamp(self, value: datetime) -> Any: ...
+        def bind_ts(self) -> str: ...
+        def bind_id(self) -> str: ...
+        def _temp_prefix(self) -> str: ...
+        def _temp_suffix(self) -> str: ...
+
+    # --- pieces -------------------------------------------------------------------------------
+
+    def _current(self, t: str) -> str:
+        """True for a current (not retired) row of alias ``t``."""
+        return f"{t}.{self.quote(DELETED_AT_COLUMN)} IS NULL"
+
+    def _fence(self) -> str:
+        """Text ending a derived table the planner must evaluate before the join around it."""
+        return ""
+
+    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+        """The join expanding ``alias``'s ``sources`` array into its entries, and the entries'
+        source_type, source_identity and external_id expressions.
+
+        The SQL:2016 ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+, PostgreSQL 17); dialects without it
+        override this.
+        """
+        cols = ", ".join(f"{c} VARCHAR(512) PATH '$.{c}'" for c in PROVENANCE_KEY)
+        join = f" CROSS JOIN JSON_TABLE({alias}.{self.quote('sources')}, '$[*]' COLUMNS ({cols})) AS p"
+        return join, ("p.source_type", "p.source_identity", "p.external_id")
+
+    def _keys_equal(self, a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{c} = {b}.{c}" for c in PROVENANCE_KEY)
+
+    # --- work tables --------------------------------------------------------------------------
+
+    def create_work_table(self, name: str, schema: str | None, kind: str) -> Statement:
+        """A work table: ``"provenance"`` (ref + entry), ``"successors"`` (ref + successor, keyed) or
+        ``"keys"`` (ref, keyed)."""
+        key = self.type_sql("key")
+        ref = f"{self.quote('record_ref')} {key} NOT NULL"
+        if kind == "provenance":
+            cols = [ref, *(f"{c} {key}" for c in PROVENANCE_KEY)]
+        elif kind == "successors":
+            cols = [ref, f"successor_ref {key} NOT NULL", f"PRIMARY KEY ({self.quote('record_ref')})"]
+        elif kind == "keys":
+            cols = [ref, f"PRIMARY KEY ({self.quote('record_ref')})"]
+        else:  # pragma: no cover - a caller's typo
+            raise ValueError(kind)
+        return Statement(f"{self._temp_prefix()} {self.stage_ref(name, schema)} ({', '.join(cols)}){self._temp_suffix()}")
+
+    # --- supersede ----------------------------------------------------------------------------
+
+    def _rows_and_entries(self, where: str, target: str, schema: str | None) -> tuple[str, tuple[str, str, str]]:
+        """``FROM`` text of the current rows matching ``where`` (alias ``t`` inside), one row per
+        provenance entry (alias ``c`` for the row), and the entry's key expressions."""
+        q = self.quote
+        join, key = self.provenance_rows("c")
+        rows = (
+            f"(SELECT t.{q('record_ref')}, t.{q('sources')} FROM {self.table_ref(target, schema)} t "
+            f"WHERE {self._current('t')} AND {where}{self._fence()}) c"
+        )
+        return f"{rows}{join}", key
+
+    def collect_others(self, others: str, stage: str, target: str, schema: str | None) -> Statement:
+        """Into ``others``: the provenance entries of every current row the result did not return."""
+        ref = self.quote("record_ref")
+        source, key = self._rows_and_entries(
+            f"NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})", target, schema,
+        )
+        return Statement(
+            f"INSERT INTO {self.stage_ref(others, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
+            f"SELECT c.{ref}, {', '.join(key)} FROM {source}"
+        )
+
+    def collect_successors(
+        self, successors: str, others: str, stage: str, target: str, schema: str | None,
+    ) -> Statement:
+        """Into ``successors``: the entries of the result's rows that some row of ``others`` also has."""
+        ref = self.quote("record_ref")
+        source, key = self._rows_and_entries(
+            f"t.{ref} IN (SELECT s.{ref} FROM {self.stage_ref(stage, schema)} s)", target, schema,
+        )
+        match = " AND ".join(f"o.{c} = {e}" for c, e in zip(PROVENANCE_KEY, key, strict=True))
+        return Statement(
+            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
+            f"SELECT c.{ref}, {', '.join(key)} FROM {source} "
+            f"WHERE EXISTS (SELECT 1 FROM {self.stage_ref(others, schema)} o WHERE {match})"
+        )
+
+    def pick_superseded(self, superseded: str, others: str, successors: str, schema: str | None) -> Statement:
+        """Into ``superseded``: each row of ``others`` whose every entry is in ``successors``, with
+        the smallest successor record_ref (a split's deterministic choice)."""
+        ref = self.quote("record_ref")
+        return Statement(
+            f"INSERT INTO {self.stage_ref(superseded, schema)} ({ref}, successor_ref) "
+            f"SELECT o.{ref}, MIN(n.{ref}) FROM {self.stage_ref(others, schema)} o "
+            f"LEFT JOIN {self.stage_ref(successors, schema)} n ON {self._keys_equal('n', 'o')} "
+            f"GROUP BY o.{ref} HAVING COUNT(*) = COUNT(n.{ref})"
+        )
+
+    def insert_lineage(
+        self, lineage: str, others: str, successors: str, superseded: str, schema: str | None, *,
+        run_id: str, recorded_at: datetime,
+    ) -> Statement:
+        """Into ``<table>_lineage``: every (superseded ref, successor ref) pair of this run."""
+        ref = self.quote("record_ref")
+        return Statement(
+            f"INSERT INTO {self.table_ref(lineage, schema)} (run_id, {ref}, successor_ref, recorded_at) "
+            f"SELECT DISTINCT {self.bind_id()}, o.{ref}, n.{ref}, {self.bind_ts()} "
+            f"FROM {self.stage_ref(others, schema)} o JOIN {self.stage_ref(successors, schema)} n "
+            f"ON {self._keys_equal('n', 'o')} "
+            f"WHERE o.{ref} IN (SELECT x.{ref} FROM {self.stage_ref(superseded, schema)} x)",
+            (run_id, self.bind_timestamp(recorded_at)),
+        )
+
+    # --- retire -------------------------------------------------------------------------------
+
+    def _scope_runs(self, audit: str, schema: str | None, scope: ScopeFilter) -> tuple[str, tuple[Any, ...]]:
+        """A subquery of the run ids that wrote the scope's rows, and its parameters."""
+        p, s = self.placeholder, self.quote(SCOPE_COLUMN)
+        sql = f"SELECT a.run_id FROM {self.table_ref(audit, schema)} a WHERE a.{s} = {p}"
+        params: list[Any] = [scope.scope]
+        if scope.legacy is not None:
+            parts = [f"a.{s} IS NULL"]
+            for column, value in scope.legacy.items():
+                if value is None:
+                    parts.append(f"a.{self.quote(column)} IS NULL")
+                else:
+                    parts.append(f"a.{self.quote(column)} = {p}")
+                    params.append(value)
+            sql += f" OR ({' AND '.join(parts)})"
+        return sql, tuple(params)
+
+    def collect_retired(
+        self, retired: str, stage: str, target: str, audit: str, schema: str | None, *, scope: ScopeFilter,
+        observed_before: datetime,
+    ) -> Statement:
+        """Into ``retired``: the current rows of the scope that the result did not return and that
+        were observed no later than the read (a backfill never retires a newer row)."""
+        ref, obs = self.quote("record_ref"), self.quote("_bos_observed_at")
+        runs, params = self._scope_runs(audit, schema, scope)
+        return Statement(
+            f"INSERT INTO {self.stage_ref(retired, schema)} ({ref}) "
+            f"SELECT t.{ref} FROM {self.table_ref(target, schema)} t "
+            f"WHERE {self._current('t')} AND t.{obs} <= {self.placeholder} "
+            f"AND t.{self.quote('_bos_run_id')} IN ({runs}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})",
+            (self.bind_timestamp(observed_before), *params),
+        )
+
+    def count_scope_rows(
+        self, target: str, audit: str, schema: str | None, *, scope: ScopeFilter, run_id: str,
+    ) -> Statement:
+        """One value: the scope's current rows (this run's writes included)."""
+        runs, params = self._scope_runs(audit, schema, scope)
+        run = f"t.{self.quote('_bos_run_id')}"
+        return Statement(
+            f"SELECT COUNT(*) FROM {self.table_ref(target, schema)} t "
+            f"WHERE {self._current('t')} AND ({run} = {self.placeholder} OR {run} IN ({runs}))",
+            (run_id, *params),
+        )
+
+    # --- marking rows -------------------------------------------------------------------------
+
+    def mark_retired(
+        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime, run_id: str,
+    ) -> Statement:
+        """Retire the target's rows listed in ``keys`` (soft): ``_bos_deleted_at`` set, with
+        ``_bos_superseded_by`` from ``keys.successor_ref`` when ``successor``; the run owns them now."""
+        q = self.quote
+        ref = q("record_ref")
+        target_ref, keys_ref = self.table_ref(target, schema), self.stage_ref(keys, schema)
+        sets = [f"{q(DELETED_AT_COLUMN)} = {self.placeholder}"]
+        if successor:
+            sets.append(f"{q(SUPERSEDED_BY_COLUMN)} = (SELECT k.successor_ref FROM {keys_ref} k "
+                        f"WHERE k.{ref} = {target_ref}.{ref})")
+        sets += [f"{q('_bos_run_id')} = {self.placeholder}", f"{q('_bos_synced_at')} = {self.placeholder}"]
+        stamp = self.bind_timestamp(retired_at)
+        return Statement(
+            f"UPDATE {target_ref} SET {', '.join(sets)} WHERE {ref} IN (SELECT k.{ref} FROM {keys_ref} k)",
+            (stamp, run_id, stamp),
+        )
+
+    def delete_listed(self, target: str, keys: str, schema: str | None) -> Statement:
+        """Delete the target's rows listed in ``keys`` (``deletions="hard"``)."""
+        ref = self.quote("record_ref")
+        return Statement(
+            f"DELETE FROM {self.table_ref(target, schema)} "
+            f"WHERE {ref} IN (SELECT k.{ref} FROM {self.stage_ref(keys, schema)} k)"
+        )
+
+    # --- history ------------------------------------------------------------------------------
+
+    def _history_columns(self) -> str:
+        return ", ".join(self.quote(c) for c in HISTORY_CONTENT_COLUMNS)
+
+    def _history_tail(self) -> str:
+        return ", ".join(self.quote(c) for c in ("_bos_valid_from", "_bos_valid_to", "_bos_run_id"))
+
+    def history_seed(self, history: str, target: str, schema: str | None) -> Statement:
+        """A first version of every current row, valid from its last write (the history of a table
+        that existed before ``history=True``; run before the run loads anything)."""
+        cols = self._history_columns()
+        select = ", ".join(f"t.{self.quote(c)}" for c in HISTORY_CONTENT_COLUMNS)
+        return Statement(
+            f"INSERT INTO {self.table_ref(history, schema)} ({cols}, {self._history_tail()}) "
+            f"SELECT {select}, t.{self.quote('_bos_synced_at')}, NULL, t.{self.quote('_bos_run_id')} "
+            f"FROM {self.table_ref(target, schema)} t WHERE {self._current('t')}"
+        )
+
+    def history_close(self, history: str, target: str, schema: str | None, *, run_id: str,
+                      closed_at: datetime) -> Statement:
+        """Close the open version of every row this run wrote, retired or superseded."""
+        ref, to = self.quote("record_ref"), self.quote("_bos_valid_to")
+        return Statement(
+            f"UPDATE {self.table_ref(history, schema)} SET {to} = {self.placeholder} "
+            f"WHERE {to} IS NULL AND {ref} IN (SELECT t.{ref} FROM {self.table_ref(target, schema)} t "
+            f"WHERE t.{self.quote('_bos_run_id')} = {self.placeholder})",
+            (self.bind_timestamp(closed_at), run_id),
+        )
+
+    def history_open(self, history: str, target: str, schema: str | None, *, run_id: str,
+                     opened_at: datetime) -> Statement:
+        """A new open version of every current row this run wrote (inserted, updated, back again)."""
+        select = ", ".join(f"t.{self.quote(c)}" for c in HISTORY_CONTENT_COLUMNS)
+        return Statement(
+            f"INSERT INTO {self.table_ref(history, schema)} ({self._history_columns()}, {self._history_tail()}) "
+            f"SELECT {select}, {self.bind_ts()}, NULL, {self.bind_id()} FROM {self.table_ref(target, schema)} t "
+            f"WHERE t.{self.quote('_bos_run_id')} = {self.placeholder} AND {self._current('t')}",
+            (self.bind_timestamp(opened_at), run_id, run_id),
+        )
+
+    # --- erasure ------------------------------------------------------------------------------
+
+    def delete_refs(self, table: str, schema: str | None, column: str, refs: Sequence[str]) -> Statement:
+        """Delete the rows of ``table`` whose ``column`` is one of ``refs`` (bound values)."""
+        marks = ", ".join([self.placeholder] * len(refs))
+        return Statement(
+            f"DELETE FROM {self.table_ref(table, schema)} WHERE {self.quote(column)} IN ({marks})", tuple(refs),
+        )

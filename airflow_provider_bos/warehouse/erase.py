@@ -1,0 +1,123 @@
+"""Erasure on request: a person's rows out of the records table, its history, lineage and rejects.
+
+:func:`erase_records` deletes every row of the given record_refs from ``<table>``,
+``<table>_history``, ``<table>_lineage`` (as predecessor or successor) and ``<table>_rejects``, in
+ONE transaction under the writers' lock, and writes an audit row that says how many rows went
+from each table but names no ref (the audit table must not keep what was erased). A later sync
+brings a person back only if BOS still returns them.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
+from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
+from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
+from airflow_provider_bos.warehouse.upsert import WarehouseWriter
+
+__all__ = ["ERASE_TOOL_NAME", "ErasedRows", "erase_records"]
+
+log = logging.getLogger(__name__)
+
+#: The audit row's ``tool_name`` of an erasure.
+ERASE_TOOL_NAME = "airflow-provider-bos erase"
+_REFS_PER_STATEMENT = 500  # bound parameters per DELETE (SQLite before 3.32 allows 999)
+
+
+@dataclass
+class ErasedRows:
+    """How many rows one erasure deleted from each table."""
+
+    run_id: str
+    records: int = 0
+    history: int = 0
+    lineage: int = 0
+    rejects: int = 0
+
+    def as_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+
+def _checked_refs(record_refs: list[str]) -> list[str]:
+    if not record_refs or any(not isinstance(r, str) or not r for r in record_refs):
+        raise BosConfigurationError("Give at least one record_ref to erase, each a non-empty string.")
+    refs = sorted(set(record_refs))
+    too_long = [r for r in refs if len(r) > MAX_RECORD_REF_LENGTH]
+    if too_long:
+        raise BosConfigurationError(
+            f"{len(too_long)} record_ref(s) are longer than {MAX_RECORD_REF_LENGTH} characters: no table holds them."
+        )
+    return refs
+
+
+def erase_records(
+    engine: sa.Engine, *, table: str, record_refs: Iterable[str], schema: str | None = None,
+    audit_table: str = "bos_sync_runs", conn_id: str | None = None, lock_timeout_s: float = 300.0,
+) -> ErasedRows:
+    """Delete ``record_refs`` from ``table`` and the tables beside it, in one transaction; audit it.
+
+    :param conn_id: the warehouse connection, recorded in the audit row.
+    :raises BosConfigurationError: no ref, an over-long ref, or a table name that is not valid.
+    :raises BosWarehouseError: the database refused (nothing was deleted).
+    """
+    refs = _checked_refs(list(record_refs))
+    writer = WarehouseWriter(engine, table=table, schema=schema, audit_table=audit_table, lock_timeout_s=lock_timeout_s)
+    try:
+        present = sa.inspect(engine)
+        if not present.has_table(writer.table, schema=writer.schema):
+            raise BosConfigurationError(f"There is no table {writer.destination_table} to erase from.")
+        writer.ensure_tables()  # the audit table (and columns added since) for the erasure's row
+        companions = {
+            kind: name for kind in ("history", "lineage", "rejects")
+            if present.has_table(name := companion_table_name(writer.table, kind), schema=writer.schema)
+        }
+    except sa.exc.SQLAlchemyError as exc:
+        raise BosWarehouseError(f"Could not inspect {writer.destination_table}: {db_detail(exc)}") from exc
+    run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id=conn_id, tool_name=ERASE_TOOL_NAME, started_at=utcnow())
+    erased = ErasedRows(run_id=run.run_id)
+    d = writer.dialect
+    tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
+                        lock_timeout_s=lock_timeout_s, guard_index=None)
+    try:
+        try:
+            tx.begin()
+            tx.lock()
+            for i in range(0, len(refs), _REFS_PER_STATEMENT):
+                chunk = refs[i : i + _REFS_PER_STATEMENT]
+                erased.records += tx.exec(d.delete_refs(writer.table, writer.schema, "record_ref", chunk)).rowcount
+                if "history" in companions:
+                    erased.history += tx.exec(d.delete_refs(companions["history"], writer.schema, "record_ref",
+                                                            chunk)).rowcount
+                if "lineage" in companions:
+                    for column in ("record_ref", "successor_ref"):
+                        erased.lineage += tx.exec(d.delete_refs(companions["lineage"], writer.schema, column,
+                                                                chunk)).rowcount
+                if "rejects" in companions:
+                    erased.rejects += tx.exec(d.delete_refs(companions["rejects"], writer.schema, "record_ref",
+                                                            chunk)).rowcount
+            note = (f"Erasure of {len(refs)} record_ref(s) on request: deleted {erased.records} row(s) from "
+                    f"{writer.destination_table}, {erased.history} history version(s), {erased.lineage} lineage "
+                    f"row(s), {erased.rejects} quarantined record(s).")
+            tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
+                                 completeness=None, result_count=len(refs),
+                                 error_message=note, destination_table=writer.destination_table,
+                                 present=writer.audit_columns))
+            tx.conn.commit()
+        except BaseException as exc:
+            tx.rollback()
+            if isinstance(exc, sa.exc.SQLAlchemyError):
+                raise BosWarehouseError(f"Erasing from {writer.destination_table} failed and was rolled back "
+                                        f"(nothing was deleted): {db_detail(exc)}") from exc
+            raise
+    finally:
+        tx.close()
+    log.info("BOS erasure %s: %s", run.run_id, note)
+    return erased

@@ -1,0 +1,200 @@
+"""After the merge, before the audit row: supersede, retire and keep history, in the run's transaction.
+
+What a result may do to the rows it did not return (docs/sync-modes.md):
+
+- only a **complete** result (and not a contradictory one, nor one with quarantined records: the
+  writer has made those ``partial`` by now) does anything; a partial one retires and supersedes
+  nothing, whatever the mode;
+- **supersede** (both modes): a current row ALL of whose provenance entries ``(source_type,
+  source_identity, external_id)`` belong to records of the result is retired as superseded, its
+  ``_bos_superseded_by`` the smallest successor record_ref; every (ref, successor) pair goes to
+  ``<table>_lineage``;
+- **retire** (``sync_mode="full"``): a current row of the read's scope that the result did not
+  return, observed no later than the read, is retired (``_bos_deleted_at``), unless that would
+  retire more than ``max_retire_fraction`` of the scope's current rows: then nothing is retired
+  and the run is ``partial``.
+
+A row's scope is the scope of the run that last wrote it: ``_bos_run_id`` joined to the audit
+table's ``scope`` column. Rows written before scopes existed (their run has no scope) are outside
+every scope unless the read opts in with ``adopt_unscoped_rows``.
+
+Every statement is the dialect's (:class:`~.dialects.lifecycle.LifecycleSql`), set-based against
+the staging table, which holds every record_ref of the run (claims kept out of it are staged first,
+unless the table's state token proves the result returned every current row).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from airflow_provider_bos.warehouse.audit import SyncRunInfo, utcnow
+from airflow_provider_bos.warehouse.claims import KeptClaims, stage_kept_claims
+from airflow_provider_bos.warehouse.dialects.lifecycle import ScopeFilter
+from airflow_provider_bos.warehouse.history import record_history
+from airflow_provider_bos.warehouse.records import canonical_json, parse_timestamp
+from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
+from airflow_provider_bos.wire import ReconcileOptions
+
+__all__ = ["Lifecycle", "reconcile", "scope_key"]
+
+log = logging.getLogger(__name__)
+
+
+def scope_key(options: ReconcileOptions, run: SyncRunInfo) -> str:
+    """The scope key a run's audit row records: SHA-256 of the explicit ``scope`` name, or of the
+    read's (BOS resource, context, tool, arguments hash)."""
+    if options.scope is not None:
+        identity: Any = {"scope": options.scope}
+    else:
+        identity = {"resource": options.resource or run.conn_id, "context": run.context_handle,
+                    "tool": run.tool_name, "arguments": run.arguments_hash}
+    return hashlib.sha256(canonical_json(identity).encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """What the writer gives the lifecycle steps: the options and the tables beside the records."""
+
+    options: ReconcileOptions
+    audit_table: str
+    lineage_table: str
+    history_table: str | None
+
+
+def reconcile(
+    tx: RunTransaction, counts: UpsertCounts, audit: dict[str, Any], *, life: Lifecycle, run: SyncRunInfo,
+    kept: KeptClaims | None, direct: bool,
+) -> dict[str, Any]:
+    """Supersede, retire (full reads) and record history after the merge; return the audit fields.
+
+    ``counts`` gets ``superseded``, ``retired`` and ``retire_withheld``; the audit fields may turn
+    ``partial`` with a note (the guard), or get a note saying why nothing was retired.
+    """
+    options = life.options
+    now = utcnow()
+    complete = audit["status"] == "complete"
+    full = options.sync_mode == "full"
+    # An empty table loaded directly holds only this run's rows: nothing to supersede or retire.
+    if complete and not direct and not _returned_every_current_row(tx, counts, kept):
+        if kept is not None and kept.count:
+            stage_kept_claims(tx, kept)  # the anti-joins need every record_ref of the run staged
+        counts.superseded = _supersede(tx, life, now)
+        if full:
+            audit = _retire(tx, counts, audit, life, run, now)
+    elif full and not complete:
+        audit = _note(audit, "Nothing was retired or superseded: only a complete read retires rows.")
+    if life.history_table is not None:
+        touched = counts.inserted + counts.updated + counts.retired + counts.superseded > 0
+        record_history(tx, life.history_table, run_id=tx.run_id, at=now, touched=touched)
+    return audit
+
+
+def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: KeptClaims | None) -> bool:
+    """True when the result is proven to hold every current row, without a query: an unchanged
+    re-run whose every record was a kept claim, confirmed by the table's state token (whose last
+    value counts the current rows), as many claimed rows as current rows."""
+    if kept is None or not kept.state_unchanged or not tx.dialect.wire_state_counts_current:
+        return False
+    if counts.inserted or counts.updated or counts.skipped_stale or counts.unchanged != kept.rows:
+        return False
+    state = kept.known.state
+    return isinstance(state, tuple) and bool(state) and state[-1] == kept.rows
+
+
+def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime) -> int:
+    d, schema = tx.dialect, tx.schema
+    others = tx.work_table("_o", "provenance")
+    if not _rows(tx.exec(d.collect_others(others, tx.stage, tx.table, schema))):
+        return 0
+    successors = tx.work_table("_n", "provenance")
+    if not _rows(tx.exec(d.collect_successors(successors, others, tx.stage, tx.table, schema))):
+        return 0
+    superseded = tx.work_table("_s", "successors")
+    count = _rows(tx.exec(d.pick_superseded(superseded, others, successors, schema)))
+    if not count:
+        return 0
+    tx.exec(d.insert_lineage(life.lineage_table, others, successors, superseded, schema, run_id=tx.run_id,
+                             recorded_at=now))
+    _retire_listed(tx, superseded, life, now, successor=True, expected=count)
+    return count
+
+
+def _retire(
+    tx: RunTransaction, counts: UpsertCounts, audit: dict[str, Any], life: Lifecycle, run: SyncRunInfo,
+    now: datetime,
+) -> dict[str, Any]:
+    d, schema, options = tx.dialect, tx.schema, life.options
+    scope = _scope_filter(options, run)
+    retired = tx.work_table("_r", "keys")
+    observed_before = _read_time(audit, run, now)
+    count = _rows(tx.exec(d.collect_retired(retired, tx.stage, tx.table, life.audit_table, schema, scope=scope,
+                                            observed_before=observed_before)))
+    if not count:
+        return audit
+    limit = options.max_retire_fraction
+    if limit is not None:
+        current = int(tx.exec(d.count_scope_rows(tx.table, life.audit_table, schema, scope=scope,
+                                                 run_id=tx.run_id)).scalar_one())
+        if count > limit * current:
+            counts.retire_withheld = count
+            note = (
+                f"Nothing was retired: this complete full read did not return {count} of its scope's {current} "
+                f"current rows ({count / max(current, 1):.0%}), more than max_retire_fraction={limit:g}. "
+                "Check the read (an empty result, a wrong context or scope, an outage reported as complete); "
+                "if the rows really left, raise max_retire_fraction for one run (None turns the guard off)."
+            )
+            log.warning("BOS run %s: %s", tx.run_id, note)
+            return {**_note(audit, note), "status": "partial"}
+    _retire_listed(tx, retired, life, now, successor=False, expected=count)
+    counts.retired = count
+    return audit
+
+
+def _retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime, *, successor: bool,
+                   expected: int) -> None:
+    d = tx.dialect
+    if life.options.deletions == "hard":
+        statement = d.delete_listed(tx.table, keys, tx.schema)
+    else:
+        statement = d.mark_retired(tx.table, keys, tx.schema, successor=successor, retired_at=now, run_id=tx.run_id)
+    changed = tx.exec(statement).rowcount
+    if changed is not None and 0 <= changed != expected:
+        from airflow_provider_bos.exceptions import BosWarehouseError
+
+        raise BosWarehouseError(f"Retiring rows of {tx.destination_table} changed {changed} rows where {expected} "
+                                "were expected; rolled back.")
+
+
+def _scope_filter(options: ReconcileOptions, run: SyncRunInfo) -> ScopeFilter:
+    legacy: dict[str, str | None] | None = None
+    if options.adopt_unscoped_rows:
+        legacy = {"conn_id": run.conn_id, "context_handle": run.context_handle, "tool_name": run.tool_name}
+        if options.scope is None:
+            legacy["arguments_hash"] = run.arguments_hash
+    return ScopeFilter(scope_key(options, run), legacy)
+
+
+def _read_time(audit: dict[str, Any], run: SyncRunInfo, now: datetime) -> datetime:
+    """When the read observed its records: ``metadata.observed_at``, else when the run started."""
+    for value in (audit.get("observed_at"), run.started_at):
+        if value is None:
+            continue
+        try:
+            return parse_timestamp(value)
+        except ValueError:
+            continue
+    return now
+
+
+def _rows(result: Any) -> int:
+    rowcount = result.rowcount
+    return int(rowcount) if rowcount is not None and rowcount > 0 else 0
+
+
+def _note(audit: dict[str, Any], note: str) -> dict[str, Any]:
+    error = f"{audit['error_message']} {note}" if audit.get("error_message") else note
+    return {**audit, "error_message": error}

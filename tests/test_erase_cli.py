@@ -1,0 +1,66 @@
+"""``airflow-provider-bos erase``: a person's rows out of the table, history and lineage, on every dialect."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from airflow_provider_bos.cli import main
+from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
+from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.wire import ReconcileOptions
+from tests.warehouse.test_reconcile import day1, day2
+from tests.warehouse.whhelpers import make_record, rows_by_ref, write
+
+
+def connection_json_for_url(url: str) -> str:
+    """The warehouse as an Airflow connection in its JSON form (an AIRFLOW_CONN_* variable)."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return json.dumps({"conn_type": "sqlite", "host": u.database})
+    return json.dumps({"conn_type": "postgres" if u.get_backend_name() == "postgresql" else "mysql", "host": u.host,
+                       "port": u.port, "login": u.username, "password": u.password or "", "schema": u.database})
+
+
+@pytest.fixture()
+def synced(warehouse_url: str, unique_table: str, monkeypatch: pytest.MonkeyPatch):
+    engine = sa.create_engine(warehouse_url)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    options = ReconcileOptions(sync_mode="full", history=True)
+    write(writer, day1(), reconcile=options)
+    write(writer, day2(), reconcile=options)
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(warehouse_url))
+    yield engine, writer
+    with engine.begin() as conn:
+        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
+                                                                for s in ("history", "lineage", "rejects"))):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+    engine.dispose()
+
+
+def test_erase_deletes_the_refs_everywhere_in_one_transaction(synced) -> None:
+    engine, writer = synced
+    gone, merged = make_record(1)["record_ref"], "m:1-2"
+    out = io.StringIO()
+    code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table, "--record-ref", gone, "--record-ref", merged], stdout=out)
+    assert code == 0
+    counts = json.loads(out.getvalue())
+    assert (counts["records"], counts["history"], counts["lineage"], counts["rejects"]) == (2, 2, 2, 0)
+    assert {gone, merged}.isdisjoint(rows_by_ref(engine, writer.table))
+    audit = AuditReader(engine, table=writer.audit_table).get_run(counts["run_id"])
+    assert audit["status"] == "complete" and audit["conn_id"] == "bos_erase_warehouse"
+    assert gone not in json.dumps(audit, default=str) and merged not in json.dumps(audit, default=str)
+
+
+def test_erase_without_a_ref_exits_1_and_deletes_nothing(synced, capsys) -> None:
+    engine, writer = synced
+    before = rows_by_ref(engine, writer.table)
+    code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table], stdout=io.StringIO())
+    assert code == 1 and "at least one record_ref" in capsys.readouterr().err
+    assert rows_by_ref(engine, writer.table) == before
