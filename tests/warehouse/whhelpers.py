@@ -119,3 +119,18 @@ def statements(engine: sa.Engine) -> Iterator[list[str]]:
         yield seen
     finally:
         sa.event.remove(engine, "before_cursor_execute", before)
+
+
+def drop_columns(engine: sa.Engine, table: str, columns: tuple[str, ...]) -> None:
+    """``ALTER TABLE ... DROP COLUMN`` each of ``columns`` (a table as made before them). DuckDB
+    refuses to alter a table with an index: its indexes are dropped first and made again after."""
+    with engine.begin() as conn:
+        indexes = conn.exec_driver_sql(
+            "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = ?", (table,),
+        ).all() if engine.dialect.name == "duckdb" else []
+        for name, _ in indexes:
+            conn.exec_driver_sql(f"DROP INDEX {name}")
+        for column in columns:
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
+        for _, sql in indexes:
+            conn.exec_driver_sql(sql)

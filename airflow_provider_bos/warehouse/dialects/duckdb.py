@@ -123,19 +123,23 @@ class DuckDbDialect(WarehouseDialect):
     def _wire_state_columns(self) -> str:
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
         # hash() is a 64-bit hash of the pair: any row's wire hash added, removed or changed moves it.
-        return f"COUNT(*), COALESCE(SUM(CAST(HASH({ref}, {w}) AS HUGEINT)), 0)"
+        # Over the current rows, with their number last (as PostgreSQL: see wire_state_counts_current).
+        return (f"COUNT({w}), COALESCE(SUM(CAST(HASH({ref}, {w}) AS HUGEINT)) FILTER (WHERE {w} IS NOT NULL), 0), "
+                "COUNT(*)")
+
+    wire_state_counts_current = True
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         w = self.quote(WIRE_HASH_COLUMN)
         prefix = f"SUBSTR({w}, 1, 16)"
         return Statement(
             f"SELECT STRING_AGG({prefix}, '' ORDER BY {prefix}) FILTER (WHERE LENGTH({w}) = 64), "
-            f"{self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL"
+            f"{self._wire_state_columns()} FROM {self.table_ref(target, schema)} t WHERE {self._current('t')}"
         )
 
     def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
-        w = self.quote(WIRE_HASH_COLUMN)
-        return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} WHERE {w} IS NOT NULL")
+        return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} t "
+                         f"WHERE {self._current('t')}")
 
     def stage_claims(self, stage: str, target: str, schema: str | None, prefixes: Sequence[str],
                      seqs: Sequence[int]) -> Statement | None:
@@ -145,7 +149,7 @@ class DuckDbDialect(WarehouseDialect):
             f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
             f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
             f"JOIN (SELECT UNNEST(CAST({p} AS VARCHAR[])) AS prefix, UNNEST(CAST({p} AS BIGINT[])) AS seq) c "
-            f"ON SUBSTR(t.{w}, 1, 16) = c.prefix WHERE t.{w} IS NOT NULL",
+            f"ON SUBSTR(t.{w}, 1, 16) = c.prefix WHERE t.{w} IS NOT NULL AND {self._current('t')}",
             (list(prefixes), list(seqs)),
         )
 
@@ -171,7 +175,8 @@ class DuckDbDialect(WarehouseDialect):
         q = self.quote
         ref = q("record_ref")
         cols = self._written_column_list()
-        sets = ", ".join(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns)
+        sets = ", ".join([*(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns),
+                          *(f"{q(c)} = NULL" for c in self.lifecycle_resets())])
         target_ref = self.table_ref(target, schema)
         # Only new rows and rows the guard lets through reach the INSERT (as on PostgreSQL): DuckDB
         # rewrites a row an ON CONFLICT touches, so unchanged rows must not get there at all.
