@@ -33,7 +33,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-_SHOWN = ("BOS progress:", "BOS sync ", "BOS completeness", "AirflowFailException: ", "bos_people: ")
+_SHOWN = ("BOS progress:", "BOS sync ", "BOS completeness", "AirflowFailException: ", "bos_people: ",
+          "People in bos_people_daily: ")
 
 
 def _demo_line(line: str) -> str | None:
@@ -113,9 +114,12 @@ class Demo:
     def set_scenario(self, name: str) -> None:
         httpx.post(f"{self.base_url}/_bos/admin/scenario", json={"name": name}, timeout=10).raise_for_status()
 
-    def sync(self, label: str) -> int:
-        _banner(f"Running bos_sync_people with `airflow dags test` ({label} scenario)")
-        proc = self.run(str(BIN / "airflow"), "dags", "test", "bos_sync_people", check=False, quiet=True)
+    def set_day(self, day: int) -> None:
+        httpx.post(f"{self.base_url}/_bos/admin/day", json={"day": day}, timeout=10).raise_for_status()
+
+    def sync(self, label: str, dag_id: str = "bos_sync_people") -> int:
+        _banner(f"Running {dag_id} with `airflow dags test` ({label})")
+        proc = self.run(str(BIN / "airflow"), "dags", "test", dag_id, check=False, quiet=True)
         for line in (proc.stdout + proc.stderr).splitlines():
             message = _demo_line(line)
             if message:
@@ -143,6 +147,28 @@ class Demo:
                 )
                 print(f"     {run_id[:8]} {status:<8} {comp:<8} records={count} inserted={ins} "
                       f"updated={upd} unchanged={unch} {('errors: ' + errs) if errs else ''}")
+
+    def show_identities(self) -> tuple[int, int, int]:
+        """The daily table after a day: current people, who was merged into whom, who left."""
+        with sqlite3.connect(self.warehouse) as db:
+            current = db.execute("SELECT COUNT(*) FROM bos_people_daily WHERE _bos_deleted_at IS NULL").fetchone()[0]
+            merged = db.execute(
+                "SELECT record_ref, _bos_superseded_by FROM bos_people_daily WHERE _bos_superseded_by IS NOT NULL "
+                "ORDER BY _bos_superseded_by, record_ref"
+            ).fetchall()
+            left = db.execute(
+                "SELECT record_ref, display_name FROM bos_people_daily "
+                "WHERE _bos_deleted_at IS NOT NULL AND _bos_superseded_by IS NULL ORDER BY record_ref"
+            ).fetchall()
+            total = db.execute("SELECT COUNT(*) FROM bos_people_daily").fetchone()[0]
+            versions = db.execute("SELECT COUNT(*) FROM bos_people_daily_history").fetchone()[0]
+        print(f"\n   bos_people_daily: {total} rows, {current} current (WHERE _bos_deleted_at IS NULL), "
+              f"{len(merged)} merged into others, {len(left)} left; {versions} versions in its history")
+        for ref, successor in merged[:4]:
+            print(f"     merged: {ref} -> {successor}")
+        for ref, name in left[:3]:
+            print(f"     left:   {ref} ({name})")
+        return current, len(merged), len(left)
 
     def stop_server(self) -> None:
         if self.server and self.server.poll() is None:
@@ -173,17 +199,28 @@ def main() -> int:
         demo.start_server()
         demo.init_airflow()
         demo.connect()
-        complete_rc = demo.sync("complete")
+        complete_rc = demo.sync("complete scenario")
         demo.show_tables()
         print(f"\n   Sensor verdict: {'PASS' if complete_rc == 0 else 'FAIL'} (complete read)")
         demo.set_scenario("partial")
-        partial_rc = demo.sync("partial")
+        partial_rc = demo.sync("partial scenario")
         demo.show_tables()
         print(f"\n   Sensor verdict: {'PASS' if partial_rc == 0 else 'FAIL'} (partial read: expected FAIL)")
         if complete_rc != 0 or partial_rc == 0:
             print("\nDemo did not behave as expected: the complete run must pass and the partial run fail.")
             return 1
-        _banner("Demo finished: the complete read passed, the partial read was caught by the sensor")
+        # Identities over time: one population, two days, a full daily sync.
+        demo.set_scenario("people_over_time")
+        day1_rc = demo.sync("people_over_time, day 1: 230 people", "bos_sync_people_daily")
+        day1 = demo.show_identities()
+        demo.set_day(2)
+        day2_rc = demo.sync("day 2: 20 people merged from 40 records, 10 left", "bos_sync_people_daily")
+        day2 = demo.show_identities()
+        if (day1_rc, day2_rc) != (0, 0) or day1 != (230, 0, 0) or day2 != (200, 40, 10):
+            print("\nDemo did not behave as expected: day 2 must retire the 10 leavers and the 40 merged records.")
+            return 1
+        _banner("Demo finished: the complete read passed, the partial read was caught by the sensor, and the "
+                "daily table retired the leavers and followed the merges")
         print(ui_next_step(demo.home, kept=bool(os.environ.get("BOS_DEMO_KEEP"))))
         return 0
     except KeyboardInterrupt:

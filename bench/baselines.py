@@ -150,9 +150,15 @@ def _raw_mysql(url: str, table_name: str, params: ScenarioParams) -> dict[str, A
 
 
 def other_rows(rows: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
-    """``rows`` under other record_refs: the rows a table already holds before a load of ``rows``."""
+    """``rows`` as other people: under other record_refs and other provenance (external ids), the rows
+    a table already holds before a load of ``rows`` (with the same provenance they would be records
+    BOS merged into the new ones, and a complete read would supersede them all)."""
+    sources = COLUMNS.index("sources")
     for row in rows:
-        yield ("other:" + row[0], *row[1:])
+        other = list(row)
+        other[0] = "other:" + row[0]
+        other[sources] = row[sources].replace('"external_id":"', '"external_id":"other:')
+        yield tuple(other)
 
 
 def copy_rows(conn: Any, table: str, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> None:

@@ -193,8 +193,10 @@ class Bench:
             try:
                 engine = sa.create_engine(url)
                 with engine.begin() as conn:
-                    for name in names:
-                        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {engine.dialect.identifier_preparer.quote(name)}")
+                    for name in names:  # with the tables a records table has beside it
+                        for table in (name, f"{name}_lineage", f"{name}_history"):
+                            conn.exec_driver_sql(
+                                f"DROP TABLE IF EXISTS {engine.dialect.identifier_preparer.quote(table)}")
                 engine.dispose()
             except Exception as exc:  # cleanup must not hide the results
                 self.notes.append(f"cleanup of {names} on {url.split('@')[-1]} failed: {exc}")

@@ -96,6 +96,14 @@ def _pipeline_depth() -> None:
         loads.PIPELINE_DEPTH = int(depth)
 
 
+def _reconcile() -> Any:
+    """``BENCH_SYNC_MODE`` (``incremental``/``full``) and ``BENCH_HISTORY=1``: the sync's reconcile options."""
+    from airflow_provider_bos.wire import check_reconcile
+
+    return check_reconcile(sync_mode=os.environ.get("BENCH_SYNC_MODE", "incremental"),
+                           history=os.environ.get("BENCH_HISTORY") == "1")
+
+
 def _postgres_cpu_s() -> float | None:
     """CPU seconds of every ``postgres`` process on this machine (the bench's database is local).
 
@@ -130,7 +138,7 @@ def _sync(core: _Core, session: Any, writer: Any, run: Any, *, tool: str, via: s
     from airflow_provider_bos.sync import run_sync
 
     outcome = run_sync(session.federated_read, writer, run, tool_name=tool, arguments=arguments,
-                       via=via, stream=stream)
+                       via=via, stream=stream, reconcile=_reconcile())
     marks["final_result"] = time.perf_counter()
     return outcome.result, outcome.counts
 

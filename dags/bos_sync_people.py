@@ -55,10 +55,13 @@ with DAG(
         from airflow_provider_bos.hooks.connections import engine_for_connection
 
         engine = engine_for_connection(WAREHOUSE_CONN_ID)
+        # Current people only: a record BOS merged into another is kept, retired (docs/sync-modes.md).
         with engine.connect() as conn:
-            total = conn.execute(text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE}")).scalar_one()
+            total = conn.execute(
+                text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE} WHERE _bos_deleted_at IS NULL")
+            ).scalar_one()
             with_email = conn.execute(
-                text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE} WHERE email IS NOT NULL")
+                text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE} WHERE _bos_deleted_at IS NULL AND email IS NOT NULL")
             ).scalar_one()
         print(f"bos_people: {total} people, {with_email} with an email address")
         return {"people": int(total), "with_email": int(with_email)}

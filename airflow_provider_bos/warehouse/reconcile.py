@@ -82,9 +82,12 @@ def reconcile(
     if complete and not direct and not _returned_every_current_row(tx, counts, kept):
         if kept is not None and kept.count:
             stage_kept_claims(tx, kept)  # the anti-joins need every record_ref of the run staged
-        counts.superseded = _supersede(tx, life, now)
+        for statement in tx.dialect.reconcile_settings():
+            tx.exec(statement)
+        keys = _run_keys(tx)
+        counts.superseded = _supersede(tx, life, now, keys)
         if full:
-            audit = _retire(tx, counts, audit, life, run, now)
+            audit = _retire(tx, counts, audit, life, run, now, keys)
     elif full and not complete:
         audit = _note(audit, "Nothing was retired or superseded: only a complete read retires rows.")
     if life.history_table is not None:
@@ -94,24 +97,41 @@ def reconcile(
 
 
 def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: KeptClaims | None) -> bool:
-    """True when the result is proven to hold every current row, without a query: an unchanged
-    re-run whose every record was a kept claim, confirmed by the table's state token (whose last
-    value counts the current rows), as many claimed rows as current rows."""
-    if kept is None or not kept.state_unchanged or not tx.dialect.wire_state_counts_current:
+    """True when the result provably holds every current row (nothing to supersede or retire).
+
+    After the merge every record_ref of the run is a row of the table, current unless it was a
+    stale copy of a retired row; so with no stale record the run's distinct keys (inserted +
+    updated + unchanged) are all current rows, and if the table has exactly that many, no other.
+    An unchanged re-run whose every record was a kept claim takes the number of current rows from
+    the table's state token (confirmed under the lock), without a query.
+    """
+    if counts.skipped_stale:
         return False
-    if counts.inserted or counts.updated or counts.skipped_stale or counts.unchanged != kept.rows:
-        return False
-    state = kept.known.state
-    return isinstance(state, tuple) and bool(state) and state[-1] == kept.rows
+    keys = counts.inserted + counts.updated + counts.unchanged
+    if (kept is not None and kept.state_unchanged and tx.dialect.wire_state_counts_current
+            and not counts.inserted and not counts.updated and counts.unchanged == kept.rows):
+        state = kept.known.state
+        if isinstance(state, tuple) and state:
+            return bool(state[-1] == keys)
+    return int(tx.exec(tx.dialect.count_current(tx.table, tx.schema)).scalar_one()) == keys
 
 
-def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime) -> int:
+def _run_keys(tx: RunTransaction) -> str:
+    """The table the anti-joins read the run's record_refs from: staging, or a keyed copy of it."""
+    if not tx.dialect.keyed_run_keys:
+        return tx.stage
+    keys = tx.work_table("_k", "keys")
+    tx.exec(tx.dialect.collect_run_keys(keys, tx.stage, tx.schema))
+    return keys
+
+
+def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, keys: str) -> int:
     d, schema = tx.dialect, tx.schema
     others = tx.work_table("_o", "provenance")
-    if not _rows(tx.exec(d.collect_others(others, tx.stage, tx.table, schema))):
+    if not _rows(tx.exec(d.collect_others(others, keys, tx.table, schema))):
         return 0
     successors = tx.work_table("_n", "provenance")
-    if not _rows(tx.exec(d.collect_successors(successors, others, tx.stage, tx.table, schema))):
+    if not _rows(tx.exec(d.collect_successors(successors, others, keys, tx.table, schema))):
         return 0
     superseded = tx.work_table("_s", "successors")
     count = _rows(tx.exec(d.pick_superseded(superseded, others, successors, schema)))
@@ -125,13 +145,13 @@ def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime) -> int:
 
 def _retire(
     tx: RunTransaction, counts: UpsertCounts, audit: dict[str, Any], life: Lifecycle, run: SyncRunInfo,
-    now: datetime,
+    now: datetime, keys: str,
 ) -> dict[str, Any]:
     d, schema, options = tx.dialect, tx.schema, life.options
     scope = _scope_filter(options, run)
     retired = tx.work_table("_r", "keys")
     observed_before = _read_time(audit, run, now)
-    count = _rows(tx.exec(d.collect_retired(retired, tx.stage, tx.table, life.audit_table, schema, scope=scope,
+    count = _rows(tx.exec(d.collect_retired(retired, keys, tx.table, life.audit_table, schema, scope=scope,
                                             observed_before=observed_before)))
     if not count:
         return audit

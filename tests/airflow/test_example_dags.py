@@ -12,7 +12,7 @@ from afhelpers import task_states
 from airflow_provider_bos.testing.scenario import load_scenario
 
 REPO_DAGS = Path(__file__).resolve().parents[2] / "dags"
-EXAMPLE_DAG_IDS = {"bos_sync_people", "bos_sync_all_contexts", "bos_completeness_monitor"}
+EXAMPLE_DAG_IDS = {"bos_sync_people", "bos_sync_people_daily", "bos_sync_all_contexts", "bos_completeness_monitor"}
 
 pytestmark = pytest.mark.airflow
 
@@ -53,7 +53,8 @@ def test_bos_sync_all_contexts_maps_one_read_per_context(bos_airflow, run_dag) -
     assert len(mapped) == 2  # the reference server authorizes two contexts
     assert all(str(getattr(ti.state, "value", ti.state)) == "success" for ti in tis)
     inspector = sa.inspect(bos_airflow["engine"])
-    tables = [t for t in inspector.get_table_names() if t.startswith("bos_people_")]
+    tables = [t for t in inspector.get_table_names()
+              if t.startswith("bos_people_") and not t.endswith(("_lineage", "_history", "_rejects"))]
     assert len(tables) == 2
 
 
@@ -84,3 +85,28 @@ def test_bos_completeness_monitor_alerts_on_a_partial_sync(bos_airflow, run_dag,
     [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
     assert alert["outcome"] == "partial"
     assert {code for _, code in alert["failing_sources"]} == {"rate_limited", "source_timeout"}
+
+
+@pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
+def test_bos_sync_people_daily_retires_leavers_and_follows_merges(bos_airflow, run_dag) -> None:
+    from airflow_provider_bos.testing.federation import day_changes, expected_final
+
+    server, engine = bos_airflow["server"], bos_airflow["engine"]
+    server.set_scenario(load_scenario("people_over_time"))
+    try:
+        for day in (1, 2):
+            server.set_day(day)
+            dag_run = run_dag("bos_sync_people_daily", filename="bos_sync_people_daily.py")
+            assert task_states(dag_run) == {"sync_people": "success", "check_completeness": "success",
+                                            "count_people": "success"}
+        with engine.connect() as conn:
+            current = set(conn.execute(sa.text(
+                "SELECT record_ref FROM bos_people_daily WHERE _bos_deleted_at IS NULL")).scalars())
+            merged = set(conn.execute(sa.text(
+                "SELECT record_ref FROM bos_people_daily WHERE _bos_superseded_by IS NOT NULL")).scalars())
+        assert current == expected_final("people_over_time", 2).refs
+        assert merged == {old for olds in day_changes("people_over_time", 2).merged.values() for old in olds}
+    finally:
+        with engine.begin() as conn:
+            for table in ("bos_people_daily", "bos_people_daily_history", "bos_people_daily_lineage"):
+                conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))

@@ -55,6 +55,10 @@ class ScopeFilter:
 class LifecycleSql:
     """Builders of the lifecycle statements; mixed into :class:`~.base.WarehouseDialect`."""
 
+    #: Copy the run's record_refs into a keyed work table before the anti-joins (a database that
+    #: would otherwise scan the keyless staging table once per stored row: MySQL/MariaDB).
+    keyed_run_keys = False
+
     # Provided by WarehouseDialect.
     placeholder: str
     if TYPE_CHECKING:
@@ -91,6 +95,22 @@ class LifecycleSql:
 
     def _keys_equal(self, a: str, b: str) -> str:
         return " AND ".join(f"{a}.{c} = {b}.{c}" for c in PROVENANCE_KEY)
+
+    def reconcile_settings(self) -> list[Statement]:
+        """Statements run once before the lifecycle statements, for the rest of the transaction."""
+        return []
+
+    def count_current(self, target: str, schema: str | None) -> Statement:
+        """One value: the target's current rows (compared with the run's keys: none missing means
+        there is nothing to supersede or retire)."""
+        return Statement(f"SELECT COUNT(*) FROM {self.table_ref(target, schema)} t WHERE {self._current('t')}")
+
+    def collect_run_keys(self, keys: str, stage: str, schema: str | None) -> Statement:
+        """Into the keyed work table ``keys``: every record_ref staged (see :attr:`keyed_run_keys`)."""
+        ref = self.quote("record_ref")
+        return Statement(
+            f"INSERT INTO {self.stage_ref(keys, schema)} ({ref}) SELECT DISTINCT s.{ref} FROM {self.stage_ref(stage, schema)} s"
+        )
 
     # --- work tables --------------------------------------------------------------------------
 

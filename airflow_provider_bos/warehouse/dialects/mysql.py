@@ -23,6 +23,9 @@ class MySqlDialect(WarehouseDialect):
     uses_guard_index = True
     # MySQL temporary tables survive a rollback.
     temp_tables_survive_rollback = True
+    # The anti-joins of the lifecycle steps read the run's keys from a keyed table, not the keyless
+    # staging table (MariaDB would scan it once per stored row).
+    keyed_run_keys = True
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.

@@ -151,6 +151,11 @@ class PostgresDialect(WarehouseDialect):
         ref = self.quote("record_ref")
         return Statement(f"SELECT COUNT(*) FROM (SELECT DISTINCT {ref} FROM {self.stage_ref(stage, schema)}) d")
 
+    def reconcile_settings(self) -> list[Statement]:
+        # The table may have been loaded in this very transaction (no statistics yet): a nested-loop
+        # anti-join chosen on a guess of a few rows costs rows x rows. Hash joins either way.
+        return [Statement("SET LOCAL enable_nestloop = off")]
+
     def _fence(self) -> str:
         return " OFFSET 0"  # keeps the planner from expanding JSON before the anti-join filters rows
 

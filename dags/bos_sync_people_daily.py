@@ -1,0 +1,78 @@
+"""Daily full BOS people sync: the table follows who joined, left, was merged or split (docs/sync-modes.md).
+
+A ``full`` read returns every person of its scope: a complete one retires who is gone
+(``_bos_deleted_at``), supersedes records BOS merged or split (``_bos_superseded_by``, and
+``bos_people_daily_lineage``), and ``history=True`` keeps every version in
+``bos_people_daily_history``. A partial read retires nothing; the guard keeps a suspiciously large
+retirement (an empty result, a wrong context) from happening, and the sensor then stops the DAG.
+
+Connections: ``bos_default`` (type bos) and ``bos_warehouse`` (sqlite/postgres/mysql).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from airflow.sdk import DAG, task
+
+from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
+from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
+
+WAREHOUSE_CONN_ID = "bos_warehouse"
+PEOPLE_TABLE = "bos_people_daily"
+
+with DAG(
+    dag_id="bos_sync_people_daily",
+    schedule="@daily",
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+    tags=["bos", "example"],
+    doc_md=__doc__,
+):
+    sync_people = BosFederatedReadOperator(
+        task_id="sync_people",
+        bos_conn_id="bos_default",
+        tool_name="people.search",
+        arguments={},  # everyone: the same arguments every day, so the same scope
+        destination_conn_id=WAREHOUSE_CONN_ID,
+        destination_table=PEOPLE_TABLE,
+        sync_mode="full",
+        history=True,
+        max_retire_fraction=0.5,
+    )
+
+    check_completeness = BosCompletenessSensor(
+        task_id="check_completeness",
+        destination_conn_id=WAREHOUSE_CONN_ID,
+        sync_task_id="sync_people",
+        on_partial="fail",
+        max_retired=100,  # more than that in one day deserves a look before anyone uses the table
+        mode="reschedule",
+        poke_interval=30,
+        timeout=600,
+    )
+
+    @task
+    def count_people() -> dict[str, int]:
+        """Downstream consumer: the current people only (retired rows keep their last content)."""
+        from sqlalchemy import text
+
+        from airflow_provider_bos.hooks.connections import engine_for_connection
+
+        engine = engine_for_connection(WAREHOUSE_CONN_ID)
+        try:
+            with engine.connect() as conn:
+                current = conn.execute(
+                    text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE} WHERE _bos_deleted_at IS NULL")
+                ).scalar_one()
+                merged = conn.execute(
+                    text(f"SELECT COUNT(*) FROM {PEOPLE_TABLE} WHERE _bos_superseded_by IS NOT NULL")
+                ).scalar_one()
+        finally:
+            engine.dispose()
+        print(f"People in bos_people_daily: {current} current, {merged} records merged into others")
+        return {"current": int(current), "merged_away": int(merged)}
+
+    sync_people >> check_completeness >> count_people()
