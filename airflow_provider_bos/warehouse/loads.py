@@ -33,7 +33,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
 from airflow_provider_bos.warehouse.pipeline import Pipeline
-from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row, row_fields
+from airflow_provider_bos.warehouse.records import (
+    json_column_values,
+    json_document_values,
+    record_to_row,
+    row_fields,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 

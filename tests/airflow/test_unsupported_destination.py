@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from afhelpers import task_states
 
 from airflow_provider_bos.testing.scenario import load_scenario
-
-from afhelpers import task_states
 
 pytestmark = pytest.mark.airflow
 
