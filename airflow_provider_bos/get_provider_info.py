@@ -51,6 +51,8 @@ def get_provider_info() -> dict[str, object]:
         "asset-uris": [
             {"schemes": ["sqlite"], "handler": "airflow_provider_bos.assets.tables.sanitize_sqlite_uri"},
             {"schemes": ["mysql"], "handler": "airflow_provider_bos.assets.tables.sanitize_mysql_uri"},
+            {"schemes": ["duckdb"], "handler": "airflow_provider_bos.assets.tables.sanitize_duckdb_uri"},
+            {"schemes": ["motherduck"], "handler": "airflow_provider_bos.assets.tables.sanitize_motherduck_uri"},
         ],
         "connection-types": [
             {

@@ -1,7 +1,7 @@
 """Shared test setup: an isolated AIRFLOW_HOME, database URLs, and the reference-server plugin.
 
 PostgreSQL and MariaDB tests run for real under ``CI=true`` and fail there if the server is
-unreachable; elsewhere they skip with the reason. SQLite needs nothing.
+unreachable; elsewhere they skip with the reason. SQLite and DuckDB (embedded) need nothing.
 """
 
 from __future__ import annotations
@@ -79,8 +79,14 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'warehouse.db'}"
 
 
+@pytest.fixture()
+def duckdb_url(tmp_path: Path) -> str:
+    """A DuckDB database file of this test (duckdb-engine)."""
+    return f"duckdb:///{tmp_path / 'warehouse.duckdb'}"
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres),
-                        pytest.param("mysql", marks=pytest.mark.mysql)])
+                        pytest.param("mysql", marks=pytest.mark.mysql), "duckdb"])
 def warehouse_url(request: pytest.FixtureRequest) -> str:
     """Each supported destination dialect in turn."""
     return request.getfixturevalue(f"{request.param}_url")

@@ -20,8 +20,8 @@ from tests.warehouse.whhelpers import make_record, rows_by_ref, write
 def connection_json_for_url(url: str) -> str:
     """The warehouse as an Airflow connection in its JSON form (an AIRFLOW_CONN_* variable)."""
     u = make_url(url)
-    if u.get_backend_name() == "sqlite":
-        return json.dumps({"conn_type": "sqlite", "host": u.database})
+    if u.get_backend_name() in ("sqlite", "duckdb"):
+        return json.dumps({"conn_type": u.get_backend_name(), "host": u.database})
     return json.dumps({"conn_type": "postgres" if u.get_backend_name() == "postgresql" else "mysql", "host": u.host,
                        "port": u.port, "login": u.username, "password": u.password or "", "schema": u.database})
 

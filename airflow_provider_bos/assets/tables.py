@@ -6,10 +6,14 @@ Snowflake: ``snowflake://<account>/<DATABASE>/<SCHEMA>/<TABLE>`` (the snowflake 
 as Snowflake stores them (an unquoted lower-case name is upper-cased).
 SQLite has no provider convention; ours is ``sqlite://host/<absolute db path>/<table>`` with the
 host of the machine that owns the file, registered in ``get_provider_info`` under ``asset-uris``.
+DuckDB: the duckdb provider registers no asset URIs; ours follows the SQLite one with the schema
+DuckDB puts tables in: ``duckdb://host/<absolute db path>/<schema>/<table>`` (``main`` by default),
+and MotherDuck's ``motherduck://<database>/<schema>/<table>`` (no host: the service is the place).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 from urllib.parse import SplitResult, quote
 
@@ -23,6 +27,22 @@ def sanitize_sqlite_uri(uri: SplitResult) -> SplitResult:
     parts = [p for p in uri.path.split("/") if p]
     if len(parts) < 2:
         raise ValueError("URI format sqlite:// must contain the database file path and the table name")
+    return uri
+
+
+def sanitize_duckdb_uri(uri: SplitResult) -> SplitResult:
+    """Asset URI handler for ``duckdb://host/<db path>/<schema>/<table>``."""
+    if not uri.netloc:
+        raise ValueError("URI format duckdb:// must contain the host that owns the database file")
+    if len([p for p in uri.path.split("/") if p]) < 3:
+        raise ValueError("URI format duckdb:// must contain the database file path, the schema and the table")
+    return uri
+
+
+def sanitize_motherduck_uri(uri: SplitResult) -> SplitResult:
+    """Asset URI handler for ``motherduck://<database>/<schema>/<table>``."""
+    if not uri.netloc or len([p for p in uri.path.split("/") if p]) != 2:
+        raise ValueError("URI format motherduck:// must contain database, schema and table names")
     return uri
 
 
@@ -49,6 +69,13 @@ def table_asset_uri(url: URL, schema: str | None, table: str) -> str:
     if backend == "sqlite":
         path = url.database or ":memory:"
         return f"sqlite://{socket.gethostname()}/{quote(path.lstrip('/'))}/{table}"
+    if backend == "duckdb":
+        path = url.database or ":memory:"
+        if path.startswith("md:"):  # MotherDuck: md:<database> (the token is never in the URL)
+            return f"motherduck://{quote(path[3:].split('?')[0] or 'my_db')}/{schema or 'main'}/{table}"
+        if path != ":memory:":
+            path = os.path.abspath(path)
+        return f"duckdb://{socket.gethostname()}/{quote(path.lstrip('/'))}/{schema or 'main'}/{table}"
     raise ValueError(f"No asset URI convention for database backend {backend!r}")
 
 

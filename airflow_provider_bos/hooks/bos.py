@@ -205,7 +205,9 @@ class BosHook(BaseHook):
 
     def _token_store(self) -> Any:
         from airflow_provider_bos.auth import SqlTokenStore, default_token_store_url
-        from airflow_provider_bos.hooks.connections import airflow_fernet_cipher, engine_for_connection
+        from airflow_provider_bos.hooks.connections import (
+            airflow_fernet_cipher, engine_for_connection, refuse_embedded_token_store,
+        )
 
         cfg = self.config
         if cfg.token_store_conn_id:
@@ -214,6 +216,7 @@ class BosHook(BaseHook):
             target: Any = engine
         else:
             target = cfg.token_store_url or default_token_store_url()
+        refuse_embedded_token_store(target)
         store = SqlTokenStore(target, cipher=airflow_fernet_cipher())
         self._resources.append(store.dispose)
         return store

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.redaction import redact
+from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, dialect_for
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.records import parse_timestamp
@@ -179,7 +180,7 @@ class AuditReader:
         """The table as it is stored: without those of :data:`~.schema.ADDED_AUDIT_COLUMNS` it was made before."""
         if not self._columns_checked:
             try:
-                present = {c["name"] for c in sa.inspect(self.engine).get_columns(self.table.name, schema=self.schema)}
+                present = column_names(self.engine, self.dialect, self.table.name, self.schema)
             except sa.exc.SQLAlchemyError:  # no table yet (looked for again next time), or the query says why
                 return self.table
             missing = [c for c in ADDED_AUDIT_COLUMNS if c not in present]

@@ -7,6 +7,10 @@
   records arrive; a possible repeat of a record_ref goes to staging and is merged after the last
   record.
 - :class:`SeenKeys`: the key filter both use (which record_refs a load has seen).
+- :class:`LoadStrategy`: how a dialect's rows travel (its ``load_strategy`` names one of
+  :data:`~.strategies.LOAD_STRATEGIES`): :data:`COPY_LOAD` and :data:`ROWS_LOAD` here, the staged
+  file of :mod:`.file_load` beside it. A database that loads another way adds a strategy there,
+  not a branch here.
 
 Every path encodes each record before it reaches a COPY or a batch; with ``rejects`` (a
 :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders refuse goes
@@ -24,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext, suppress
 from datetime import datetime
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
@@ -42,7 +46,10 @@ if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
     from airflow_provider_bos.warehouse.rejects import Rejects
 
-__all__ = ["PIPELINE_DEPTH", "SeenKeys", "load_direct", "load_direct_rows", "settle_direct", "stage_records"]
+__all__ = [
+    "COPY_LOAD", "PIPELINE_DEPTH", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "load_direct", "load_direct_rows",
+    "settle_direct", "stage_records",
+]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
 _COPY_BLOCK = 2048
@@ -442,3 +449,67 @@ def settle_direct(tx: RunTransaction, loaded: int, staged: int, synced_at: datet
     if tx.dialect.wire_hash_column:
         tx.exec(tx.dialect.adopt_wire_hashes(source, tx.table, tx.schema))
     return UpsertCounts(inserted=inserted, duplicates=loaded + staged - inserted)
+
+
+# --- the strategies ------------------------------------------------------------------------------
+
+
+class LoadStrategy(Protocol):
+    """How one dialect's rows reach the database: staged (every dialect) and, where the dialect's
+    ``direct_load`` allows it, straight into an empty locked target."""
+
+    #: What the writer's log and ``staging_method`` say (``"copy"``, ``"executemany"``, ...).
+    name: str
+    #: Claims matched against a state token may be kept out of staging (see :mod:`.claims`).
+    keeps_claims: bool
+
+    def stage(
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
+        seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None,
+    ) -> int:
+        """Every record into ``tx``'s staging table; how many were staged."""
+        ...
+
+    def load_direct(
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime, *,
+        batch_size: int, rejects: Rejects | None,
+    ) -> tuple[int, int]:
+        """The records into the (empty, locked) target as they arrive; (loaded, staged)."""
+        ...
+
+
+class _CopyLoad:
+    """COPY (PostgreSQL with psycopg 3): document staging, or the direct load into the target."""
+
+    name = "copy"
+    keeps_claims = True
+
+    def stage(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
+              seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None) -> int:
+        copy: CopyDialect = tx.dialect  # type: ignore[assignment]
+        return stage_records(tx, records, default_obs, copy=copy, batch_size=batch_size, seen=seen, kept=kept,
+                             rejects=rejects)
+
+    def load_direct(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None,
+                    synced_at: datetime, *, batch_size: int, rejects: Rejects | None) -> tuple[int, int]:
+        copy: CopyDialect = tx.dialect  # type: ignore[assignment]
+        return load_direct(tx, copy, records, default_obs, synced_at, rejects)
+
+
+class _RowsLoad:
+    """Chunked ``executemany`` (MySQL/MariaDB, SQLite, PostgreSQL without COPY)."""
+
+    name = "executemany"
+    keeps_claims = False
+
+    def stage(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
+              seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None) -> int:
+        return stage_records(tx, records, default_obs, copy=None, batch_size=batch_size, seen=seen, rejects=rejects)
+
+    def load_direct(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None,
+                    synced_at: datetime, *, batch_size: int, rejects: Rejects | None) -> tuple[int, int]:
+        return load_direct_rows(tx, records, default_obs, synced_at, batch_size=batch_size, rejects=rejects)
+
+
+COPY_LOAD: LoadStrategy = _CopyLoad()
+ROWS_LOAD: LoadStrategy = _RowsLoad()

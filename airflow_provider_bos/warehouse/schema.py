@@ -45,7 +45,7 @@ __all__ = [
     "rejects_table_name",
 ]
 
-SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "snowflake")
+SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "duckdb", "snowflake")
 
 # Our columns, in insert order. Extra columns of an existing table are left alone.
 RECORD_COLUMNS = (
@@ -132,6 +132,17 @@ def column_types(dialect_name: str) -> dict[str, TypeEngine[Any]]:
         from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_column_types
 
         return snowflake_column_types()
+    if dialect_name == "duckdb":
+        return {
+            "key": sa.String(),  # DuckDB ignores VARCHAR lengths
+            "text": sa.String(),
+            "json": sa.JSON(),  # DuckDB's JSON type (text, checked on the way in)
+            "ts": sa.DateTime(timezone=True),  # TIMESTAMPTZ
+            "id": sa.String(),
+            "hash": sa.String(),
+            "name": sa.String(),
+            "int": sa.BigInteger(),
+        }
     raise ValueError(f"unsupported dialect {dialect_name!r}")
 
 
@@ -355,6 +366,7 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
 
         compiler_dialect: sa.Dialect = snowflake_sa_dialect()
     else:
-        compiler_dialect = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}[name]()
+        compilers = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}
+        compiler_dialect = compilers[name]() if name in compilers else sa.engine.URL.create(name).get_dialect()()
     table = records_table(sa.MetaData(), name)
     return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]

@@ -7,6 +7,7 @@ builds, in order, on one connection, and knows the run's two staging tables.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any, TypeAlias
@@ -109,6 +110,8 @@ class RunTransaction:
         self._created: set[str] = set()  # temporary tables made so far
         self._precreated = False
         self._locked = False  # the writers' lock is held
+        self._database = str(engine.url.database or "")
+        self._process_lock: threading.Lock | None = None  # held (see WarehouseDialect.process_lock)
         self._unlock_needed = False  # ... and must be released explicitly (a named lock)
 
     def exec(self, statement: Statement) -> DriverResult:
@@ -126,6 +129,14 @@ class RunTransaction:
         if self._locked:
             return
         d = self.dialect
+        local = d.process_lock(self._database, self.target)
+        if local is not None:
+            if not local.acquire(timeout=max(self.lock_timeout_s, 0)):
+                raise BosWarehouseError(
+                    f"Another writer in this process held {self.destination_table} for "
+                    f"{self.lock_timeout_s:.0f}s; retry the task later."
+                )
+            self._process_lock = local
         result = None
         locks = d.lock(self.target, timeout_s=self.lock_timeout_s)
         for statement in locks:
@@ -148,7 +159,7 @@ class RunTransaction:
     def discard_records(self) -> None:
         """Undo every row loaded since :meth:`mark_records_start` (staging and direct load), in the
         same transaction; the lock and the staging tables taken before it stay."""
-        for statement in self.dialect.discard_loaded((self.stage, self.deduped), self.schema):
+        for statement in self.dialect.discard_records((self.stage, self.deduped), self.table, self.schema, self.run_id):
             self.exec(statement)
 
     def target_is_empty(self) -> bool:
@@ -288,7 +299,7 @@ class RunTransaction:
     def rollback(self) -> None:
         try:
             self.conn.rollback()
-            if self.dialect.name == "mysql" or self.dialect.ddl_commits:
+            if self.dialect.temp_tables_survive_rollback or self.dialect.ddl_commits:
                 # MySQL and Snowflake temporary tables survive a rollback; the pooled connection must
                 # not keep them.
                 self.drop_staging()
@@ -308,4 +319,9 @@ class RunTransaction:
                     except sa.exc.SQLAlchemyError:  # closing the connection releases it too
                         self.conn.invalidate()
         finally:
-            self.conn.close()
+            try:
+                self.conn.close()
+            finally:
+                if self._process_lock is not None:
+                    self._process_lock.release()
+                    self._process_lock = None

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.claims import (
     KeptClaims,
     WireHashSet,
@@ -26,20 +27,14 @@ from airflow_provider_bos.warehouse.claims import (
     load_known_wire_hashes,
     settle_kept_claims,
 )
-from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_for
+from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_class, dialect_for
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.loads import (
-    SeenKeys,
-    keys_distinct,
-    load_direct,
-    load_direct_rows,
-    settle_direct,
-    stage_records,
-)
+from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_distinct, settle_direct
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
+from airflow_provider_bos.warehouse.strategies import strategy_for
 from airflow_provider_bos.warehouse.schema import (
     ADDED_AUDIT_COLUMNS,
     GUARD_INDEX_COLUMNS,
@@ -105,17 +100,13 @@ class WarehouseWriter:
         use_copy: bool | None = None,
     ) -> None:
         self.engine = engine
-        self._dialect_options: dict[str, Any] = {}
-        if engine.dialect.name == "sqlite":
-            # A SQLite writer holds the whole file for its run: waiting for it IS the lock wait.
-            self._dialect_options["busy_timeout_s"] = (
-                lock_timeout_s if sqlite_busy_timeout_s is None else sqlite_busy_timeout_s
-            )
-        elif engine.dialect.name == "postgresql":
-            self._dialect_options["use_copy"] = use_copy
+        self._dialect_options: dict[str, Any] = dialect_class(engine).writer_options(
+            lock_timeout_s=lock_timeout_s, sqlite_busy_timeout_s=sqlite_busy_timeout_s, use_copy=use_copy,
+        )
         #: Built again by :meth:`ensure_tables` if the records table turns out to lack the wire-hash
         #: column (a dialect is configured at construction and never changed).
         self.dialect: WarehouseDialect = dialect_for(engine, **self._dialect_options)
+        self.dialect.prepare_engine(engine)
         self.table = validate_identifier(table, kind="table")
         self.audit_table = validate_identifier(audit_table, kind="audit table")
         self.schema = validate_schema(schema, self.dialect.name)
@@ -164,8 +155,13 @@ class WarehouseWriter:
 
     @property
     def staging_method(self) -> str:
-        """``"copy"`` or ``"executemany"``: how rows reach the staging table."""
-        return "copy" if self.use_copy else "executemany"
+        """``"copy"``, ``"executemany"`` or ``"staged_file"``: how rows reach the staging table."""
+        return self._load.name
+
+    @property
+    def _load(self) -> LoadStrategy:
+        """How this dialect's rows travel (see :mod:`.strategies`)."""
+        return strategy_for(self.dialect)
 
     @property
     def _copy(self) -> CopyDialect | None:
@@ -194,9 +190,8 @@ class WarehouseWriter:
         try:
             for table in (audit, records, lineage):
                 self._create_table(table)
-            inspector = sa.inspect(self.engine)
             for table in (records, audit):
-                present = {c["name"] for c in inspector.get_columns(table.name, schema=self.schema)}
+                present = column_names(self.engine, self.dialect, table.name, self.schema)
                 if table is records and (WIRE_HASH_COLUMN in present) != self.dialect.wire_hash_column:
                     self.dialect = dialect_for(self.engine, wire_hash_column=WIRE_HASH_COLUMN in present,
                                                **self._dialect_options)
@@ -215,8 +210,8 @@ class WarehouseWriter:
                         f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
                         "add them (see sql/ for the DDL) or choose another table."
                     )
-            if self.dialect.name == "mysql":
-                self.guard_index = self._find_guard_index(inspector, records.name)
+            if self.dialect.uses_guard_index:
+                self.guard_index = self._find_guard_index(sa.inspect(self.engine), records.name)
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(
                 f"Could not create or inspect {self._qualified(self.table)} / "
@@ -257,7 +252,7 @@ class WarehouseWriter:
             return True
         except sa.exc.SQLAlchemyError as exc:
             try:
-                if name in {c["name"] for c in sa.inspect(self.engine).get_columns(table.name, schema=self.schema)}:
+                if name in column_names(self.engine, d, table.name, self.schema):
                     return True
             except sa.exc.SQLAlchemyError:
                 pass
@@ -472,20 +467,17 @@ class WarehouseWriter:
         (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
         discarded and the records are loaded again from the new frame.
         """
-        copy = self._copy
+        load = self._load
         while True:
             try:
                 if direct:
-                    if copy is not None:
-                        loaded, staged = load_direct(tx, copy, records, default_obs, synced_at, rejects)
-                    else:
-                        loaded, staged = load_direct_rows(tx, records, default_obs, synced_at,
-                                                          batch_size=self.batch_size, rejects=rejects)
+                    loaded, staged = load.load_direct(tx, records, default_obs, synced_at,
+                                                      batch_size=self.batch_size, rejects=rejects)
                     return rejects, partial(settle_direct, tx, loaded, staged, synced_at), None
                 seen = SeenKeys()
-                kept = kept_claims(tx, options.known, uses_copy=copy is not None)
-                received = stage_records(tx, records, default_obs, copy=copy, batch_size=self.batch_size,
-                                         seen=seen, kept=kept, rejects=rejects)
+                kept = kept_claims(tx, options.known, uses_copy=load.keeps_claims)
+                received = load.stage(tx, records, default_obs, batch_size=self.batch_size,
+                                      seen=seen, kept=kept, rejects=rejects)
                 if kept is not None and kept.count:
                     return rejects, partial(settle_kept_claims, tx, received, seen, kept, parse_json=parse_json), kept
                 return rejects, partial(_classify_and_merge, tx, received, seen, parse_json=parse_json), None

@@ -18,8 +18,8 @@ def connection_json_for_url(url: str) -> str:
     """An Airflow connection (JSON form) for a SQLAlchemy URL of the test databases."""
     u = make_url(url)
     backend = u.get_backend_name()
-    if backend == "sqlite":
-        return json.dumps({"conn_type": "sqlite", "host": u.database})
+    if backend in ("sqlite", "duckdb"):  # a file path in the host field (the duckdb provider's too)
+        return json.dumps({"conn_type": backend, "host": u.database})
     conn_type = "postgres" if backend == "postgresql" else "mysql"
     return json.dumps({"conn_type": conn_type, "host": u.host, "port": u.port, "login": u.username,
                        "password": u.password or "", "schema": u.database})

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
-SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql"}
+SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql", "duckdb": "duckdb.sql"}
 TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_history")
 
 
@@ -20,7 +20,29 @@ def _statements(path: Path) -> list[str]:
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
+def _duckdb_shape(engine: sa.Engine, schema: str) -> dict:
+    """As :func:`_shape`, from DuckDB's own catalog (duckdb-engine cannot reflect under SQLAlchemy 2.1)."""
+    shape = {}
+    with engine.connect() as conn:
+        for table in TABLES:
+            where = (schema, table)
+            shape[table] = {
+                "columns": conn.exec_driver_sql(
+                    "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                    "WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position", where).all(),
+                "pk": conn.exec_driver_sql(
+                    "SELECT constraint_column_names FROM duckdb_constraints() WHERE schema_name = ? "
+                    "AND table_name = ? AND constraint_type = 'PRIMARY KEY'", where).scalars().all(),
+                "indexes": sorted(conn.exec_driver_sql(
+                    "SELECT index_name, expressions, is_unique FROM duckdb_indexes() WHERE schema_name = ? "
+                    "AND table_name = ?", where).all()),
+            }
+    return shape
+
+
 def _shape(engine: sa.Engine, schema: str | None) -> dict:
+    if engine.dialect.name == "duckdb":
+        return _duckdb_shape(engine, schema or "main")
     inspector = sa.inspect(engine)
     shape = {}
     for table in TABLES:
@@ -57,7 +79,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             code_shape, file_shape = _shape(engine, None), _shape(file_engine, None)
         else:
             code_ns, file_ns = f"bos_ddl_code_{suffix}", f"bos_ddl_file_{suffix}"
-            create = "CREATE SCHEMA" if dialect == "postgresql" else "CREATE DATABASE"
+            create = "CREATE DATABASE" if dialect == "mysql" else "CREATE SCHEMA"
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"{create} {code_ns}")
                 conn.exec_driver_sql(f"{create} {file_ns}")
@@ -66,22 +88,29 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer.ensure_rejects_table()
             writer.ensure_history_table()
             with engine.begin() as conn:
-                conn.exec_driver_sql(f"SET search_path TO {file_ns}" if dialect == "postgresql" else f"USE {file_ns}")
+                conn.exec_driver_sql(f"USE {file_ns}" if dialect == "mysql" else f"SET search_path TO {file_ns}")
                 for statement in statements:
                     conn.exec_driver_sql(statement)
             engine.dispose()  # the USE / search_path connection must not be reused
             code_shape, file_shape = _shape(engine, code_ns), _shape(engine, file_ns)
         assert code_shape == file_shape
-        assert code_shape["bos_records"]["pk"] == ["record_ref"]
+        if dialect == "duckdb":
+            assert code_shape["bos_records"]["pk"] == [["record_ref"]]
+            assert [name for name, *_ in code_shape["bos_sync_runs"]["indexes"]] == ["ix_bos_sync_runs_lookup"]
+            assert ("attributes", "JSON", "NO") in code_shape["bos_records"]["columns"]
+            assert ("_bos_observed_at", "TIMESTAMP WITH TIME ZONE", "NO") in code_shape["bos_records"]["columns"]
+            assert code_shape["bos_records_history"]["pk"] == [["record_ref", "_bos_valid_from"]]
+        else:
+            assert code_shape["bos_records"]["pk"] == ["record_ref"]
+            assert code_shape["bos_records_history"]["pk"] == ["record_ref", "_bos_valid_from"]
+            assert ("ix_bos_sync_runs_lookup", ("conn_id", "context_handle", "tool_name", "finished_at"), False) in (
+                code_shape["bos_sync_runs"]["indexes"]
+            )
         assert {"_bos_deleted_at", "_bos_superseded_by"} <= {c[0] for c in code_shape["bos_records"]["columns"]}
         assert {"retired", "superseded", "scope"} <= {c[0] for c in code_shape["bos_sync_runs"]["columns"]}
-        assert code_shape["bos_records_history"]["pk"] == ["record_ref", "_bos_valid_from"]
-        assert ("ix_bos_sync_runs_lookup", ("conn_id", "context_handle", "tool_name", "finished_at"), False) in (
-            code_shape["bos_sync_runs"]["indexes"]
-        )
     finally:
         if dialect != "sqlite":
-            drop = "DROP SCHEMA IF EXISTS {} CASCADE" if dialect == "postgresql" else "DROP DATABASE IF EXISTS {}"
+            drop = "DROP DATABASE IF EXISTS {}" if dialect == "mysql" else "DROP SCHEMA IF EXISTS {} CASCADE"
             with engine.begin() as conn:
                 for ns in (f"bos_ddl_code_{suffix}", f"bos_ddl_file_{suffix}"):
                     conn.exec_driver_sql(drop.format(ns))
@@ -92,7 +121,10 @@ def test_record_columns_describe_the_records_table():
     from airflow_provider_bos.warehouse import RECORD_COLUMNS, record_columns
     from airflow_provider_bos.warehouse.schema import WIRE_HASH_COLUMN
 
-    for backend, json_type in (("postgresql", "JSONB"), ("mysql", "JSON"), ("mariadb", "JSON"), ("sqlite", "TEXT")):
+    for backend, json_type, key_type in (
+        ("postgresql", "JSONB", "VARCHAR(512)"), ("mysql", "JSON", "VARCHAR(512)"), ("mariadb", "JSON", "VARCHAR(512)"),
+        ("sqlite", "TEXT", "VARCHAR(512)"), ("duckdb", "JSON", "VARCHAR"),
+    ):
         columns = dict(record_columns(backend))
         assert tuple(columns) == (*RECORD_COLUMNS, WIRE_HASH_COLUMN, "_bos_deleted_at", "_bos_superseded_by")
-        assert columns["attributes"] == json_type and columns["record_ref"] == "VARCHAR(512)"
+        assert columns["attributes"] == json_type and columns["record_ref"] == key_type

@@ -13,13 +13,13 @@ from airflow_provider_bos.warehouse.erase import ERASE_TOOL_NAME, erase_records
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.test_reconcile import current, day1, day2, person
-from tests.warehouse.whhelpers import T2, make_record, rows_by_ref, run_info, write
+from tests.warehouse.whhelpers import T2, make_record, reflect, rows_by_ref, run_info, write
 
 HISTORY = ReconcileOptions(sync_mode="full", history=True)
 
 
 def versions(engine: sa.Engine, table: str) -> list[dict[str, Any]]:
-    t = sa.Table(companion_table_name(table, "history"), sa.MetaData(), autoload_with=engine)
+    t = reflect(engine, companion_table_name(table, "history"))
     with engine.connect() as conn:
         rows = conn.execute(sa.select(t).order_by(t.c.record_ref, t.c._bos_valid_from)).all()
     return [dict(r._mapping) for r in rows]

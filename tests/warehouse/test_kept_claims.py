@@ -1,4 +1,4 @@
-"""Claims kept out of staging (PostgreSQL, COPY): an unchanged re-run confirms its claims at once.
+"""Claims kept out of staging (PostgreSQL with COPY, DuckDB): an unchanged re-run confirms its claims at once.
 
 When the writer is given the wire hashes the read matched its KnownRecord claims against
 (``write_run(..., WriteOptions(known=...))``), the claims are not staged: the table's state token, read with the
@@ -19,21 +19,20 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from whhelpers import T0, T1, T2, dump, make_record, rows_by_ref, statements, write
+from whhelpers import T0, T1, T2, dump, make_record, reflect, rows_by_ref, statements, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter, loads
 from airflow_provider_bos.warehouse.claims import WireHashSet
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 
-pytestmark = pytest.mark.postgres
-
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs
 
 
-@pytest.fixture()
-def warehouse_url(postgres_url: str) -> str:
-    return postgres_url
+@pytest.fixture(params=[pytest.param("postgres", marks=pytest.mark.postgres), "duckdb"])
+def warehouse_url(request: pytest.FixtureRequest) -> str:
+    """The dialects with a table state token (PostgreSQL with COPY, DuckDB's staged file)."""
+    return request.getfixturevalue(f"{request.param}_url")
 
 
 def wire(record: dict[str, Any]) -> WireRecord:
@@ -52,7 +51,7 @@ def claim(record: WireRecord, known: WireHashSet | None = None) -> KnownRecord:
 
 
 def stored(engine: sa.Engine, table: str) -> list[tuple[str, ...]]:
-    columns = [c.name for c in sa.Table(table, sa.MetaData(), autoload_with=engine).columns]
+    columns = [c.name for c in reflect(engine, table).columns]
     keep = [i for i, name in enumerate(columns) if name not in RUN_COLUMNS]
     return [tuple(row[i] for i in keep) for row in dump(engine, table)]
 
@@ -62,7 +61,7 @@ def joins(seen: list[str]) -> list[str]:
 
 
 def states(seen: list[str]) -> list[str]:
-    return [sql for sql in seen if "HASHTEXTEXTENDED" in sql]
+    return [sql for sql in seen if re.search(r"HASHTEXTEXTENDED|SUM\(CAST\(HASH\(", sql)]  # PostgreSQL | DuckDB
 
 
 def test_an_unchanged_rerun_confirms_its_claims_without_a_join(make_writer, engine) -> None:

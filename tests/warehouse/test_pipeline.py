@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from whhelpers import T2, make_record, rows_by_ref, write
 
-from airflow_provider_bos.warehouse import WarehouseWriter, loads
+from airflow_provider_bos.warehouse import WarehouseWriter, file_load, loads
 from airflow_provider_bos.warehouse.pipeline import Pipeline
 from airflow_provider_bos.wire import WireRecord
 
@@ -147,6 +147,7 @@ def test_a_database_failure_stops_the_read(
 ) -> None:
     """The write fails after the first block: the producer stops pulling records and is joined."""
     monkeypatch.setattr(loads, "PIPELINE_DEPTH", 2)
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 500)  # DuckDB's staged-file blocks
     writer = make_writer(batch_size=500)
     writer.ensure_tables()
     source = Counting(1_000_000)
@@ -165,7 +166,7 @@ def test_a_database_failure_stops_the_read(
         real = sa.engine.Connection.exec_driver_sql
 
         def failing_exec(self: Any, statement: str, *args: Any, **kwargs: Any) -> Any:
-            if "INSERT" in statement and args and isinstance(args[0], list):
+            if "INSERT" in statement and args and (isinstance(args[0], list) or "read_json" in statement):
                 raise RuntimeError("connection lost")
             return real(self, statement, *args, **kwargs)
 

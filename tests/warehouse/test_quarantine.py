@@ -12,12 +12,13 @@ import uuid
 
 import pytest
 import sqlalchemy as sa
-from whhelpers import dump, make_record, rows_by_ref, run_info, write
+from whhelpers import drop_columns, dump, make_record, rows_by_ref, run_info, write
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
 from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES, Rejects
+from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.schema import rejects_table_name
 from airflow_provider_bos.wire import WireRecord, WriteOptions
 
@@ -100,8 +101,7 @@ def test_quarantine_without_invalid_records_is_complete_and_creates_the_rejects_
 def _audit_table_made_before_the_rejected_column(make_writer, engine) -> None:
     first = make_writer()
     first.ensure_tables()
-    with engine.begin() as conn:
-        conn.exec_driver_sql(f"ALTER TABLE {first.audit_table} DROP COLUMN rejected")
+    drop_columns(engine, first.audit_table, ("rejected",))
 
 
 def test_an_audit_table_made_before_the_rejected_column_gets_it(make_writer, engine, caplog) -> None:
@@ -112,7 +112,7 @@ def test_an_audit_table_made_before_the_rejected_column_gets_it(make_writer, eng
         assert write(writer, mixed(0, True), run, invalid_records="quarantine") == UpsertCounts(inserted=5, rejected=3)
     assert f"Added the rejected column to {writer.audit_table}" in caplog.text
     assert AuditReader(engine, table=writer.audit_table).get_run(run.run_id)["rejected"] == 3
-    assert "rejected" in {c["name"] for c in sa.inspect(engine).get_columns(writer.audit_table)}
+    assert "rejected" in column_names(engine, writer.dialect, writer.audit_table, None)
 
 
 def test_an_audit_table_that_cannot_be_altered_is_written_and_read_without_the_column(
@@ -151,6 +151,8 @@ def test_adding_the_rejected_column_gives_up_soon_behind_an_open_reader(
     # would hang the task and queue every other writer's audit INSERT behind it.
     if engine.dialect.name == "sqlite":
         pytest.skip("SQLite: the ALTER waits the connection's busy timeout, as every write does")
+    if engine.dialect.name == "duckdb":
+        pytest.skip("DuckDB: an open reader does not hold the table (its catalog is versioned); the ALTER runs")
     from airflow_provider_bos.warehouse import upsert
 
     monkeypatch.setattr(upsert, "ADD_COLUMN_TIMEOUT_S", 1.0)
@@ -170,7 +172,7 @@ def test_adding_the_rejected_column_gives_up_soon_behind_an_open_reader(
         later = make_writer()
         later.ensure_tables()
         assert later.audit_rejected_column  # a later writer adds it
-        assert "rejected" in {c["name"] for c in sa.inspect(engine).get_columns(later.audit_table)}
+        assert "rejected" in column_names(engine, later.dialect, later.audit_table, None)
     finally:
         reader.dispose()
 

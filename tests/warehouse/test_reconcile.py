@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions
-from tests.warehouse.whhelpers import T0, T1, T2, make_record, rows_by_ref, run_info, write
+from tests.warehouse.whhelpers import T0, T1, T2, drop_columns, make_record, reflect, rows_by_ref, run_info, write
 
 FULL = ReconcileOptions(sync_mode="full")
 
@@ -33,7 +33,7 @@ def current(engine: sa.Engine, table: str) -> set[str]:
 
 
 def lineage(engine: sa.Engine, table: str) -> set[tuple[str, str]]:
-    t = sa.Table(companion_table_name(table, "lineage"), sa.MetaData(), autoload_with=engine)
+    t = reflect(engine, companion_table_name(table, "lineage"))
     with engine.connect() as conn:
         return {(r.record_ref, r.successor_ref) for r in conn.execute(sa.select(t))}
 
@@ -198,11 +198,8 @@ def test_an_unchanged_full_rerun_rewrites_and_retires_nothing(make_writer, engin
 def test_tables_made_before_the_lifecycle_columns_get_them_in_place(make_writer, engine, caplog) -> None:
     first = make_writer()
     write(first, day1())
-    with engine.begin() as conn:
-        for column in ("retired", "superseded", "scope"):
-            conn.exec_driver_sql(f"ALTER TABLE {first.audit_table} DROP COLUMN {column}")
-        for column in ("_bos_deleted_at", "_bos_superseded_by"):
-            conn.exec_driver_sql(f"ALTER TABLE {first.table} DROP COLUMN {column}")
+    drop_columns(engine, first.audit_table, ("retired", "superseded", "scope"))
+    drop_columns(engine, first.table, ("_bos_deleted_at", "_bos_superseded_by"))
     reader = AuditReader(engine, table=first.audit_table)
     assert reader.latest_run(None, None, None)["retired"] is None  # read without the columns
     writer = make_writer()

@@ -21,7 +21,7 @@ def test_writes_into_a_named_schema(warehouse_url):
         pytest.skip("SQLite has no schemas to write to (see test_identifiers)")
     schema = f"bos_schema_{uuid.uuid4().hex[:10]}"
     with engine.begin() as conn:
-        conn.exec_driver_sql(f"CREATE {'SCHEMA' if dialect == 'postgresql' else 'DATABASE'} {schema}")
+        conn.exec_driver_sql(f"CREATE {'DATABASE' if dialect == 'mysql' else 'SCHEMA'} {schema}")
     try:
         writer = WarehouseWriter(engine, schema=schema)
         run = run_info()
@@ -30,11 +30,12 @@ def test_writes_into_a_named_schema(warehouse_url):
         assert set(rows_by_ref(engine, "bos_records", schema)) == {"bos:person:000001", "bos:person:000002"}
         row = AuditReader(engine, schema=schema).get_run(run.run_id)
         assert row["destination_table"] == f"{schema}.bos_records"
-        assert not sa.inspect(engine).has_table("bos_records")  # nothing landed in the default schema
+        with pytest.raises(sa.exc.NoSuchTableError):  # nothing landed in the default schema
+            rows_by_ref(engine, "bos_records")
     finally:
         with engine.begin() as conn:
             conn.exec_driver_sql(
-                f"DROP SCHEMA {schema} CASCADE" if dialect == "postgresql" else f"DROP DATABASE {schema}"
+                f"DROP DATABASE {schema}" if dialect == "mysql" else f"DROP SCHEMA {schema} CASCADE"
             )
         engine.dispose()
 
@@ -85,6 +86,8 @@ def test_a_second_writer_waits_for_the_first_and_gives_up_cleanly(warehouse_url,
     writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs", lock_timeout_s=1)
     writer.ensure_tables()
     d = writer.dialect
+    if d.process_lock("", "") is not None:
+        pytest.skip("DuckDB has no lock statement to hold: tests/warehouse/test_duckdb.py holds its locks")
     holder = holder_engine.connect()
     try:
         # the holder takes the very lock a writer takes (BEGIN IMMEDIATE / LOCK TABLE / GET_LOCK)

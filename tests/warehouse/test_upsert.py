@@ -12,6 +12,7 @@ from whhelpers import T0, T1, T2, dump, make_record, rows_by_ref, run_info, writ
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, record_to_row, records_table
 from airflow_provider_bos.warehouse.dialects import staging_table_name
+from airflow_provider_bos.warehouse import file_load
 
 
 def _decode(value):
@@ -222,14 +223,16 @@ def test_error_after_the_merge_leaves_no_trace(writer, engine):
     _assert_staging_gone(engine, failing)
 
 
-def test_error_after_the_first_staging_chunk_rolls_back(make_writer, engine):
+def test_error_after_the_first_staging_chunk_rolls_back(make_writer, engine, monkeypatch):
     writer = make_writer(batch_size=10, use_copy=False)
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)  # the staged file's blocks (DuckDB)
+    by_file = writer.staging_method == "staged_file"
     write(writer, [make_record(i) for i in range(5)])
     before = dump(engine, writer.table)
     stage_inserts = []
 
     def fail_on_second_chunk(conn, cursor, statement, parameters, context, executemany):
-        if statement.startswith("INSERT INTO") and "bos_stage_" in statement and executemany:
+        if statement.startswith("INSERT INTO") and "bos_stage_" in statement and (executemany or by_file):
             stage_inserts.append(statement)
             if len(stage_inserts) == 2:
                 raise sa.exc.OperationalError(statement, None, RuntimeError("injected disk full"))

@@ -73,16 +73,35 @@ def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunIn
     return writer.write_run(run or run_info(), records, WriteOptions(audit=audit, **options))
 
 
+# DuckDB column types as SQLAlchemy types (duckdb-engine cannot reflect under SQLAlchemy 2.1).
+_DUCKDB_TYPES = {"VARCHAR": sa.String, "JSON": sa.JSON, "BIGINT": sa.BigInteger, "BOOLEAN": sa.Boolean,
+                 "BLOB": sa.LargeBinary, "INTEGER": sa.Integer, "TIMESTAMP WITH TIME ZONE": lambda: sa.DateTime(True)}
+
+
+def reflect(engine: sa.Engine, table: str, schema: str | None = None) -> sa.Table:
+    """``table`` as stored (every column, extra ones too)."""
+    if engine.dialect.name != "duckdb":
+        return sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
+    with engine.connect() as conn:
+        described = conn.exec_driver_sql(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? "
+            "AND table_schema = COALESCE(?, current_schema()) ORDER BY ordinal_position", (table, schema),
+        ).all()
+    if not described:
+        raise sa.exc.NoSuchTableError(table)
+    return sa.Table(table, sa.MetaData(), *(sa.Column(n, _DUCKDB_TYPES[t]()) for n, t in described), schema=schema)
+
+
 def dump(engine: sa.Engine, table: str, schema: str | None = None) -> list[tuple[str, ...]]:
     """Every row, every column (extra columns too), as repr text, in key order."""
-    t = sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
+    t = reflect(engine, table, schema)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(t).order_by(t.c.record_ref)).all()
     return [tuple(repr(v) for v in row) for row in rows]
 
 
 def rows_by_ref(engine: sa.Engine, table: str, schema: str | None = None) -> dict[str, dict[str, Any]]:
-    t = sa.Table(table, sa.MetaData(), autoload_with=engine, schema=schema)
+    t = reflect(engine, table, schema)
     with engine.connect() as conn:
         return {row.record_ref: dict(row._mapping) for row in conn.execute(sa.select(t))}
 
@@ -100,3 +119,18 @@ def statements(engine: sa.Engine) -> Iterator[list[str]]:
         yield seen
     finally:
         sa.event.remove(engine, "before_cursor_execute", before)
+
+
+def drop_columns(engine: sa.Engine, table: str, columns: tuple[str, ...]) -> None:
+    """``ALTER TABLE ... DROP COLUMN`` each of ``columns`` (a table as made before them). DuckDB
+    refuses to alter a table with an index: its indexes are dropped first and made again after."""
+    with engine.begin() as conn:
+        indexes = conn.exec_driver_sql(
+            "SELECT index_name, sql FROM duckdb_indexes() WHERE table_name = ?", (table,),
+        ).all() if engine.dialect.name == "duckdb" else []
+        for name, _ in indexes:
+            conn.exec_driver_sql(f"DROP INDEX {name}")
+        for column in columns:
+            conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {column}")
+        for _, sql in indexes:
+            conn.exec_driver_sql(sql)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import abc
 import hashlib
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
@@ -113,6 +114,31 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     ddl_commits = False
     # Rows per staging/insert chunk at most (a statement-size limit), None: the writer's batch_size.
     max_batch_rows: int | None = None
+    #: How rows reach the database (a name of :data:`..strategies.LOAD_STRATEGIES`): ``"copy"``,
+    #: ``"executemany"`` or ``"staged_file"``.
+    load_strategy = "executemany"
+    #: The records table has a covering index of the change test the merge should name (MySQL).
+    uses_guard_index = False
+    #: Temporary tables outlive a rollback (MySQL): the writer drops them itself after one.
+    temp_tables_survive_rollback = False
+
+    @classmethod
+    def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
+                       use_copy: bool | None) -> dict[str, Any]:
+        """The constructor options this dialect takes from the writer's settings."""
+        return {}
+
+    @classmethod
+    def _placeholder(cls, paramstyle: str) -> str:
+        """The positional placeholder of the driver's paramstyle."""
+        if paramstyle == "qmark":
+            return "?"
+        if paramstyle in ("format", "pyformat"):
+            return "%s"
+        raise BosWarehouseError(f"Unsupported DB-API paramstyle {paramstyle!r}.")
+
+    def prepare_engine(self, engine: sa.Engine) -> None:
+        """Configure ``engine`` once before the writer uses it (e.g. how a connect waits for a lock)."""
 
     @property
     def written_columns(self) -> tuple[str, ...]:
@@ -138,13 +164,7 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         #: without it, and without skipping known records): the writer says so once it has looked.
         self.wire_hash_column = wire_hash_column
         self._preparer = sa_dialect.identifier_preparer
-        style = sa_dialect.paramstyle
-        if style == "qmark":
-            self.placeholder = "?"
-        elif style in ("format", "pyformat"):
-            self.placeholder = "%s"
-        else:  # pragma: no cover - no supported driver uses another style
-            raise BosWarehouseError(f"Unsupported DB-API paramstyle {style!r} for driver {sa_dialect.driver!r}.")
+        self.placeholder = self._placeholder(sa_dialect.paramstyle)
         self.types = column_types(self.name)
 
     # --- identifiers ------------------------------------------------------------------------
@@ -159,6 +179,10 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         return self.quote(stage)
+
+    def columns_query(self, table: str, schema: str | None) -> Statement | None:
+        """The names of ``table``'s columns, one per row; None: SQLAlchemy's inspector reflects them."""
+        return None
 
     def type_sql(self, role: str) -> str:
         return self.types[role].compile(dialect=self.sa_dialect)
@@ -203,6 +227,11 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         """What :meth:`add_column` changed on the connection, set back (it goes back to the pool)."""
         return []
 
+    def process_lock(self, database: str, target: str) -> threading.Lock | None:
+        """A lock this process's writers of ``target`` in ``database`` take besides :meth:`lock`
+        (where the database has no SQL lock that waits); None: the SQL lock is enough."""
+        return None
+
     def lock_is_flag(self) -> bool:
         """True when the last :meth:`lock` statement is a SELECT whose single value must be 1."""
         return False
@@ -211,15 +240,16 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         return None
 
     def savepoint(self) -> Statement | None:
-        """Mark where the run's records start loading (a restarted final frame rolls back to it)."""
+        """Mark where the run's records start loading (a restarted final frame rolls back to it);
+        None where the database has no savepoints (:meth:`discard_records` then deletes instead)."""
         return Statement(f"SAVEPOINT {RECORDS_SAVEPOINT}")
 
-    def discard_loaded(self, stages: tuple[str, ...], schema: str | None) -> list[Statement]:
-        """Undo the rows loaded since :meth:`savepoint` (``stages``: the run's staging tables)."""
-        return [self.rollback_to_savepoint()]
-
-    def rollback_to_savepoint(self) -> Statement:
-        return Statement(f"ROLLBACK TO SAVEPOINT {RECORDS_SAVEPOINT}")
+    def discard_records(
+        self, stages: tuple[str, ...], target: str, schema: str | None, run_id: str
+    ) -> list[Statement]:
+        """Undo every row loaded since :meth:`savepoint` (``stages``: the run's staging tables made so
+        far, the first the one records load into; or loaded directly into ``target``)."""
+        return [Statement(f"ROLLBACK TO SAVEPOINT {RECORDS_SAVEPOINT}")]
 
     # --- staging ------------------------------------------------------------------------------
 

@@ -20,6 +20,9 @@ class MySqlDialect(WarehouseDialect):
     # lock before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
     lock_before_staging = True
+    uses_guard_index = True
+    # MySQL temporary tables survive a rollback.
+    temp_tables_survive_rollback = True
     # The anti-joins of the lifecycle steps read the run's keys from a keyed table, not the keyless
     # staging table (MariaDB would scan it once per stored row).
     keyed_run_keys = True

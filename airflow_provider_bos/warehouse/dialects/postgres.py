@@ -22,6 +22,11 @@ class PostgresDialect(WarehouseDialect):
     # Each statement sees every commit made before it; with the table lock, counts stay exact.
     isolation_level = "READ COMMITTED"
 
+    @classmethod
+    def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
+                       use_copy: bool | None) -> dict[str, Any]:
+        return {"use_copy": use_copy}
+
     def __init__(self, sa_dialect: sa.Dialect, *, use_copy: bool | None = None, wire_hash_column: bool = True) -> None:
         super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
         # COPY needs psycopg 3; ``use_copy=False`` turns it off (executemany staging).
@@ -33,6 +38,7 @@ class PostgresDialect(WarehouseDialect):
         # load: by COPY, or by executemany without it), not staged and merged after the last one.
         # Records are read and encoded on a producer thread while COPY blocks are sent (loads._batches).
         self.load_thread = self.uses_copy
+        self.load_strategy = "copy" if self.uses_copy else "executemany"
 
     def _temp_suffix(self) -> str:
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.

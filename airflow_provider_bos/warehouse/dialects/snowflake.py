@@ -17,7 +17,7 @@ What differs from the other dialects, and why:
   staging tables are made before the run's first write and dropped after its commit
   (:attr:`ddl_commits`); the records, the audit row and the rejects commit together.
 - **No savepoints.** A restarted final frame empties the staging tables instead
-  (:meth:`discard_loaded`): nothing reaches the target before the MERGE.
+  (:meth:`discard_records`): nothing reaches the target before the MERGE.
 - **No LOCK TABLE.** Snowflake serialises concurrent MERGEs into one table itself; a writer that
   slips between classification and MERGE changes the MERGE's row count, which the writer checks,
   so the run rolls back instead of reporting wrong counts.
@@ -77,7 +77,9 @@ class SnowflakeDialect(WarehouseDialect):
     def savepoint(self) -> Statement | None:
         return None
 
-    def discard_loaded(self, stages: tuple[str, ...], schema: str | None) -> list[Statement]:
+    def discard_records(
+        self, stages: tuple[str, ...], target: str, schema: str | None, run_id: str
+    ) -> list[Statement]:
         return [Statement(f"DELETE FROM {self.stage_ref(s, schema)}") for s in stages]
 
     # --- staging --------------------------------------------------------------------------------

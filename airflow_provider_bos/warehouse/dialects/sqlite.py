@@ -23,6 +23,12 @@ class SqliteDialect(WarehouseDialect):
     # s against 3.4 s; bench/README.md).
     direct_load = False
 
+    @classmethod
+    def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
+                       use_copy: bool | None) -> dict[str, Any]:
+        # A SQLite writer holds the whole file for its run: waiting for it IS the lock wait.
+        return {"busy_timeout_s": lock_timeout_s if sqlite_busy_timeout_s is None else sqlite_busy_timeout_s}
+
     def __init__(self, sa_dialect: sa.Dialect, *, busy_timeout_s: float = 30.0, wire_hash_column: bool = True) -> None:
         super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
         self.busy_timeout_s = busy_timeout_s

@@ -1,0 +1,246 @@
+"""DuckDB: rows staged through a newline-delimited JSON file (``read_json``), one ON CONFLICT merge.
+
+DuckDB is columnar and embedded: one ``INSERT`` per row costs it about 2 ms (``executemany`` of
+200k rows: ~400 s; multi-row ``VALUES`` batches ~80 s), while ``read_json`` over a file of the same
+rows loads them in ~3 s (bench/README.md "DuckDB"). So rows are written to a temporary file and
+loaded in blocks (:mod:`..file_load`), and everything after staging is the shared SQL.
+
+A DuckDB database file has ONE writer process at a time: the process that opens it read-write
+holds a lock on the file until its last connection closes. A second process waits for the lock
+(:func:`wait_for_file_lock`, up to the writer's ``lock_timeout_s``), then fails with a
+:class:`~airflow_provider_bos.exceptions.BosWarehouseError`. Within one process, transactions are
+optimistic: two writers of the same rows conflict at commit and the second rolls back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
+
+__all__ = ["DuckDbDialect", "wait_for_file_lock"]
+
+log = logging.getLogger(__name__)
+
+# How often a process waiting for another's file lock tries again.
+_LOCK_RETRY_S = 0.2
+# The DuckDB types of the staged file's columns, by staging role.
+_FILE_TYPES = {"key": "VARCHAR", "text": "VARCHAR", "json": "JSON", "ts": "TIMESTAMPTZ", "hash": "VARCHAR"}
+_STAGE_ROLES = {
+    "record_ref": "key", "display_name": "text", "email": "text", "phone": "text",
+    **{c: "json" for c in RECORD_JSON_COLUMNS},
+    "_bos_observed_at": "ts", "_bos_record_hash": "hash", WIRE_HASH_COLUMN: "hash",
+}
+
+
+class DuckDbDialect(WarehouseDialect):
+    """DuckDB: a staged NDJSON file read by ``read_json``, one ON CONFLICT merge, no SQL lock."""
+
+    name = "duckdb"
+    load_strategy = "staged_file"
+    # The file-staged rows go into a keyless temporary table and one INSERT ... SELECT moves them:
+    # DuckDB loads a whole file either way, and staging keeps duplicates and claims on one path.
+    direct_load = False
+    # The snapshot is taken at the transaction's first statement: take this process's lock of the
+    # table (:meth:`process_lock`) before it, so the counts see the previous writer's commit.
+    lock_before_staging = True
+
+    @classmethod
+    def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
+                       use_copy: bool | None) -> dict[str, Any]:
+        return {"lock_timeout_s": lock_timeout_s}
+
+    def __init__(self, sa_dialect: sa.Dialect, *, wire_hash_column: bool = True, lock_timeout_s: float = 300.0) -> None:
+        super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
+        self.lock_timeout_s = lock_timeout_s
+
+    @classmethod
+    def _placeholder(cls, paramstyle: str) -> str:
+        # duckdb-engine declares numeric_dollar ($1); DuckDB takes ? as well, positionally.
+        return "?"
+
+    def prepare_engine(self, engine: sa.Engine) -> None:
+        wait_for_file_lock(engine, self.lock_timeout_s)
+
+    def stage_ref(self, stage: str, schema: str | None) -> str:
+        return f"temp.main.{self.quote(stage)}"
+
+    def process_lock(self, database: str, target: str) -> threading.Lock | None:
+        # DuckDB has no lock statement (a conflicting transaction fails at once, it never waits):
+        # this process's writers of one table queue here; other processes wait at the file.
+        with _prepared_lock:
+            return _table_locks.setdefault((database, target), threading.Lock())
+
+    def columns_query(self, table: str, schema: str | None) -> Statement | None:
+        # duckdb-engine reflects through PostgreSQL catalog tables DuckDB lacks (pg_collation): ask
+        # DuckDB's own catalog.
+        p = self.placeholder
+        return Statement(
+            "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() "
+            f"AND table_schema = COALESCE({p}, current_schema()) AND table_name = {p} ORDER BY ordinal_position",
+            (validate_schema(schema, self.name), validate_identifier(table)),
+        )
+
+    # --- the records' restart point: DuckDB has no SAVEPOINT --------------------------------------
+
+    def savepoint(self) -> Statement | None:
+        return None
+
+    def discard_records(
+        self, stages: tuple[str, ...], target: str, schema: str | None, run_id: str
+    ) -> list[Statement]:
+        # Everything loaded since the records started: the staged rows (no direct load here; the
+        # deduped table is made after the load).
+        return [Statement(f"DELETE FROM {self.stage_ref(stages[0], schema)}")]
+
+    # --- the staged file ---------------------------------------------------------------------
+
+    def load_file(self, stage: str, schema: str | None, path: str) -> Statement:
+        """``INSERT`` every row of the NDJSON file at ``path`` (keys = :data:`STAGE_COLUMNS`) into ``stage``."""
+        cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
+        types = {**{c: _FILE_TYPES[r] for c, r in _STAGE_ROLES.items()}, "_bos_seq": "BIGINT"}
+        spec = ", ".join(f"{self.quote(c)}: '{types[c]}'" for c in STAGE_COLUMNS)
+        # maximum_object_size: one line is one record, up to the 64 MiB a record may be on the wire.
+        return Statement(
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) SELECT {cols} FROM read_json("
+            f"{self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
+            "maximum_object_size = 67108864)",
+            (path,),
+        )
+
+    # --- known records --------------------------------------------------------------------------
+
+    wire_hash_prefixes_aggregated = True
+
+    def _wire_state_columns(self) -> str:
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        # hash() is a 64-bit hash of the pair: any row's wire hash added, removed or changed moves it.
+        # Over the current rows, with their number last (as PostgreSQL: see wire_state_counts_current).
+        return (f"COUNT({w}), COALESCE(SUM(CAST(HASH({ref}, {w}) AS HUGEINT)) FILTER (WHERE {w} IS NOT NULL), 0), "
+                "COUNT(*)")
+
+    wire_state_counts_current = True
+
+    def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
+        w = self.quote(WIRE_HASH_COLUMN)
+        prefix = f"SUBSTR({w}, 1, 16)"
+        return Statement(
+            f"SELECT STRING_AGG({prefix}, '' ORDER BY {prefix}) FILTER (WHERE LENGTH({w}) = 64), "
+            f"{self._wire_state_columns()} FROM {self.table_ref(target, schema)} t WHERE {self._current('t')}"
+        )
+
+    def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
+        return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} t "
+                         f"WHERE {self._current('t')}")
+
+    def stage_claims(self, stage: str, target: str, schema: str | None, prefixes: Sequence[str],
+                     seqs: Sequence[int]) -> Statement | None:
+        q, p = self.quote, self.placeholder
+        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
+        return Statement(
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
+            f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
+            f"JOIN (SELECT UNNEST(CAST({p} AS VARCHAR[])) AS prefix, UNNEST(CAST({p} AS BIGINT[])) AS seq) c "
+            f"ON SUBSTR(t.{w}, 1, 16) = c.prefix WHERE t.{w} IS NOT NULL AND {self._current('t')}",
+            (list(prefixes), list(seqs)),
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+        # No JSON_TABLE: the sources array unnested as JSON values.
+        join = f" CROSS JOIN (SELECT UNNEST(CAST({alias}.{self.quote('sources')} AS JSON[])) AS v) p"
+        return join, ("p.v->>'source_type'", "p.v->>'source_identity'", "p.v->>'external_id'")
+
+    # --- merge ------------------------------------------------------------------------------
+
+    def bind_ts(self) -> str:
+        return f"CAST({self.placeholder} AS TIMESTAMPTZ)"
+
+    def bind_id(self) -> str:
+        return f"CAST({self.placeholder} AS VARCHAR)"
+
+    def merge(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str,
+              new_only: bool = False) -> list[tuple[Statement, str]]:
+        if new_only:
+            return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
+        q = self.quote
+        ref = q("record_ref")
+        cols = self._written_column_list()
+        sets = ", ".join([*(f"{q(c)} = excluded.{q(c)}" for c in self.updated_columns),
+                          *(f"{q(c)} = NULL" for c in self.lifecycle_resets())])
+        target_ref = self.table_ref(target, schema)
+        # Only new rows and rows the guard lets through reach the INSERT (as on PostgreSQL): DuckDB
+        # rewrites a row an ON CONFLICT touches, so unchanged rows must not get there at all.
+        sql = (
+            f"INSERT INTO {target_ref} AS t ({cols}) SELECT {self._select_stage_row('s')} "
+            f"FROM {self.stage_ref(stage, schema)} s LEFT JOIN {target_ref} o ON o.{ref} = s.{ref} "
+            f"WHERE {self._decoded('s')} AND (o.{ref} IS NULL OR "
+            f"({self._write_allowed('o', 's')} AND {self._changed('o', 's')})) "
+            f"ON CONFLICT ({ref}) DO UPDATE SET {sets} "
+            f"WHERE {self._write_allowed('t', 'excluded')} AND {self._changed('t', 'excluded')}"
+        )
+        return [(Statement(sql, (synced_at, run_id)), "inserted+updated")]
+
+
+# --- one writer process per file ----------------------------------------------------------------
+
+#: engine -> how long its connects wait for another process's lock on the file.
+_lock_waits: weakref.WeakKeyDictionary[sa.Engine, float] = weakref.WeakKeyDictionary()
+_prepared_lock = threading.Lock()
+#: (database, table) -> the lock this process's writers of that table take in turn.
+_table_locks: dict[tuple[str, str], threading.Lock] = {}
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    # duckdb.IOException: 'Could not set lock on file "...": Conflicting lock is held in ... (PID n)'
+    return "Could not set lock on file" in str(exc)
+
+
+def wait_for_file_lock(engine: sa.Engine, timeout_s: float) -> None:
+    """Make ``engine``'s connects wait up to ``timeout_s`` for another process's lock on the file.
+
+    DuckDB refuses a second process at ``connect`` (there is no lock wait of its own): retried
+    every :data:`_LOCK_RETRY_S` until the deadline, then a :class:`BosWarehouseError` saying what
+    happened and what to do. Installed once per engine; called again, it changes the wait.
+    """
+    with _prepared_lock:
+        installed = engine in _lock_waits
+        _lock_waits[engine] = timeout_s  # the latest setting wins (the writer's lock_timeout_s)
+        if installed:
+            return
+
+    @sa.event.listens_for(engine, "do_connect")
+    def _connect(dialect: Any, conn_rec: Any, cargs: Any, cparams: Any) -> Any:
+        timeout_s = _lock_waits.get(engine, 0.0)
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        waited = False
+        while True:
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except Exception as exc:
+                if not _is_lock_conflict(exc):
+                    raise
+                if not waited:
+                    waited = True
+                    log.info("Another process holds the DuckDB database; waiting up to %.0fs for it.", timeout_s)
+                if time.monotonic() >= deadline:
+                    database = str(cparams.get("database") or "")
+                    database = database if database and not database.startswith("md:") else "file"
+                    raise BosWarehouseError(
+                        f"Another process held the DuckDB database {database} for {timeout_s:.0f}s "
+                        "(a DuckDB file has one writer process at a time); retry the task when that "
+                        "process is done, or give each writer a file of its own."
+                    ) from None
+                time.sleep(_LOCK_RETRY_S)

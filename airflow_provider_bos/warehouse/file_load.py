@@ -1,0 +1,149 @@
+"""The staged-file load (DuckDB): rows written as newline-delimited JSON, loaded by ``read_json``.
+
+A :class:`~.loads.LoadStrategy` for databases whose fast path is a file, not a statement per row.
+Each record becomes one JSON line keyed by the staging columns (:data:`~.dialects.STAGE_COLUMNS`),
+assembled from the canonical JSON the encoders already made (no second serialisation, no
+escaping: JSON text is its own quoting). Every :data:`FILE_BLOCK_ROWS` lines the file is loaded
+into the run's staging table (the dialect's ``load_file``) and emptied, so the file and this
+process's memory stay bounded whatever the result's size. The file lives in the system's
+temporary directory and is removed when the load ends, however it ends.
+
+Known records: a claim kept out of staging (``kept``) writes nothing; any other claim is a line
+of its key, wire hash and position only (a known row, see :data:`~.dialects.STAGE_COLUMNS`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.loads import SeenKeys
+from airflow_provider_bos.warehouse.records import json_column_values, record_to_row
+from airflow_provider_bos.warehouse.transaction import RunTransaction
+from airflow_provider_bos.wire import KnownRecord
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.warehouse.claims import KeptClaims
+    from airflow_provider_bos.warehouse.rejects import Rejects
+
+__all__ = ["FILE_BLOCK_ROWS", "FILE_LOAD", "FileLoad"]
+
+#: Lines per load of the staged file (~65 MB of file at ~1.3 KB per record; read_json parses it
+#: in parallel, so fewer, larger blocks are cheaper: see bench/README.md "DuckDB").
+FILE_BLOCK_ROWS = 50_000
+# Lines are written to the file in chunks of this many (one write call each).
+_WRITE_ROWS = 2_000
+
+_KEYS = tuple(
+    b'"%s":' % name.encode("ascii")
+    for name in ("record_ref", "display_name", "email", "phone", "lifecycle", "identity_match", "attributes",
+                 "sources", "_bos_observed_at", "_bos_record_hash", "_bos_wire_hash", "_bos_seq")
+)
+
+
+def _line(parts: tuple[bytes, ...], observed: bytes, record_hash: str, wire_hash: str | None, seq: int) -> bytes:
+    """One staged row as a JSON line; ``parts`` are the content columns as canonical JSON."""
+    k = _KEYS
+    wire = b"null" if wire_hash is None else b'"%b"' % wire_hash.encode("ascii")
+    return b"".join((
+        b"{", k[0], parts[0], b",", k[1], parts[1], b",", k[2], parts[2], b",", k[3], parts[3], b",",
+        k[4], parts[4], b",", k[5], parts[5], b",", k[6], parts[6], b",", k[7], parts[7], b",",
+        k[8], observed, b",", k[9], b'"%b"' % record_hash.encode("ascii"), b",", k[10], wire, b",",
+        k[11], b"%d}\n" % seq,
+    ))
+
+
+def _known_line(record_ref: str, wire_hash: str, seq: int) -> bytes:
+    k = _KEYS
+    return b"".join((b"{", k[0], orjson.dumps(record_ref), b",", k[10], b'"%b"' % wire_hash.encode("ascii"),
+                     b",", k[11], b"%d}\n" % seq))
+
+
+def _keyed_lines(
+    records: Iterable[Any], default_obs: datetime | None, kept: KeptClaims | None, rejects: Rejects | None,
+) -> Iterator[tuple[str, bytes]]:
+    """``(record_ref, line)`` of every record to stage (for :meth:`SeenKeys.watch`)."""
+    keep = kept.keep if kept is not None else None
+    stamps: dict[datetime, bytes] = {}  # a result shares a few thousand observation times at most
+    for seq, record in enumerate(records):
+        if type(record) is KnownRecord:
+            if keep is None or not keep(record, seq):
+                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq)
+            continue
+        try:
+            values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
+            if values is None:
+                values = record_to_row(record, default_observed_at=default_obs).column_values()
+        except BosWarehouseError as exc:
+            if rejects is None:
+                raise
+            rejects.add(record, exc)
+            continue
+        ref, parts, observed, record_hash, _ = values
+        stamp = stamps.get(observed)
+        if stamp is None:
+            stamp = b'"%b"' % observed.isoformat().encode("ascii")
+            if len(stamps) < 4096:
+                stamps[observed] = stamp
+        yield ref, _line(parts, stamp, record_hash, getattr(record, "wire_hash", None), seq)
+
+
+class FileLoad:
+    """Staging through a newline-delimited JSON file; no direct load (see ``DuckDbDialect.direct_load``)."""
+
+    name = "staged_file"
+    keeps_claims = True
+
+    def stage(
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
+        seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None,
+    ) -> int:
+        load_file = tx.dialect.load_file  # type: ignore[attr-defined]
+        fd, path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
+        staged = pending = 0
+        try:
+            with os.fdopen(fd, "wb") as out:
+                chunk: list[bytes] = []
+                for row in seen.watch(_keyed_lines(records, default_obs, kept, rejects)):
+                    assert row is not None  # watch yields None only with ``divert``
+                    chunk.append(row[1])
+                    if len(chunk) < _WRITE_ROWS and pending + len(chunk) < FILE_BLOCK_ROWS:
+                        continue
+                    out.write(b"".join(chunk))
+                    pending += len(chunk)
+                    chunk.clear()
+                    if pending >= FILE_BLOCK_ROWS:
+                        staged += self._flush(tx, out, path, pending, load_file)
+                        pending = 0
+                if chunk:
+                    out.write(b"".join(chunk))
+                    pending += len(chunk)
+                if pending:
+                    staged += self._flush(tx, out, path, pending, load_file)
+        finally:
+            os.unlink(path)
+        return staged
+
+    @staticmethod
+    def _flush(tx: RunTransaction, out: Any, path: str, lines: int, load_file: Any) -> int:
+        """Load the file's ``lines`` rows into staging and empty it; return how many were loaded."""
+        out.flush()
+        tx.exec(load_file(tx.stage, tx.schema, path))
+        out.seek(0)
+        out.truncate()
+        return lines
+
+    def load_direct(
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime, *,
+        batch_size: int, rejects: Rejects | None,
+    ) -> tuple[int, int]:  # pragma: no cover - the dialects of this strategy have direct_load = False
+        raise BosWarehouseError("The staged-file load has no direct load; stage the records instead.")
+
+
+FILE_LOAD = FileLoad()

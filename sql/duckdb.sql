@@ -1,0 +1,117 @@
+-- airflow-provider-bos: destination tables for DuckDB (1.1 or newer).
+-- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- The operator creates these itself when missing; run this file when a DBA creates them instead.
+-- Timestamps are TIMESTAMPTZ (instants; shown in the session's TimeZone). JSON columns are DuckDB's JSON.
+-- _bos_record_hash = sha256 hex of the record's canonical JSON. DuckDB ignores VARCHAR lengths: none are given.
+-- One writer process per database file (see docs/destinations.md).
+
+CREATE TABLE IF NOT EXISTS bos_records (
+    record_ref        VARCHAR NOT NULL,
+    display_name      VARCHAR,
+    email             VARCHAR,
+    phone             VARCHAR,
+    lifecycle         JSON,
+    identity_match    JSON,
+    attributes        JSON NOT NULL,
+    sources           JSON NOT NULL,
+    _bos_observed_at  TIMESTAMPTZ NOT NULL,
+    _bos_synced_at    TIMESTAMPTZ NOT NULL,
+    _bos_run_id       VARCHAR NOT NULL,
+    _bos_record_hash  VARCHAR NOT NULL,
+    -- sha256 hex of the record's bytes as received: re-runs skip byte-identical records.
+    -- Tables made before it: ALTER TABLE bos_records ADD COLUMN _bos_wire_hash VARCHAR;
+    _bos_wire_hash    VARCHAR,
+    -- NULL while the row is current; set when a run retired it (a complete full read did not return
+    -- it, or it was superseded by the record named in _bos_superseded_by). Tables made before them:
+    -- the writer adds both, or run ALTER TABLE bos_records ADD COLUMN _bos_deleted_at TIMESTAMPTZ;
+    -- and ALTER TABLE bos_records ADD COLUMN _bos_superseded_by VARCHAR;
+    _bos_deleted_at   TIMESTAMPTZ,
+    _bos_superseded_by VARCHAR,
+    PRIMARY KEY (record_ref)
+);
+
+CREATE TABLE IF NOT EXISTS bos_sync_runs (
+    run_id               VARCHAR NOT NULL,
+    dag_id               VARCHAR,
+    task_id              VARCHAR,
+    airflow_run_id       VARCHAR,
+    conn_id              VARCHAR,
+    context_handle       VARCHAR,
+    tool_name            VARCHAR,
+    arguments_hash       VARCHAR,
+    started_at           TIMESTAMPTZ,
+    finished_at          TIMESTAMPTZ NOT NULL,
+    status               VARCHAR NOT NULL,   -- complete | partial | failed
+    completeness         VARCHAR,
+    result_count         BIGINT,
+    inserted             BIGINT,
+    updated              BIGINT,
+    unchanged            BIGINT,
+    skipped_stale        BIGINT,
+    duplicates           BIGINT,
+    -- records quarantined in <table>_rejects (invalid_records="quarantine").
+    -- Tables made before it: the writer adds it, or run ALTER TABLE bos_sync_runs ADD COLUMN rejected BIGINT;
+    rejected             BIGINT,
+    -- rows retired (not returned by a complete full read) and superseded (merged or split into other
+    -- records of a complete result); scope: sha256 of the read's scope (see docs/sync-modes.md).
+    -- Tables made before them: the writer adds them, or ALTER TABLE bos_sync_runs ADD COLUMN retired BIGINT;
+    -- (superseded BIGINT, scope VARCHAR likewise).
+    retired              BIGINT,
+    superseded           BIGINT,
+    scope                VARCHAR,
+    provisional_records  BIGINT,
+    provisional_pages    BIGINT,
+    source_errors        JSON,
+    source_summary       JSON,
+    error_message        VARCHAR,
+    destination_table    VARCHAR,
+    PRIMARY KEY (run_id)
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_sync_runs_lookup
+    ON bos_sync_runs (conn_id, context_handle, tool_name, finished_at);
+
+-- Only with invalid_records="quarantine": records bos_records cannot store (one table per records
+-- table, named <table>_rejects). record: the record's JSON bytes, at most 64 KiB (truncated: cut).
+CREATE TABLE IF NOT EXISTS bos_records_rejects (
+    run_id       VARCHAR NOT NULL,
+    record_ref   VARCHAR,
+    reason       VARCHAR NOT NULL,
+    record       BLOB NOT NULL,
+    truncated    BOOLEAN NOT NULL,
+    rejected_at  TIMESTAMPTZ NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_rejects_run ON bos_records_rejects (run_id);
+
+-- Who was merged into whom: one row per (superseded record_ref, successor record_ref) and run
+-- (a merge: several rows with one successor_ref; a split: several with one record_ref).
+CREATE TABLE IF NOT EXISTS bos_records_lineage (
+    run_id         VARCHAR NOT NULL,
+    record_ref     VARCHAR NOT NULL,
+    successor_ref  VARCHAR NOT NULL,
+    recorded_at    TIMESTAMPTZ NOT NULL
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_ref ON bos_records_lineage (record_ref);
+CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_successor ON bos_records_lineage (successor_ref);
+
+-- Only with history=True: every version of every record (SCD2); _bos_valid_to NULL = the current one.
+CREATE TABLE IF NOT EXISTS bos_records_history (
+    record_ref        VARCHAR NOT NULL,
+    display_name      VARCHAR,
+    email             VARCHAR,
+    phone             VARCHAR,
+    lifecycle         JSON,
+    identity_match    JSON,
+    attributes        JSON NOT NULL,
+    sources           JSON NOT NULL,
+    _bos_observed_at  TIMESTAMPTZ NOT NULL,
+    _bos_record_hash  VARCHAR NOT NULL,
+    _bos_valid_from   TIMESTAMPTZ NOT NULL,
+    _bos_valid_to     TIMESTAMPTZ,
+    _bos_run_id       VARCHAR NOT NULL,
+    PRIMARY KEY (record_ref, _bos_valid_from)
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_history_run ON bos_records_history (_bos_run_id);

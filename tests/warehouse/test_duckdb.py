@@ -1,0 +1,166 @@
+"""DuckDB: rows staged through a file, one writer process per database file, writers of one table in turn."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from whhelpers import T2, dump, make_record, run_info, statements, write
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter, file_load
+
+pytest.importorskip("duckdb_engine")
+
+# Holds the database file open read-write (DuckDB's lock on it) until a line arrives on stdin.
+HOLDER = (
+    "import duckdb, sys\n"
+    "conn = duckdb.connect(sys.argv[1])\n"
+    "print('held', flush=True)\n"
+    "sys.stdin.readline()\n"
+    "conn.close()\n"
+)
+
+
+@pytest.fixture()
+def warehouse_url(duckdb_url: str) -> str:
+    return duckdb_url
+
+
+@pytest.fixture()
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "warehouse.duckdb"
+
+
+@pytest.fixture()
+def holder(db_path: Path):
+    """Another process holding the database file; ``holder.release()`` lets it go."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(db_path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+    class Holder:
+        def release(self) -> None:
+            if proc.poll() is None:
+                proc.stdin.write("go\n")
+                proc.stdin.flush()
+                proc.wait(timeout=30)
+
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        yield Holder()
+    finally:
+        Holder().release()
+
+
+def _writer(db_path: Path, **kwargs) -> WarehouseWriter:
+    return WarehouseWriter(sa.create_engine(f"duckdb:///{db_path}"), table="people", audit_table="people_runs", **kwargs)
+
+
+def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, engine, monkeypatch):
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
+    staged_before = set(Path(tempfile.gettempdir()).glob("bos-stage-*"))
+    with statements(engine) as seen:
+        counts = write(writer, [make_record(i) for i in range(25)])
+    assert counts == UpsertCounts(inserted=25)
+    assert writer.staging_method == "staged_file"
+    loads = [sql for sql in seen if "read_json" in sql]
+    assert len(loads) == 3 and all("bos_stage_" in sql for sql in loads)  # 10 + 10 + 5 rows
+    assert not [sql for sql in seen if sql.lstrip().upper().startswith("INSERT") and "VALUES" in sql
+                and "bos_stage_" in sql]
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage-*")) == staged_before  # the file is gone
+    assert len(dump(engine, writer.table)) == 25
+
+
+def test_json_and_timestamps_are_duckdb_types(writer, engine):
+    write(writer, [make_record(1, T2, attributes={"dept": "eng", "tags": ["a", "é"], "n": 1.5})])
+    with engine.connect() as conn:
+        types = dict(conn.exec_driver_sql(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ?", (writer.table,),
+        ).all())
+        attributes, observed = conn.exec_driver_sql(
+            f"SELECT attributes->>'$.tags[1]', _bos_observed_at FROM {writer.table}").one()
+    assert types["attributes"] == "JSON" and types["_bos_observed_at"] == "TIMESTAMP WITH TIME ZONE"
+    assert attributes == "é" and observed.utcoffset() is not None and observed.isoformat().startswith("2026-10-09T12")
+
+
+def test_a_second_process_on_the_file_makes_the_writer_wait_then_fail_clearly(db_path, holder):
+    writer = _writer(db_path, lock_timeout_s=1)
+    with pytest.raises(BosWarehouseError, match="one writer process at a time") as raised:
+        write(writer, [make_record(1)])
+    assert str(db_path) in str(raised.value)
+    holder.release()
+    assert write(writer, [make_record(1)]) == UpsertCounts(inserted=1)  # nothing of the refused run was left
+
+
+def test_a_writer_waiting_for_another_process_goes_on_when_it_lets_go(db_path, holder, caplog):
+    waiting = threading.Event()
+
+    class Waiting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "waiting up to" in record.getMessage():
+                waiting.set()
+
+    handler = Waiting()
+    logging.getLogger("airflow_provider_bos").addHandler(handler)
+    logging.getLogger("airflow_provider_bos").setLevel(logging.INFO)
+    results: list[object] = []
+    writer = _writer(db_path, lock_timeout_s=120)
+    thread = threading.Thread(target=lambda: results.append(write(writer, [make_record(1), make_record(2)])))
+    try:
+        thread.start()
+        assert waiting.wait(timeout=60), "the writer never met the other process's lock"
+        holder.release()
+        thread.join(timeout=120)
+    finally:
+        logging.getLogger("airflow_provider_bos").removeHandler(handler)
+    assert results == [UpsertCounts(inserted=2)]
+
+
+def test_writers_of_one_table_in_one_process_take_turns(db_path):
+    first, second = _writer(db_path), _writer(db_path, lock_timeout_s=1)
+    first.ensure_tables()
+    records_started = threading.Event()
+    release = threading.Event()
+
+    def slow_records():
+        yield make_record(1)
+        records_started.set()
+        assert release.wait(timeout=60)
+        yield make_record(2)
+
+    results: list[object] = []
+    thread = threading.Thread(target=lambda: results.append(write(first, slow_records())))
+    thread.start()
+    try:
+        assert records_started.wait(timeout=60)
+        run = run_info()
+        with pytest.raises(BosWarehouseError, match="Another writer in this process held people"):
+            write(second, [make_record(1)], run)
+    finally:
+        release.set()
+        thread.join(timeout=60)
+    assert results == [UpsertCounts(inserted=2)]
+    assert AuditReader(second.engine, table="people_runs").get_run(run.run_id) is None
+    assert write(second, [make_record(1), make_record(3)]) == UpsertCounts(inserted=1, unchanged=1)
+
+
+def test_the_token_store_is_refused_on_duckdb(db_path, monkeypatch):
+    import json
+
+    from airflow_provider_bos.exceptions import BosConfigurationError
+    from airflow_provider_bos.hooks.bos import BosHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DUCK_TOKENS", json.dumps({"conn_type": "duckdb", "host": str(db_path)}))
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DUCK", json.dumps({
+        "conn_type": "bos", "host": "https://bos.invalid/mcp", "password": "refresh-token",
+        "extra": {"auth_type": "oauth", "client_id": "c", "token_store_conn_id": "bos_duck_tokens"},
+    }))
+    with pytest.raises(BosConfigurationError, match="token store cannot be a DuckDB database"):
+        BosHook("bos_duck")._token_store()
+    assert not db_path.exists()  # refused before the file was opened
