@@ -30,7 +30,8 @@ ORIGIN = {"Origin": BASE_URL}
 
 
 @pytest.fixture(scope="module")
-def password_page(airflow_db: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def password_page(airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    # The Fernet key of the whole tests/ui session: Connections other modules left behind stay readable.
     with build_page(tmp_path_factory.mktemp("password-page"), all_admins=False) as client:
         yield client
 
