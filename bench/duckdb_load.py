@@ -43,13 +43,18 @@ def raw(rows: list[tuple], workdir: str) -> float:
     started = time.perf_counter()
     with open(path, "wb") as out:
         for r in rows:
-            doc = {n: (orjson.Fragment(v) if i >= 4 and v is not None else v) for i, (n, v) in enumerate(zip(NAMES, r))}
-            out.write(orjson.dumps({**doc, "o": r[8].isoformat(), "s": r[9].isoformat(), "run": r[10], "h": r[11]}) + b"\n")
+            pairs = enumerate(zip(NAMES, r, strict=True))
+            doc = {n: (orjson.Fragment(v) if i >= 4 and v is not None else v) for i, (n, v) in pairs}
+            doc.update({"o": r[8].isoformat(), "s": r[9].isoformat(), "run": r[10], "h": r[11]})
+            out.write(orjson.dumps(doc) + b"\n")
     conn.execute("BEGIN")
-    conn.execute("INSERT INTO t SELECT * FROM read_json(?, format='newline_delimited', columns={record_ref: 'VARCHAR', "
-                 "display_name: 'VARCHAR', email: 'VARCHAR', phone: 'VARCHAR', lifecycle: 'JSON', identity_match: 'JSON', "
-                 "attributes: 'JSON', sources: 'JSON', o: 'TIMESTAMPTZ', s: 'TIMESTAMPTZ', run: 'VARCHAR', h: 'VARCHAR'}, "
-                 "maximum_object_size=67108864)", [path])
+    conn.execute(
+        "INSERT INTO t SELECT * FROM read_json(?, format='newline_delimited', columns={record_ref: 'VARCHAR', "
+        "display_name: 'VARCHAR', email: 'VARCHAR', phone: 'VARCHAR', lifecycle: 'JSON', "
+        "identity_match: 'JSON', attributes: 'JSON', sources: 'JSON', o: 'TIMESTAMPTZ', s: 'TIMESTAMPTZ', "
+        "run: 'VARCHAR', h: 'VARCHAR'}, maximum_object_size=67108864)",
+        [path],
+    )
     conn.execute("COMMIT")
     elapsed = time.perf_counter() - started
     assert conn.execute("SELECT COUNT(*) FROM t").fetchone()[0] == len(rows)

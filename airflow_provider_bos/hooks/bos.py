@@ -206,7 +206,9 @@ class BosHook(BaseHook):
     def _token_store(self) -> Any:
         from airflow_provider_bos.auth import SqlTokenStore, default_token_store_url
         from airflow_provider_bos.hooks.connections import (
-            airflow_fernet_cipher, engine_for_connection, refuse_embedded_token_store,
+            airflow_fernet_cipher,
+            engine_for_connection,
+            refuse_embedded_token_store,
         )
 
         cfg = self.config

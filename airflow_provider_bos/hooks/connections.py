@@ -111,7 +111,9 @@ def engine_for_connection(conn_id: str) -> Engine:
     try:
         hook = conn.get_hook()
     except Exception:  # noqa: BLE001 - no provider for this type: say what is supported instead
-        raise _unsupported(conn_id, f"has type {conn_type!r}, which no installed provider makes a SQL hook of") from None
+        raise _unsupported(
+            conn_id, f"has type {conn_type!r}, which no installed provider makes a SQL hook of"
+        ) from None
     if not hasattr(hook, "get_sqlalchemy_engine"):
         raise _unsupported(conn_id, f"(type {conn_type!r}) is not a SQL connection with a SQLAlchemy engine")
     if conn_type == "snowflake":

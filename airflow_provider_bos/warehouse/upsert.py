@@ -34,7 +34,6 @@ from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_di
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
-from airflow_provider_bos.warehouse.strategies import strategy_for
 from airflow_provider_bos.warehouse.schema import (
     ADDED_AUDIT_COLUMNS,
     GUARD_INDEX_COLUMNS,
@@ -50,6 +49,7 @@ from airflow_provider_bos.warehouse.schema import (
     rejects_table,
     rejects_table_name,
 )
+from airflow_provider_bos.warehouse.strategies import strategy_for
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, db_detail, execute
 from airflow_provider_bos.wire import ReconcileOptions, WriteOptions, check_invalid_records
 

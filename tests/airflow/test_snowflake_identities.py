@@ -16,7 +16,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_identities_over_time as days_suite
 from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
-from test_identities_over_time import *
+from test_identities_over_time import *  # noqa: F403 - the shared suite runs again on this destination
 
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
 
@@ -31,7 +31,7 @@ def _snowflake_connection(bos_airflow: dict[str, Any], fakesnow_server: dict[str
                           monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", json.dumps(snowflake_connection_json(fakesnow_server)))
     monkeypatch.setattr(days_suite, "rows", _rows)
-    yield
+    yield  # noqa: PT022 - monkeypatch undoes both at teardown
 
 
 def _rows(env: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -59,7 +59,8 @@ def holder(db_path: Path):
 
 
 def _writer(db_path: Path, **kwargs) -> WarehouseWriter:
-    return WarehouseWriter(sa.create_engine(f"duckdb:///{db_path}"), table="people", audit_table="people_runs", **kwargs)
+    engine = sa.create_engine(f"duckdb:///{db_path}")
+    return WarehouseWriter(engine, table="people", audit_table="people_runs", **kwargs)
 
 
 def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, engine, monkeypatch):

@@ -16,9 +16,9 @@ from whhelpers import drop_columns, dump, make_record, rows_by_ref, run_info, wr
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
+from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
 from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES, Rejects
-from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.schema import rejects_table_name
 from airflow_provider_bos.wire import WireRecord, WriteOptions
 

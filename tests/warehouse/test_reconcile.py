@@ -14,7 +14,17 @@ import sqlalchemy as sa
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions
-from tests.warehouse.whhelpers import T0, T1, T2, drop_columns, make_record, reflect, rows_by_ref, run_info, write
+from tests.warehouse.whhelpers import (
+    T0,
+    T1,
+    T2,
+    drop_columns,
+    make_record,
+    reflect,
+    rows_by_ref,
+    run_info,
+    write,
+)
 
 FULL = ReconcileOptions(sync_mode="full")
 

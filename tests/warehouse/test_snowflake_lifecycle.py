@@ -18,8 +18,8 @@ from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixt
 import tests.warehouse.test_history as history_suite
 import tests.warehouse.test_reconcile as reconcile_suite
 from airflow_provider_bos.warehouse.schema import companion_table_name
-from tests.warehouse.test_history import *
-from tests.warehouse.test_reconcile import *
+from tests.warehouse.test_history import *  # noqa: F403 - the shared suite runs again on this destination
+from tests.warehouse.test_reconcile import *  # noqa: F403 - the shared suite runs again on this destination
 
 pytestmark = pytest.mark.snowflake
 
@@ -71,4 +71,4 @@ def _sql_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
             monkeypatch.setattr(suite, "rows_by_ref", _rows_by_ref)
     monkeypatch.setattr(reconcile_suite, "lineage", _lineage)
     monkeypatch.setattr(history_suite, "versions", _versions)
-    yield
+    yield  # noqa: PT022 - monkeypatch undoes these at teardown

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 import test_frame_restart as restart_suite
 from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
-from test_frame_restart import *
+from test_frame_restart import *  # noqa: F403 - the shared suite runs again on this destination
 
 pytestmark = pytest.mark.snowflake
 
@@ -25,7 +25,8 @@ def _dump(engine: sa.Engine, table: str, schema: str | None = None) -> list[tupl
     # Plain SQL: fakesnow cannot answer snowflake-sqlalchemy's reflection of a busy schema.
     name = f"{schema}.{table}" if schema else table
     with engine.connect() as conn:
-        return [tuple(repr(v) for v in row) for row in conn.exec_driver_sql(f"SELECT * FROM {name} ORDER BY record_ref")]
+        rows = conn.exec_driver_sql(f"SELECT * FROM {name} ORDER BY record_ref")
+        return [tuple(repr(v) for v in row) for row in rows]
 
 
 @pytest.fixture(autouse=True)

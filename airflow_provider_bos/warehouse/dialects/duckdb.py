@@ -39,7 +39,7 @@ _LOCK_RETRY_S = 0.2
 _FILE_TYPES = {"key": "VARCHAR", "text": "VARCHAR", "json": "JSON", "ts": "TIMESTAMPTZ", "hash": "VARCHAR"}
 _STAGE_ROLES = {
     "record_ref": "key", "display_name": "text", "email": "text", "phone": "text",
-    **{c: "json" for c in RECORD_JSON_COLUMNS},
+    **dict.fromkeys(RECORD_JSON_COLUMNS, "json"),
     "_bos_observed_at": "ts", "_bos_record_hash": "hash", WIRE_HASH_COLUMN: "hash",
 }
 

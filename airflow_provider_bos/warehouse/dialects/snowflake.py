@@ -134,7 +134,9 @@ class SnowflakeDialect(WarehouseDialect):
                 parts.append(self._staged_value("s", col))
         return parts
 
-    def merge(self, stage, target, schema, *, synced_at, run_id, new_only=False):
+    def merge(
+        self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str, new_only: bool = False
+    ) -> list[tuple[Statement, str]]:
         if new_only:
             return [(self.insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id), "inserted")]
         q = self.quote
@@ -165,9 +167,12 @@ class SnowflakeDialect(WarehouseDialect):
     def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
         # FLATTEN: one row per element of the VARIANT array.
         join = f", LATERAL FLATTEN(INPUT => {alias}.{self.quote('sources')}) p"
-        return join, tuple(f"p.value:{c}::VARCHAR" for c in ("source_type", "source_identity", "external_id"))
+        st, si, ei = (f"p.value:{c}::VARCHAR" for c in ("source_type", "source_identity", "external_id"))
+        return join, (st, si, ei)
 
-    def mark_retired(self, target, keys, schema, *, successor, retired_at, run_id):
+    def mark_retired(
+        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime, run_id: str,
+    ) -> Statement:
         if not successor:
             return super().mark_retired(target, keys, schema, successor=False, retired_at=retired_at, run_id=run_id)
         # UPDATE ... FROM: Snowflake evaluates no correlated subquery in a SET clause.

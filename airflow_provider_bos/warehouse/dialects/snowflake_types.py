@@ -6,6 +6,8 @@ Snowflake engine or the Snowflake DDL is asked for.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.types import TypeEngine
 
@@ -18,10 +20,10 @@ _MISSING = (
 )
 
 
-def snowflake_column_types() -> dict[str, TypeEngine]:
+def snowflake_column_types() -> dict[str, TypeEngine[Any]]:
     """VARCHAR for text (Snowflake has one string type), VARIANT for JSON, TIMESTAMP_TZ for time."""
     try:
-        from snowflake.sqlalchemy import TIMESTAMP_TZ, VARIANT
+        from snowflake.sqlalchemy import TIMESTAMP_TZ, VARIANT  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
         raise BosConfigurationError(_MISSING) from None
     return {
@@ -39,7 +41,10 @@ def snowflake_column_types() -> dict[str, TypeEngine]:
 def snowflake_sa_dialect() -> sa.Dialect:
     """snowflake-sqlalchemy's dialect, for compiling DDL without a connection."""
     try:
-        from snowflake.sqlalchemy.snowdialect import SnowflakeDialect
+        from snowflake.sqlalchemy.snowdialect import (  # type: ignore[import-not-found, unused-ignore]
+            SnowflakeDialect,
+        )
     except ImportError:
         raise BosConfigurationError(_MISSING) from None
-    return SnowflakeDialect()
+    dialect: sa.Dialect = SnowflakeDialect()
+    return dialect
