@@ -114,6 +114,13 @@ def get_provider_info() -> dict[str, object]:
                         "minutes to assemble a large final result. The read's deadline still applies.",
                         "schema": {"type": ["number", "null"], "default": 300},
                     },
+                    "operation_deadline": {
+                        "label": "Operation deadline (seconds)",
+                        "description": "The most any call other than a read may take in all (connect, "
+                        "tool listing, context discovery, the connection test), retries and stream "
+                        "resumptions included. A read is bounded by the operator's read_deadline instead.",
+                        "schema": {"type": ["number", "null"], "default": 300},
+                    },
                     "max_event_mib": {
                         "label": "Largest event (MiB)",
                         "description": "The most one event or JSON answer from BOS may hold in memory (a "

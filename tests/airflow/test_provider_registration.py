@@ -53,7 +53,7 @@ def test_connection_form_fields_are_declared() -> None:
     widgets = {w["connection_parameter_name"] for w in _airflow_json("providers", "widgets")
                if w["class"] == "airflow_provider_bos.hooks.bos.BosHook"}
     for field in ("auth_type", "client_id", "protocol", "scopes", "token_store_conn_id", "context_handle",
-                  "timeout", "stream_idle_timeout", "max_event_mib"):
+                  "timeout", "stream_idle_timeout", "operation_deadline", "max_event_mib"):
         assert f"extra__bos__{field}" in widgets
 
     from airflow.providers_manager import ProvidersManager
