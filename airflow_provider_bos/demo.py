@@ -182,12 +182,15 @@ class Demo:
 def ui_next_step(airflow_home: Path, *, kept: bool, port: int = 8080) -> str:
     """The optional next step: the Admin -> BOS page (grant health, Reconnect) in the Airflow UI."""
     page = f"http://localhost:{port}/bos/"
+    # The page's probe and Check follow [core] test_connection (off by default), and it reaches a
+    # loopback BOS (the reference server) only when allow-listed: docs/security.md.
+    settings = "AIRFLOW__CORE__TEST_CONNECTION=Enabled AIRFLOW__BOS__ALLOWED_HOSTS=127.0.0.1"
     if kept:
-        start = f"AIRFLOW_HOME={airflow_home} airflow api-server --port {port}"
+        start = f"{settings} AIRFLOW_HOME={airflow_home} airflow api-server --port {port}"
     else:
         start = (
             "rerun with BOS_DEMO_KEEP=1, then "
-            f"AIRFLOW_HOME=<kept dir>/{airflow_home.name} airflow api-server --port {port}"
+            f"{settings} AIRFLOW_HOME=<kept dir>/{airflow_home.name} airflow api-server --port {port}"
         )
     return f"Optional next step, the grant in the Airflow UI (Admin -> BOS): {start}, open {page}"
 

@@ -48,6 +48,31 @@ def get_provider_info() -> dict[str, object]:
             }
         ],
         "plugins": [{"name": "bos", "plugin-class": "airflow_provider_bos.plugins.plugin.BosUiPlugin"}],
+        # The Admin -> BOS page's settings on the API server (docs/security.md).
+        "config": {
+            "bos": {
+                "description": "The Admin -> BOS page of the API server.",
+                "options": {
+                    "allowed_hosts": {
+                        "description": "Comma-separated host names or IP addresses the page may reach even when "
+                        "they are not public (loopback, private ranges). When set, only these hosts may be used.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "bos.internal.example.com,127.0.0.1",
+                        "default": "",
+                    },
+                    "allow_token_store_urls": {
+                        "description": "Let the page open token stores given as a database URL "
+                        "(token_store_url) from a Connection's extras. Off: only Airflow connections the "
+                        "user may read, or the default SQLite store.",
+                        "version_added": "0.2.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
+                    },
+                },
+            },
+        },
         "asset-uris": [
             {"schemes": ["sqlite"], "handler": "airflow_provider_bos.assets.tables.sanitize_sqlite_uri"},
             {"schemes": ["mysql"], "handler": "airflow_provider_bos.assets.tables.sanitize_mysql_uri"},
