@@ -11,6 +11,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -222,9 +223,22 @@ def test_default_store_lives_under_airflow_home(bos_server, tmp_path: Path, monk
     assert (tmp_path / "af" / "bos_token_store.db").stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.airflow
-def test_save_connection_writes_the_airflow_connection(airflow_db, bos_server, store_url: str) -> None:
+@pytest.fixture()
+def saved_conn_id(airflow_db: Path) -> Iterator[str]:
+    """A Connection id the test saves into the metadata DB, removed after: later tests list and read it."""
+    from airflow.models.connection import Connection
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
     conn_id = f"bos_cli_{int(time.time() * 1000)}"
+    yield conn_id
+    with create_session() as session:
+        session.execute(delete(Connection).where(Connection.conn_id == conn_id))
+
+
+@pytest.mark.airflow
+def test_save_connection_writes_the_airflow_connection(saved_conn_id: str, bos_server, store_url: str) -> None:
+    conn_id = saved_conn_id
     code, output = run(
         [
             "connect",

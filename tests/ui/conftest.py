@@ -75,25 +75,35 @@ class ApiServer:
                 self.process.wait(timeout=10)
 
 
+@pytest.fixture(scope="session")
+def process_fernet_key() -> str:
+    """The one Fernet key of this test process: the configured one, else one generated once.
+
+    A key generated per module would leave the Connections one module wrote unreadable in the next.
+    """
+    from airflow.configuration import conf
+    from cryptography.fernet import Fernet
+
+    return conf.get("core", "fernet_key", fallback="") or Fernet.generate_key().decode()
+
+
 @pytest.fixture(scope="module")
-def shared_fernet_key() -> Iterator[str]:
-    """One Fernet key for this process and the api-server it starts.
+def shared_fernet_key(process_fernet_key: str) -> Iterator[str]:
+    """One Fernet key for this process and the api-server it starts, set for this module and unset after.
 
     Airflow reads ``[core] fernet_key`` once per process: this one loaded its config before
     ``airflow db migrate`` wrote an airflow.cfg with a generated key, which a later api-server reads.
     Without one key on both sides the page's encrypted Connections and token-store rows are
-    unreadable here (and the CLI here writes rows the page cannot compare).
+    unreadable here (and the CLI here writes rows the page cannot compare). ``get_fernet`` caches
+    its Fernet: cleared on the way in and out, so no later test reads with this module's key.
     """
-    from airflow.configuration import conf
     from airflow.models.crypto import get_fernet
-    from cryptography.fernet import Fernet
 
     previous = os.environ.get("AIRFLOW__CORE__FERNET_KEY")
-    key = conf.get("core", "fernet_key", fallback="") or Fernet.generate_key().decode()
-    os.environ["AIRFLOW__CORE__FERNET_KEY"] = key
+    os.environ["AIRFLOW__CORE__FERNET_KEY"] = process_fernet_key
     get_fernet.cache_clear()
     try:
-        yield key
+        yield process_fernet_key
     finally:
         if previous is None:
             os.environ.pop("AIRFLOW__CORE__FERNET_KEY", None)

@@ -305,16 +305,21 @@ def test_a_conn_id_with_a_slash_or_a_hash_can_be_checked(api_server, reference_s
             session.add(Connection(conn_id=conn_id, conn_type="bos", host=reference_server.mcp_url,
                                    password=reference_server.create_api_key(),
                                    extra=json.dumps({"auth_type": "api_key"})))
-    with httpx.Client(base_url=api_server.base_url, cookies={"_token": api_server.token("admin")}) as client:
-        page = client.get("/bos/").text
-        csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+    try:
+        with httpx.Client(base_url=api_server.base_url, cookies={"_token": api_server.token("admin")}) as client:
+            page = client.get("/bos/").text
+            csrf = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
+            for conn_id in ids:
+                path = html.escape(quote(conn_id, safe=""))
+                action = re.search(rf'action="([^"]*connections/{re.escape(path)}/check)"', page).group(1)
+                checked = client.post(html.unescape(action), data={"csrf_token": csrf},
+                                      headers={"Origin": api_server.base_url})
+                assert checked.status_code == 200, checked.text
+                assert "ctx_acme_people_prod" in checked.text  # the contexts BOS answered for that Connection
+    finally:
+        # Their passwords are encrypted with this module's key: left behind, they break any later reader.
         for conn_id in ids:
-            path = html.escape(quote(conn_id, safe=""))
-            action = re.search(rf'action="([^"]*connections/{re.escape(path)}/check)"', page).group(1)
-            checked = client.post(html.unescape(action), data={"csrf_token": csrf},
-                                  headers={"Origin": api_server.base_url})
-            assert checked.status_code == 200, checked.text
-            assert "ctx_acme_people_prod" in checked.text  # the contexts BOS answered for that Connection
+            _delete_connection(conn_id)
 
 
 def _forget(conn_id: str) -> None:
