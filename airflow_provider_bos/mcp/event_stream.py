@@ -53,6 +53,7 @@ from airflow_provider_bos.mcp.page_records import decode_source_result
 from airflow_provider_bos.mcp.source_results import ToolStyle
 from airflow_provider_bos.mcp.sse import SseParser
 from airflow_provider_bos.models import SOURCE_RESULT_METHOD
+from airflow_provider_bos.redaction import printable
 
 __all__ = ["ResponseEvents", "Reconnect", "ResumeRefused", "FinalStart", "MAX_RESUME_ATTEMPTS",
            "MAX_RESUMPTIONS_PER_CALL", "MIN_RETRY_MS"]
@@ -234,7 +235,8 @@ class ResponseEvents:
             if call.deadline is not None and call.deadline.remaining() <= delay:
                 raise call.deadline.error(call.method, call.observations)
             logger.warning("The event stream of %s dropped (%s); resuming after event %s in %.1fs (attempt %d of %d).",
-                           call.method, dropped, last_id, delay, self._failed_attempts, MAX_RESUME_ATTEMPTS)
+                           call.method, dropped, printable(last_id, limit=80), delay, self._failed_attempts,
+                           MAX_RESUME_ATTEMPTS)
             self.reconnect.sleep(delay)
             try:
                 response = self.reconnect.reopen(last_id, call)
@@ -296,7 +298,7 @@ class ResponseEvents:
         from them; anything else goes through the parser's UTF-8 policy first.
         """
         if event != "message":
-            logger.debug("Ignoring SSE event of type %r.", event)
+            logger.debug("Ignoring SSE event of type %r.", printable(event, limit=80))
             return None
         if not data:  # a priming event (id + retry, SEP-1699): no message; the parser keeps its id
             return None
@@ -323,11 +325,12 @@ class ResponseEvents:
             if "id" in message:
                 if method not in ANSWERED_WITHOUT_A_REPLY:
                     raise server_request_error(method)
-                logger.debug("Ignoring server-to-client request %r in the response stream.", method)
+                logger.debug("Ignoring server-to-client request %r in the response stream.",
+                             printable(method, limit=80))
             elif method == SOURCE_RESULT_METHOD and self.consumer is not None:
                 self._notify(message.get("params"))
             else:
-                logger.debug("Ignoring notification %r in the response stream.", method)
+                logger.debug("Ignoring notification %r in the response stream.", printable(method, limit=80))
             return None
         if "id" in message and ("result" in message or "error" in message):
             if message["id"] != self.call.request_id:

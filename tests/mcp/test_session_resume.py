@@ -313,3 +313,22 @@ def test_records_handed_out_before_a_cut_are_restarted_and_come_once(bos_server_
 def test_a_server_that_cannot_resume_leaves_the_read_incomplete(bos_server_factory: Any) -> None:
     with pytest.raises(BosIncompleteStreamError, match="no event ids"):
         server_read(bos_server_factory, close_after_events=3, resumable=False)
+
+
+def test_a_hostile_event_id_is_logged_escaped_and_cut(caplog: pytest.LogCaptureFixture) -> None:
+    """The event id is server text: the resumption warning shows it with control characters escaped
+    and cut short (no terminal escapes or forged log lines), while the Last-Event-ID sent stays exact."""
+    hostile = "a.2\x1b[2J\x1b]0;owned\x07" + "z" * 500
+
+    def post(rid: str) -> Iterator[bytes]:
+        yield event("a.0", retry=7)
+        yield event("a.1", notification(rid, 1, 1)) + event(hostile, notification(rid, 2, 2))
+
+    fake = ResumingBos(post, replay_then_final)
+    with caplog.at_level("WARNING", logger="airflow_provider_bos.mcp.event_stream"), make(fake, []) as session:
+        result = read(session)
+    assert result.completeness == "complete"
+    assert fake.get_requests[0].headers["last-event-id"] == hostile
+    [warning] = [r.getMessage() for r in caplog.records if "resuming after event" in r.getMessage()]
+    assert "\x1b" not in warning and "\\x1b[2J" in warning
+    assert "z" * 100 not in warning
