@@ -24,6 +24,7 @@ def test_an_unsupported_destination_fails_before_anything_is_read(
     dag_run = run_dag("bos_test_sync")
     assert task_states(dag_run)["sync"] == "failed"
     out = "".join(capsys.readouterr())
-    assert "Connection 'bos_warehouse'" in out and "BOS writes to PostgreSQL, MySQL/MariaDB, SQLite, DuckDB or Snowflake" in out
+    assert "Connection 'bos_warehouse'" in out
+    assert "BOS writes to PostgreSQL, MySQL/MariaDB, SQLite, DuckDB or Snowflake" in out
     assert "connection types sqlite, postgres, mysql (MariaDB), duckdb or snowflake" in out
     assert server.counters.tool_calls == calls  # nothing was read from the server
