@@ -5,14 +5,21 @@ What a result may do to the rows it did not return (docs/sync-modes.md):
 - only a **complete** result (and not a contradictory one, nor one with quarantined records: the
   writer has made those ``partial`` by now) does anything; a partial one retires and supersedes
   nothing, whatever the mode;
-- **supersede** (both modes): a current row ALL of whose provenance entries ``(source_type,
-  source_identity, external_id)`` belong to records of the result is retired as superseded, its
+- **supersede** (both modes): a current row, observed no later than the read, ALL of whose
+  provenance entries ``(source_type, source_identity, external_id)`` belong to records of the
+  result is retired as superseded, its
   ``_bos_superseded_by`` the smallest successor record_ref; every (ref, successor) pair goes to
   ``<table>_lineage``;
 - **retire** (``sync_mode="full"``): a current row of the read's scope that the result did not
   return, observed no later than the read, is retired (``_bos_deleted_at``), unless that would
   retire more than ``max_retire_fraction`` of the scope's current rows: then nothing is retired
   and the run is ``partial``.
+
+The read's observation time is ``metadata.observed_at``, else the run's start; a retired row's
+``_bos_deleted_at`` is the retiring read's, and the writer keeps a record out of the merge when
+its row was retired by a read newer than this one (:meth:`RunTransaction.classify_and_merge`):
+a late retry or backfill of an older read neither brings back nor supersedes what a newer one
+reconciled.
 
 A row's scope is the scope of the run that last wrote it: ``_bos_run_id`` joined to the audit
 table's ``scope`` column. Rows written before scopes existed (their run has no scope) are outside
@@ -39,7 +46,7 @@ from airflow_provider_bos.warehouse.records import canonical_json, parse_timesta
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import ReconcileOptions
 
-__all__ = ["Lifecycle", "reconcile", "scope_key"]
+__all__ = ["Lifecycle", "read_time", "reconcile", "scope_key"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +83,7 @@ def reconcile(
     """
     options = life.options
     now = utcnow()
+    observed = tx.read_time if tx.read_time is not None else read_time(audit, run, now)
     complete = audit["status"] == "complete"
     full = options.sync_mode == "full"
     # An empty table loaded directly holds only this run's rows: nothing to supersede or retire.
@@ -85,9 +93,9 @@ def reconcile(
         for statement in tx.dialect.reconcile_settings():
             tx.exec(statement)
         keys = _run_keys(tx)
-        counts.superseded = _supersede(tx, life, now, keys)
+        counts.superseded = _supersede(tx, life, now, observed, keys)
         if full:
-            audit = _retire(tx, counts, audit, life, run, now, keys)
+            audit = _retire(tx, counts, audit, life, run, now, observed, keys)
     elif full and not complete:
         audit = _note(audit, "Nothing was retired or superseded: only a complete read retires rows.")
     if life.history_table is not None:
@@ -125,10 +133,10 @@ def _run_keys(tx: RunTransaction) -> str:
     return keys
 
 
-def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, keys: str) -> int:
+def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime, keys: str) -> int:
     d, schema = tx.dialect, tx.schema
     others = tx.work_table("_o", "provenance")
-    if not _rows(tx.exec(d.collect_others(others, keys, tx.table, schema))):
+    if not _rows(tx.exec(d.collect_others(others, keys, tx.table, schema, observed_before=observed))):
         return 0
     successors = tx.work_table("_n", "provenance")
     if not _rows(tx.exec(d.collect_successors(successors, others, keys, tx.table, schema))):
@@ -139,20 +147,19 @@ def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, keys: str) ->
         return 0
     tx.exec(d.insert_lineage(life.lineage_table, others, successors, superseded, schema, run_id=tx.run_id,
                              recorded_at=now))
-    _retire_listed(tx, superseded, life, now, successor=True, expected=count)
+    _retire_listed(tx, superseded, life, now, observed, successor=True, expected=count)
     return count
 
 
 def _retire(
     tx: RunTransaction, counts: UpsertCounts, audit: dict[str, Any], life: Lifecycle, run: SyncRunInfo,
-    now: datetime, keys: str,
+    now: datetime, observed: datetime, keys: str,
 ) -> dict[str, Any]:
     d, schema, options = tx.dialect, tx.schema, life.options
     scope = _scope_filter(options, run)
     retired = tx.work_table("_r", "keys")
-    observed_before = _read_time(audit, run, now)
     count = _rows(tx.exec(d.collect_retired(retired, keys, tx.table, life.audit_table, schema, scope=scope,
-                                            observed_before=observed_before)))
+                                            observed_before=observed)))
     if not count:
         return audit
     limit = options.max_retire_fraction
@@ -169,18 +176,21 @@ def _retire(
             )
             log.warning("BOS run %s: %s", tx.run_id, note)
             return {**_note(audit, note), "status": "partial"}
-    _retire_listed(tx, retired, life, now, successor=False, expected=count)
+    _retire_listed(tx, retired, life, now, observed, successor=False, expected=count)
     counts.retired = count
     return audit
 
 
-def _retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime, *, successor: bool,
-                   expected: int) -> None:
+def _retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime, observed: datetime, *,
+                   successor: bool, expected: int) -> None:
     d = tx.dialect
     if life.options.deletions == "hard":
         statement = d.delete_listed(tx.table, keys, tx.schema)
     else:
-        statement = d.mark_retired(tx.table, keys, tx.schema, successor=successor, retired_at=now, run_id=tx.run_id)
+        # _bos_deleted_at is when the read saw the rows gone (never later than now): what a later
+        # read's observation time is compared with before it brings a row back.
+        statement = d.mark_retired(tx.table, keys, tx.schema, successor=successor, retired_at=min(observed, now),
+                                   synced_at=now, run_id=tx.run_id)
     changed = tx.exec(statement).rowcount
     if changed is not None and 0 <= changed != expected:
         from airflow_provider_bos.exceptions import BosWarehouseError
@@ -198,7 +208,7 @@ def _scope_filter(options: ReconcileOptions, run: SyncRunInfo) -> ScopeFilter:
     return ScopeFilter(scope_key(options, run), legacy)
 
 
-def _read_time(audit: dict[str, Any], run: SyncRunInfo, now: datetime) -> datetime:
+def read_time(audit: dict[str, Any], run: SyncRunInfo, now: datetime) -> datetime:
     """When the read observed its records: ``metadata.observed_at``, else when the run started."""
     for value in (audit.get("observed_at"), run.started_at):
         if value is None:

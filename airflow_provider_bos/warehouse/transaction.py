@@ -105,6 +105,9 @@ class RunTransaction:
         if dialect.isolation_level:
             conn = conn.execution_options(isolation_level=dialect.isolation_level)
         self.conn = conn
+        #: When the read observed its records (set once the final result is known; see
+        #: :meth:`withhold_revivals`).
+        self.read_time: datetime | None = None
         #: Work tables of the lifecycle steps (see :meth:`work_table`), dropped with the staging tables.
         self.work_tables: list[str] = []
         self._created: set[str] = set()  # temporary tables made so far
@@ -247,7 +250,9 @@ class RunTransaction:
         else:
             source, distinct = self.stage, received
         self.lock()
+        withheld = self.withhold_revivals(source)
         inserted, updated, unchanged, stale = self.classify(source)
+        stale += withheld
         counts = UpsertCounts(inserted, updated, unchanged, stale, received - distinct)
         if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
             raise BosWarehouseError(f"Classification of {distinct} records does not add up: {counts}.")
@@ -256,6 +261,15 @@ class RunTransaction:
         self.merge(source, synced_at=utcnow(), new_only=inserted == distinct and distinct > 0,
                    inserted=inserted, updated=updated)
         return counts
+
+    def withhold_revivals(self, source: str) -> int:
+        """Take out of ``source`` the records whose row a read newer than this one retired (counted as
+        stale: an older read does not bring them back); 0 when the read's time is not known."""
+        if self.read_time is None:
+            return 0
+        result = self.exec(self.dialect.withhold_revivals(source, self.table, self.schema,
+                                                          observed_before=self.read_time))
+        return max(int(result.rowcount or 0), 0)
 
     def unverified(self, count: int) -> BosWarehouseError:
         """The error of records skipped as known whose stored row is gone or changed since the run

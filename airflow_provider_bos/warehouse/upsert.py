@@ -31,7 +31,7 @@ from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialec
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_distinct, settle_direct
-from airflow_provider_bos.warehouse.reconcile import Lifecycle, reconcile, scope_key
+from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_time, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
@@ -399,6 +399,7 @@ class WarehouseWriter:
                                                            direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
+                tx.read_time = read_time(audit, run, utcnow())
                 counts = settle()
                 if rejects:
                     assert quarantine is not None

@@ -100,6 +100,24 @@ def test_a_full_sync_over_four_days_retires_leavers_and_follows_merges_and_split
     assert open_versions == current(days)
 
 
+def test_a_late_backfill_of_day_one_does_not_undo_day_two(days, run_dag) -> None:
+    """Day 1's read re-run after day 2's (a backfill, or a retry that came late): the server answers
+    with day 1's population and observation time; the people day 2 merged away or saw leave stay
+    retired and day 2's merged records stay current."""
+    settings = {"BOS_TEST_SYNC_MODE": "full"}
+    run_day(days, run_dag, 1, **settings)
+    run_day(days, run_dag, 2, **settings)
+    after_day_two = rows(days)
+    late = run_day(days, run_dag, 1, **settings)
+    assert task_states(late)["sync"] == "success"
+    assert current(days) == expected_final(SCENARIO, 2).refs
+    assert rows(days) == after_day_two
+    summary = xcom_summary(late)
+    changes = day_changes(SCENARIO, 2)
+    retired_by_day_two = len(changes.left) + sum(len(olds) for olds in changes.merged.values())
+    assert (summary["retired"], summary["superseded"], summary["skipped_stale"]) == (0, 0, retired_by_day_two)
+
+
 def test_the_hourly_incremental_sync_does_not_double_count_a_merged_person(days, run_dag) -> None:
     run_day(days, run_dag, 1)
     second = run_day(days, run_dag, 2)

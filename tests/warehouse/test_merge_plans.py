@@ -79,7 +79,9 @@ def test_a_run_whose_keys_are_all_distinct_does_not_count_them_in_sql(writer, en
 
 
 def looks_up_suspects(seen: list[str]) -> list[str]:
-    return [sql for sql in seen if re.search(r"WHERE\s+\S*record_ref\S*\s+IN\s*\(", sql, re.IGNORECASE)]
+    # The merge's DELETE of records whose rows a newer read retired is not a look-up of suspects.
+    return [sql for sql in seen if re.search(r"WHERE\s+\S*record_ref\S*\s+IN\s*\(", sql, re.IGNORECASE)
+            and not sql.lstrip().upper().startswith("DELETE")]
 
 
 def test_false_positives_of_the_filter_are_looked_up_not_counted(writer, engine, unique_table, monkeypatch):

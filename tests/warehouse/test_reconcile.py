@@ -185,6 +185,37 @@ def test_a_backfill_never_retires_a_row_observed_after_it(make_writer, engine) -
     assert counts.retired == 0 and counts.skipped_stale == 1  # 2 was observed at T2, after this read
 
 
+def test_an_older_complete_read_brings_back_nothing_a_newer_one_retired(make_writer, engine) -> None:
+    """A late retry or backfill of day 1's read, run after day 2's reconciled the table: the leaver
+    day 2 retired stays retired (the older read is stale for it), the rest is unchanged."""
+    writer = make_writer()
+    unguarded = ReconcileOptions(sync_mode="full", max_retire_fraction=None)
+    write(writer, [person(1, T0), person(2, T0)], reconcile=FULL, observed_at=T0)
+    assert write(writer, [person(1, T0)], reconcile=unguarded, observed_at=T1).retired == 1
+    counts = write(writer, [person(1, T0), person(2, T0)], reconcile=FULL, observed_at=T0)
+    assert (counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale) == (0, 0, 1, 1)
+    assert current(engine, writer.table) == {make_record(1)["record_ref"]}
+    # A newer read that returns the leaver, byte-identical to its retired row, brings it back.
+    counts = write(writer, [person(1, T0), person(2, T0)], reconcile=FULL, observed_at=T2)
+    assert (counts.updated, counts.unchanged, counts.skipped_stale) == (1, 1, 0)
+    assert current(engine, writer.table) == {make_record(i)["record_ref"] for i in (1, 2)}
+
+
+def test_an_older_complete_read_does_not_undo_a_newer_merge(make_writer, engine) -> None:
+    writer = make_writer()
+    write(writer, [person(1, T0), person(2, T0), person(3, T0)], reconcile=FULL, observed_at=T0)
+    counts = write(writer, [person(0, T1, keys=[1, 2], ref="m:1-2"), person(3, T0)], reconcile=FULL,
+                   observed_at=T1)
+    assert counts.superseded == 2
+    counts = write(writer, [person(1, T0), person(2, T0), person(3, T0)], reconcile=FULL, observed_at=T0)
+    assert (counts.superseded, counts.retired, counts.skipped_stale) == (0, 0, 2)
+    assert current(engine, writer.table) == {"m:1-2", make_record(3)["record_ref"]}
+    rows = rows_by_ref(engine, writer.table)
+    assert rows[make_record(1)["record_ref"]]["_bos_superseded_by"] == "m:1-2"
+    assert lineage(engine, writer.table) == {(make_record(1)["record_ref"], "m:1-2"),
+                                             (make_record(2)["record_ref"], "m:1-2")}
+
+
 def test_hard_deletions_delete_the_retired_and_superseded_rows(make_writer, engine) -> None:
     writer = make_writer()
     hard = ReconcileOptions(sync_mode="full", deletions="hard")

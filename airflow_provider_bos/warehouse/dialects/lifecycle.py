@@ -144,15 +144,31 @@ class LifecycleSql:
         )
         return f"{rows}{join}", key
 
-    def collect_others(self, others: str, stage: str, target: str, schema: str | None) -> Statement:
-        """Into ``others``: the provenance entries of every current row the result did not return."""
-        ref = self.quote("record_ref")
+    def collect_others(
+        self, others: str, stage: str, target: str, schema: str | None, *, observed_before: datetime,
+    ) -> Statement:
+        """Into ``others``: the provenance entries of every current row the result did not return
+        that was observed no later than the read (an older read never supersedes a newer row)."""
+        ref, obs = self.quote("record_ref"), self.quote("_bos_observed_at")
         source, key = self._rows_and_entries(
-            f"NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})", target, schema,
+            f"t.{obs} <= {self.placeholder} "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})", target, schema,
         )
         return Statement(
             f"INSERT INTO {self.stage_ref(others, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
-            f"SELECT c.{ref}, {', '.join(key)} FROM {source}"
+            f"SELECT c.{ref}, {', '.join(key)} FROM {source}",
+            (self.bind_timestamp(observed_before),),
+        )
+
+    def withhold_revivals(self, source: str, target: str, schema: str | None, *, observed_before: datetime,
+                          ) -> Statement:
+        """Remove from ``source`` (staging) the records whose row a newer read retired: a read observed
+        before a row's ``_bos_deleted_at`` does not bring it back (a late retry or a backfill)."""
+        ref, deleted = self.quote("record_ref"), self.quote(DELETED_AT_COLUMN)
+        return Statement(
+            f"DELETE FROM {self.stage_ref(source, schema)} WHERE {ref} IN (SELECT t.{ref} FROM "
+            f"{self.table_ref(target, schema)} t WHERE t.{deleted} IS NOT NULL AND t.{deleted} > {self.placeholder})",
+            (self.bind_timestamp(observed_before),),
         )
 
     def collect_successors(
@@ -246,10 +262,12 @@ class LifecycleSql:
     # --- marking rows -------------------------------------------------------------------------
 
     def mark_retired(
-        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime, run_id: str,
+        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime,
+        synced_at: datetime, run_id: str,
     ) -> Statement:
-        """Retire the target's rows listed in ``keys`` (soft): ``_bos_deleted_at`` set, with
-        ``_bos_superseded_by`` from ``keys.successor_ref`` when ``successor``; the run owns them now."""
+        """Retire the target's rows listed in ``keys`` (soft): ``_bos_deleted_at`` set to ``retired_at``
+        (when the read saw them gone), with ``_bos_superseded_by`` from ``keys.successor_ref`` when
+        ``successor``; the run owns them now (``_bos_run_id``, ``_bos_synced_at``)."""
         q = self.quote
         ref = q("record_ref")
         target_ref, keys_ref = self.table_ref(target, schema), self.stage_ref(keys, schema)
@@ -258,10 +276,9 @@ class LifecycleSql:
             sets.append(f"{q(SUPERSEDED_BY_COLUMN)} = (SELECT k.successor_ref FROM {keys_ref} k "
                         f"WHERE k.{ref} = {target_ref}.{ref})")
         sets += [f"{q('_bos_run_id')} = {self.placeholder}", f"{q('_bos_synced_at')} = {self.placeholder}"]
-        stamp = self.bind_timestamp(retired_at)
         return Statement(
             f"UPDATE {target_ref} SET {', '.join(sets)} WHERE {ref} IN (SELECT k.{ref} FROM {keys_ref} k)",
-            (stamp, run_id, stamp),
+            (self.bind_timestamp(retired_at), run_id, self.bind_timestamp(synced_at)),
         )
 
     def delete_listed(self, target: str, keys: str, schema: str | None) -> Statement:

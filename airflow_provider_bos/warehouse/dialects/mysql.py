@@ -81,7 +81,8 @@ class MySqlDialect(WarehouseDialect):
         )
 
     def mark_retired(
-        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime, run_id: str,
+        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime,
+        synced_at: datetime, run_id: str,
     ) -> Statement:
         # One UPDATE ... JOIN: a correlated subquery would name the temporary table twice.
         q = self.quote
@@ -90,11 +91,10 @@ class MySqlDialect(WarehouseDialect):
         if successor:
             sets.append(f"t.{q(SUPERSEDED_BY_COLUMN)} = k.successor_ref")
         sets += [f"t.{q('_bos_run_id')} = {self.placeholder}", f"t.{q('_bos_synced_at')} = {self.placeholder}"]
-        stamp = self.bind_timestamp(retired_at)
         return Statement(
             f"UPDATE {self.table_ref(target, schema)} t JOIN {self.stage_ref(keys, schema)} k ON k.{ref} = t.{ref} "
             f"SET {', '.join(sets)}",
-            (stamp, run_id, stamp),
+            (self.bind_timestamp(retired_at), run_id, self.bind_timestamp(synced_at)),
         )
 
     def merge(

@@ -171,20 +171,21 @@ class SnowflakeDialect(WarehouseDialect):
         return join, (st, si, ei)
 
     def mark_retired(
-        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime, run_id: str,
+        self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime,
+        synced_at: datetime, run_id: str,
     ) -> Statement:
         if not successor:
-            return super().mark_retired(target, keys, schema, successor=False, retired_at=retired_at, run_id=run_id)
+            return super().mark_retired(target, keys, schema, successor=False, retired_at=retired_at,
+                                        synced_at=synced_at, run_id=run_id)
         # UPDATE ... FROM: Snowflake evaluates no correlated subquery in a SET clause.
         q = self.quote
         ref = q("record_ref")
-        stamp = self.bind_timestamp(retired_at)
         p = self.placeholder
         return Statement(
             f"UPDATE {self.table_ref(target, schema)} t SET {q(DELETED_AT_COLUMN)} = {p}, "
             f"{q(SUPERSEDED_BY_COLUMN)} = k.successor_ref, {q('_bos_run_id')} = {p}, {q('_bos_synced_at')} = {p} "
             f"FROM {self.stage_ref(keys, schema)} k WHERE t.{ref} = k.{ref}",
-            (stamp, run_id, stamp),
+            (self.bind_timestamp(retired_at), run_id, self.bind_timestamp(synced_at)),
         )
 
     # --- audit ----------------------------------------------------------------------------------
