@@ -189,6 +189,11 @@ class KeptClaims:
         """How many distinct stored rows were claimed."""
         return self.count - self.repeats
 
+    def unclaimed_prefixes(self) -> list[str]:
+        """The stored wire-hash prefixes (16 hex digits) no kept claim matched."""
+        prefixes = self.known.prefixes
+        return [f"{prefixes[i]:016x}" for i, hit in enumerate(self.hits) if not hit]
+
     def claimed_prefix(self, prefix: str) -> bool:
         """True if a kept claim matched the stored wire hash that starts with ``prefix``."""
         try:

@@ -26,8 +26,9 @@ table's ``scope`` column. Rows written before scopes existed (their run has no s
 every scope unless the read opts in with ``adopt_unscoped_rows``.
 
 Every statement is the dialect's (:class:`~.dialects.lifecycle.LifecycleSql`), set-based against
-the staging table, which holds every record_ref of the run (claims kept out of it are staged first,
-unless the table's state token proves the result returned every current row).
+the staging table, which holds every record_ref of the run, or against the current rows the run
+did not return, found from the claims kept out of staging (unless the table's state token proves
+the result returned every current row: then none of this runs).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, utcnow
 from airflow_provider_bos.warehouse.claims import KeptClaims, stage_kept_claims
-from airflow_provider_bos.warehouse.dialects.lifecycle import ScopeFilter
+from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 from airflow_provider_bos.warehouse.history import record_history
 from airflow_provider_bos.warehouse.records import canonical_json, parse_timestamp
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
@@ -88,11 +89,9 @@ def reconcile(
     full = options.sync_mode == "full"
     # An empty table loaded directly holds only this run's rows: nothing to supersede or retire.
     if complete and not direct and not _returned_every_current_row(tx, counts, kept):
-        if kept is not None and kept.count:
-            stage_kept_claims(tx, kept)  # the anti-joins need every record_ref of the run staged
         for statement in tx.dialect.reconcile_settings():
             tx.exec(statement)
-        keys = _run_keys(tx)
+        keys = _run_keys(tx, kept)
         counts.superseded = _supersede(tx, life, now, observed, keys)
         if full:
             audit = _retire(tx, counts, audit, life, run, now, observed, keys)
@@ -124,16 +123,26 @@ def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: 
     return int(tx.exec(tx.dialect.count_current(tx.table, tx.schema)).scalar_one()) == keys
 
 
-def _run_keys(tx: RunTransaction) -> str:
-    """The table the anti-joins read the run's record_refs from: staging, or a keyed copy of it."""
+def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
+    """Where the anti-joins read the run's record_refs from: staging (or a keyed copy of it), or,
+    when claims were kept out of staging, the current rows neither staged nor claimed."""
+    if kept is not None and kept.count and not kept.staged:
+        missing = tx.work_table("_m", "keys")
+        statement = tx.dialect.collect_unreturned(missing, tx.stage, tx.table, tx.schema, kept.unclaimed_prefixes())
+        if statement is not None:
+            tx.exec(statement)
+            for settings in tx.dialect.unreturned_settings(missing, tx.schema):
+                tx.exec(settings)
+            return RunKeys(missing, missing=True)
+        stage_kept_claims(tx, kept)  # the anti-joins need every record_ref of the run staged
     if not tx.dialect.keyed_run_keys:
-        return tx.stage
+        return RunKeys(tx.stage)
     keys = tx.work_table("_k", "keys")
     tx.exec(tx.dialect.collect_run_keys(keys, tx.stage, tx.schema))
-    return keys
+    return RunKeys(keys)
 
 
-def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime, keys: str) -> int:
+def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime, keys: RunKeys) -> int:
     d, schema = tx.dialect, tx.schema
     others = tx.work_table("_o", "provenance")
     if not _rows(tx.exec(d.collect_others(others, keys, tx.table, schema, observed_before=observed))):
@@ -153,7 +162,7 @@ def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: dat
 
 def _retire(
     tx: RunTransaction, counts: UpsertCounts, audit: dict[str, Any], life: Lifecycle, run: SyncRunInfo,
-    now: datetime, observed: datetime, keys: str,
+    now: datetime, observed: datetime, keys: RunKeys,
 ) -> dict[str, Any]:
     d, schema, options = tx.dialect, tx.schema, life.options
     scope = _scope_filter(options, run)

@@ -209,3 +209,47 @@ def test_kept_claims_land_exactly_as_staged_claims(
 
     assert kept_counts == staged_counts
     assert stored(engine, kept_writer.table) == stored(engine, staged_writer.table)
+
+
+def claims_staged(seen: list[str]) -> list[str]:
+    """The statements staging kept claims from the stored rows they matched (``stage_claims``)."""
+    return [sql for sql in seen if re.search(r"INSERT INTO \S+ \(\S*record_ref\S*, \S*_bos_wire_hash\S*, "
+                                             r"\S*_bos_seq", sql)]
+
+
+@pytest.mark.parametrize("mode", ["full", "incremental"])
+def test_a_full_rerun_with_kept_claims_retires_and_supersedes_as_a_staged_one(make_writer, engine, unique_table,
+                                                                              mode) -> None:
+    """Day 2 keeps most people byte-identical (claims), changes one, merges two and loses one: with
+    the claims kept out of staging, the run finds what it did not return without staging them, and
+    lands the same rows and counts as the run whose claims are staged."""
+    from airflow_provider_bos.wire import ReconcileOptions
+
+    options = ReconcileOptions(sync_mode=mode)
+    kept_writer = make_writer(table=f"{unique_table}_k", audit_table=f"{unique_table}_kr")
+    staged_writer = make_writer(table=f"{unique_table}_s", audit_table=f"{unique_table}_sr")
+    day1 = [wire(make_record(i)) for i in range(20)]
+    merged = make_record("m:1-2", T2)
+    merged["sources"] = [{**make_record(i)["sources"][0]} for i in (1, 2)]
+    assert len({json.dumps(s, sort_keys=True) for s in merged["sources"]}) == 2, "two distinct provenance entries"
+    for w in (kept_writer, staged_writer):
+        write(w, day1, reconcile=options)
+    known = kept_writer.known_wire_hashes()
+
+    def day2(matched: WireHashSet | None) -> list[Any]:
+        same = [claim(r, matched) for r in day1 if r["record_ref"] not in {day1[i]["record_ref"] for i in (1, 2, 5, 9)}]
+        return [*same, wire(make_record(5, T2, name="Renamed")), wire(merged)]
+
+    with statements(engine) as seen:
+        kept_counts = write(kept_writer, day2(known), known=known, reconcile=options)
+    staged_counts = write(staged_writer, day2(None), reconcile=options)
+
+    assert kept_counts == staged_counts
+    assert (kept_counts.superseded, kept_counts.retired) == (2, 1 if mode == "full" else 0)
+    def lifecycle(table: str) -> dict[str, tuple[bool, Any, Any]]:  # retired?, successor, content hash
+        return {ref: (row["_bos_deleted_at"] is None, row["_bos_superseded_by"], row["_bos_record_hash"])
+                for ref, row in rows_by_ref(engine, table).items()}
+
+    assert lifecycle(kept_writer.table) == lifecycle(staged_writer.table)
+    assert len(lifecycle(kept_writer.table)) == 21
+    assert claims_staged(seen) == []  # the 16 claims were never staged

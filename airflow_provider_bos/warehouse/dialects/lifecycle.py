@@ -23,6 +23,7 @@ Each statement names each work table at most once (MySQL cannot reopen a tempora
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,10 +35,24 @@ from airflow_provider_bos.warehouse.schema import (
     SUPERSEDED_BY_COLUMN,
 )
 
-__all__ = ["PROVENANCE_KEY", "LifecycleSql", "ScopeFilter"]
+__all__ = ["PROVENANCE_KEY", "LifecycleSql", "RunKeys", "ScopeFilter"]
 
 #: A provenance entry's identity, as the work tables hold it.
 PROVENANCE_KEY = ("source_type", "source_identity", "external_id")
+
+
+@dataclass(frozen=True)
+class RunKeys:
+    """The work table the anti-joins read the run's record_refs from.
+
+    ``missing=False``: ``table`` holds every record_ref the run returned (staging, or a keyed copy
+    of it). ``missing=True``: ``table`` holds the opposite, the current rows the run did NOT return
+    (found from the claims' complement, see :meth:`~.postgres.PostgresDialect.collect_unreturned`),
+    so a re-run that kept most records out of staging does not stage them all again.
+    """
+
+    table: str
+    missing: bool = False
 
 
 class ScopeFilter:
@@ -93,6 +108,20 @@ class LifecycleSql:
         join = f" CROSS JOIN JSON_TABLE({alias}.{self.quote('sources')}, '$[*]' COLUMNS ({cols})) AS p"
         return join, ("p.source_type", "p.source_identity", "p.external_id")
 
+    def _not_returned(self, keys: RunKeys, schema: str | None, t: str = "t") -> str:
+        """True for a row of alias ``t`` that the run did not return."""
+        ref, table = self.quote("record_ref"), self.stage_ref(keys.table, schema)
+        if keys.missing:
+            return f"{t}.{ref} IN (SELECT m.{ref} FROM {table} m)"
+        return f"NOT EXISTS (SELECT 1 FROM {table} s WHERE s.{ref} = {t}.{ref})"
+
+    def _returned(self, keys: RunKeys, schema: str | None, t: str = "t") -> str:
+        """True for a row of alias ``t`` that the run returned."""
+        ref, table = self.quote("record_ref"), self.stage_ref(keys.table, schema)
+        if keys.missing:
+            return f"NOT EXISTS (SELECT 1 FROM {table} m WHERE m.{ref} = {t}.{ref})"
+        return f"{t}.{ref} IN (SELECT s.{ref} FROM {table} s)"
+
     def _keys_equal(self, a: str, b: str) -> str:
         return " AND ".join(f"{a}.{c} = {b}.{c}" for c in PROVENANCE_KEY)
 
@@ -112,6 +141,17 @@ class LifecycleSql:
             f"INSERT INTO {self.stage_ref(keys, schema)} ({ref}) "
             f"SELECT DISTINCT s.{ref} FROM {self.stage_ref(stage, schema)} s"
         )
+
+    def collect_unreturned(
+        self, missing: str, stage: str, target: str, schema: str | None, unclaimed: Sequence[str],
+    ) -> Statement | None:
+        """Into ``missing``: the current rows neither staged nor claimed, given the stored wire-hash
+        prefixes no claim matched (``unclaimed``); None where claims are never kept out of staging."""
+        return None
+
+    def unreturned_settings(self, missing: str, schema: str | None) -> list[Statement]:
+        """Statements run after :meth:`collect_unreturned` filled ``missing`` (before the steps read it)."""
+        return []
 
     # --- work tables --------------------------------------------------------------------------
 
@@ -145,14 +185,13 @@ class LifecycleSql:
         return f"{rows}{join}", key
 
     def collect_others(
-        self, others: str, stage: str, target: str, schema: str | None, *, observed_before: datetime,
+        self, others: str, keys: RunKeys, target: str, schema: str | None, *, observed_before: datetime,
     ) -> Statement:
         """Into ``others``: the provenance entries of every current row the result did not return
         that was observed no later than the read (an older read never supersedes a newer row)."""
         ref, obs = self.quote("record_ref"), self.quote("_bos_observed_at")
         source, key = self._rows_and_entries(
-            f"t.{obs} <= {self.placeholder} "
-            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})", target, schema,
+            f"t.{obs} <= {self.placeholder} AND {self._not_returned(keys, schema)}", target, schema,
         )
         return Statement(
             f"INSERT INTO {self.stage_ref(others, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
@@ -172,13 +211,11 @@ class LifecycleSql:
         )
 
     def collect_successors(
-        self, successors: str, others: str, stage: str, target: str, schema: str | None,
+        self, successors: str, others: str, keys: RunKeys, target: str, schema: str | None,
     ) -> Statement:
         """Into ``successors``: the entries of the result's rows that some row of ``others`` also has."""
         ref = self.quote("record_ref")
-        source, key = self._rows_and_entries(
-            f"t.{ref} IN (SELECT s.{ref} FROM {self.stage_ref(stage, schema)} s)", target, schema,
-        )
+        source, key = self._rows_and_entries(self._returned(keys, schema), target, schema)
         match = " AND ".join(f"o.{c} = {e}" for c, e in zip(PROVENANCE_KEY, key, strict=True))
         return Statement(
             f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
@@ -231,7 +268,7 @@ class LifecycleSql:
         return sql, tuple(params)
 
     def collect_retired(
-        self, retired: str, stage: str, target: str, audit: str, schema: str | None, *, scope: ScopeFilter,
+        self, retired: str, keys: RunKeys, target: str, audit: str, schema: str | None, *, scope: ScopeFilter,
         observed_before: datetime,
     ) -> Statement:
         """Into ``retired``: the current rows of the scope that the result did not return and that
@@ -242,8 +279,7 @@ class LifecycleSql:
             f"INSERT INTO {self.stage_ref(retired, schema)} ({ref}) "
             f"SELECT t.{ref} FROM {self.table_ref(target, schema)} t "
             f"WHERE {self._current('t')} AND t.{obs} <= {self.placeholder} "
-            f"AND t.{self.quote('_bos_run_id')} IN ({runs}) "
-            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})",
+            f"AND t.{self.quote('_bos_run_id')} IN ({runs}) AND {self._not_returned(keys, schema)}",
             (self.bind_timestamp(observed_before), *params),
         )
 
