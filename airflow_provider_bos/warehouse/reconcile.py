@@ -126,9 +126,14 @@ def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: 
 def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
     """Where the anti-joins read the run's record_refs from: staging (or a keyed copy of it), or,
     when claims were kept out of staging, the current rows neither staged nor claimed."""
+    # The prefixes sent are the unclaimed ones, or (staging the claims) the claimed ones, whichever
+    # are fewer: a run holds at most half the table's rows' prefixes as text.
     if kept is not None and kept.count and not kept.staged:
-        missing = tx.work_table("_m", "keys")
-        statement = tx.dialect.collect_unreturned(missing, tx.stage, tx.table, tx.schema, kept.unclaimed_prefixes())
+        statement = None
+        if 2 * kept.rows >= len(kept.known):
+            missing = tx.work_table("_m", "keys")
+            statement = tx.dialect.collect_unreturned(missing, tx.stage, tx.table, tx.schema,
+                                                      kept.unclaimed_prefixes())
         if statement is not None:
             tx.exec(statement)
             for settings in tx.dialect.unreturned_settings(missing, tx.schema):

@@ -253,3 +253,21 @@ def test_a_full_rerun_with_kept_claims_retires_and_supersedes_as_a_staged_one(ma
     assert lifecycle(kept_writer.table) == lifecycle(staged_writer.table)
     assert len(lifecycle(kept_writer.table)) == 21
     assert claims_staged(seen) == []  # the 16 claims were never staged
+
+
+def test_a_full_rerun_with_few_claims_stages_them_and_retires_the_same(make_writer, engine, unique_table) -> None:
+    """Most records changed, few kept as claims: the claims (the fewer prefixes) are staged instead
+    of listing the many unclaimed ones; the outcome is the same."""
+    from airflow_provider_bos.wire import ReconcileOptions
+
+    full = ReconcileOptions(sync_mode="full")
+    writer = make_writer()
+    day1 = [wire(make_record(i)) for i in range(20)]
+    write(writer, day1, reconcile=full)
+    known = writer.known_wire_hashes()
+    batch = [claim(r, known) for r in day1[:3]] + [wire(make_record(i, T2, name="New")) for i in range(3, 19)]
+    with statements(engine) as seen:
+        counts = write(writer, batch, known=known, reconcile=full)
+    assert (counts.unchanged, counts.updated, counts.retired) == (3, 16, 1)
+    assert claims_staged(seen) != []
+    assert rows_by_ref(engine, writer.table)[day1[19]["record_ref"]]["_bos_deleted_at"] is not None
