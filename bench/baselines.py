@@ -5,12 +5,14 @@ commit) is timed. Each baseline loads into an EMPTY table with a primary key tha
 drops itself. Per dialect:
 
 - ``raw``: PostgreSQL ``COPY ... FROM STDIN`` (psycopg 3, text format, ``write_row``);
-  SQLite stdlib ``executemany``; MySQL PyMySQL ``executemany`` (which batches into multi-row INSERTs).
+  SQLite stdlib ``executemany``; MySQL PyMySQL ``executemany`` (which batches into multi-row INSERTs);
+  DuckDB: the rows written as newline-delimited JSON and loaded by one ``INSERT ... SELECT FROM
+  read_json`` (``bench.duckdb_load.raw``: writing the file and the load are timed).
   All in one transaction.
 - ``stage-merge`` (PostgreSQL): the table first holds ``records`` OTHER rows (untimed prefill),
   then the records are COPYed into a temporary stage and merged with one
   ``INSERT ... SELECT ... ON CONFLICT DO UPDATE``: the raw way to load into a non-empty table.
-- ``naive``: SQLAlchemy Core upsert (``on_conflict_do_update`` / ``on_duplicate_key_update``)
+- ``naive`` (not DuckDB): SQLAlchemy Core upsert (``on_conflict_do_update`` / ``on_duplicate_key_update``)
   ``execute(stmt, list_of_dicts)`` in 5,000-row chunks in one transaction; JSON values are handed
   over as Python objects and serialised by SQLAlchemy, as naive user code would.
 """
@@ -149,6 +151,23 @@ def _raw_mysql(url: str, table_name: str, params: ScenarioParams) -> dict[str, A
     return {"records": len(rows), "loaded": count, "seconds": seconds, "payload_bytes": built.payload_bytes}
 
 
+def _raw_duckdb(url: str, table_name: str, params: ScenarioParams) -> dict[str, Any]:
+    """``bench.duckdb_load.raw``: its own database file and keyed table in a temporary directory
+    beside the bench's database file (``table_name`` is not used: the file holds one table)."""
+    import os
+    import tempfile
+
+    from bench.duckdb_load import raw
+
+    rows = build_rows(params)
+    database = sa.make_url(url).database
+    beside = os.path.dirname(os.path.abspath(database)) if database and database != ":memory:" else None
+    with tempfile.TemporaryDirectory(prefix="bench-duckdb-raw-", dir=beside) as workdir:
+        seconds = raw(rows.tuples, workdir)  # asserts every row is in the table
+    return {"records": len(rows.tuples), "loaded": len(rows.tuples), "seconds": seconds,
+            "payload_bytes": rows.payload_bytes}
+
+
 def other_rows(rows: list[tuple[Any, ...]]) -> Iterator[tuple[Any, ...]]:
     """``rows`` as other people: under other record_refs and other provenance (external ids), the rows
     a table already holds before a load of ``rows`` (with the same provenance they would be records
@@ -241,6 +260,7 @@ BASELINES: dict[tuple[str, str], Callable[[str, str, ScenarioParams], dict[str, 
     ("postgres", "raw"): _raw_postgres,
     ("sqlite", "raw"): _raw_sqlite,
     ("mysql", "raw"): _raw_mysql,
+    ("duckdb", "raw"): _raw_duckdb,
     ("postgres", "stage-merge"): _stage_merge_postgres,
     ("postgres", "naive"): _naive,
     ("sqlite", "naive"): _naive,

@@ -43,7 +43,7 @@ def raw(rows: list[tuple], workdir: str) -> float:
     started = time.perf_counter()
     with open(path, "wb") as out:
         for r in rows:
-            pairs = enumerate(zip(NAMES, r, strict=True))
+            pairs = enumerate(zip(NAMES, r[:len(NAMES)], strict=True))  # the content columns; provenance below
             doc = {n: (orjson.Fragment(v) if i >= 4 and v is not None else v) for i, (n, v) in pairs}
             doc.update({"o": r[8].isoformat(), "s": r[9].isoformat(), "run": r[10], "h": r[11]})
             out.write(orjson.dumps(doc) + b"\n")

@@ -203,6 +203,9 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         "counts": counts_dict,
         "completeness": result.completeness,
         "streamed": bool(result.streamed),
+        # Final records handed to the writer as KnownRecord claims (byte-identical to a stored row's
+        # wire hash, not decoded): every record of an unchanged re-run, none of a first sync.
+        "known_records": result.known_records,
         "notifications": getattr(result.observations, "notifications", None),
         "warnings": len(result.warnings),
         "run_id": run.run_id,
