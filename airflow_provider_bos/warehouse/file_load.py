@@ -67,14 +67,15 @@ def _known_line(record_ref: str, wire_hash: str, seq: int) -> bytes:
 
 def _keyed_lines(
     records: Iterable[Any], default_obs: datetime | None, kept: KeptClaims | None, rejects: Rejects | None,
-) -> Iterator[tuple[str, bytes]]:
-    """``(record_ref, line)`` of every record to stage (for :meth:`SeenKeys.watch`)."""
+) -> Iterator[tuple[str, bytes, bool]]:
+    """``(record_ref, line, known)`` of every record to stage (for :meth:`SeenKeys.watch`); ``known``:
+    the line is a claim's (key, wire hash and position only)."""
     keep = kept.keep if kept is not None else None
     stamps: dict[datetime, bytes] = {}  # a result shares a few thousand observation times at most
     for seq, record in enumerate(records):
         if type(record) is KnownRecord:
             if keep is None or not keep(record, seq):
-                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq)
+                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq), True
             continue
         try:
             values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
@@ -91,11 +92,57 @@ def _keyed_lines(
             stamp = b'"%b"' % observed.isoformat().encode("ascii")
             if len(stamps) < 4096:
                 stamps[observed] = stamp
-        yield ref, _line(parts, stamp, record_hash, getattr(record, "wire_hash", None), seq)
+        yield ref, _line(parts, stamp, record_hash, getattr(record, "wire_hash", None), seq), False
+
+
+class _BlockFile:
+    """A temporary NDJSON file loaded by ``load`` every :data:`FILE_BLOCK_ROWS` lines, then emptied."""
+
+    def __init__(self, tx: RunTransaction, load: Any) -> None:
+        self._tx, self._load = tx, load
+        fd, self.path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
+        self._out = os.fdopen(fd, "wb")
+        self._chunk: list[bytes] = []
+        self._pending = 0
+        self.loaded = 0
+
+    def add(self, line: bytes) -> None:
+        chunk = self._chunk
+        chunk.append(line)
+        if len(chunk) >= _WRITE_ROWS or self._pending + len(chunk) >= FILE_BLOCK_ROWS:
+            self._write()
+
+    def _write(self) -> None:
+        self._out.write(b"".join(self._chunk))
+        self._pending += len(self._chunk)
+        self._chunk.clear()
+        if self._pending >= FILE_BLOCK_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        """Load what the file holds (and the lines not yet written) and empty it."""
+        if self._chunk:
+            self._out.write(b"".join(self._chunk))
+            self._pending += len(self._chunk)
+            self._chunk.clear()
+        if not self._pending:
+            return
+        self._out.flush()
+        self._tx.exec(self._load(self.path))
+        self._out.seek(0)
+        self._out.truncate()
+        self.loaded += self._pending
+        self._pending = 0
+
+    def close(self) -> None:
+        try:
+            self._out.close()
+        finally:
+            os.unlink(self.path)
 
 
 class FileLoad:
-    """Staging through a newline-delimited JSON file; no direct load (see ``DuckDbDialect.direct_load``)."""
+    """Staging through a newline-delimited JSON file, or the same file loaded into an empty table."""
 
     name = "staged_file"
     keeps_claims = True
@@ -142,8 +189,45 @@ class FileLoad:
     def load_direct(
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime, *,
         batch_size: int, rejects: Rejects | None,
-    ) -> tuple[int, int]:  # pragma: no cover - the dialects of this strategy have direct_load = False
-        raise BosWarehouseError("The staged-file load has no direct load; stage the records instead.")
+    ) -> tuple[int, int]:
+        """Load the records into the (empty, locked) target through the staged file; return (loaded,
+        staged).
+
+        As :func:`~.loads.load_direct`: a record whose record_ref may already have been loaded (a
+        repeat, or a false positive of :class:`SeenKeys`) goes to a second file loaded into staging,
+        to be merged after the last record (:func:`~.loads.settle_direct`).
+        """
+        d = tx.dialect
+        target = _BlockFile(tx, lambda path: d.load_file_target(  # type: ignore[attr-defined]
+            tx.table, tx.schema, path, synced_at=synced_at, run_id=tx.run_id))
+        try:
+            stage = _BlockFile(tx, lambda path: d.load_file(tx.stage, tx.schema, path))  # type: ignore[attr-defined]
+            try:
+                repeats: list[tuple[str, bytes, bool]] = []
+                lines = _keyed_lines(records, default_obs, None, rejects)
+                for row in SeenKeys().watch(lines, divert=repeats, divert_limit=_WRITE_ROWS):
+                    if row is None:  # the possible repeats: to the staging file
+                        self._stage_repeats(tx, stage, repeats)
+                        continue
+                    if row[2]:  # a claim on a stored row of an empty table
+                        raise tx.unverified(1)
+                    target.add(row[1])
+                target.flush()
+                self._stage_repeats(tx, stage, repeats)
+                stage.flush()
+                return target.loaded, stage.loaded
+            finally:
+                stage.close()
+        finally:
+            target.close()
+
+    @staticmethod
+    def _stage_repeats(tx: RunTransaction, stage: _BlockFile, repeats: list[tuple[str, bytes, bool]]) -> None:
+        for _, line, known in repeats:
+            if known:
+                raise tx.unverified(1)
+            stage.add(line)
+        repeats.clear()
 
 
 FILE_LOAD = FileLoad()

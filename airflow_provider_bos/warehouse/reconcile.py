@@ -129,16 +129,15 @@ def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
     # The prefixes sent are the unclaimed ones, or (staging the claims) the claimed ones, whichever
     # are fewer: a run holds at most half the table's rows' prefixes as text.
     if kept is not None and kept.count and not kept.staged:
-        statement = None
         if 2 * kept.rows >= len(kept.known):
             missing = tx.work_table("_m", "keys")
             statement = tx.dialect.collect_unreturned(missing, tx.stage, tx.table, tx.schema,
                                                       kept.unclaimed_prefixes())
-        if statement is not None:
-            tx.exec(statement)
-            for settings in tx.dialect.unreturned_settings(missing, tx.schema):
-                tx.exec(settings)
-            return RunKeys(missing, missing=True)
+            if statement is not None:
+                tx.exec(statement)
+                for settings in tx.dialect.unreturned_settings(missing, tx.schema):
+                    tx.exec(settings)
+                return RunKeys(missing, missing=True)
         stage_kept_claims(tx, kept)  # the anti-joins need every record_ref of the run staged
     if not tx.dialect.keyed_run_keys:
         return RunKeys(tx.stage)

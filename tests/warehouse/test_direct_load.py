@@ -30,7 +30,7 @@ from whhelpers import T0, T1, T2, dump, make_record, reflect, rows_by_ref, run_i
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosWarehouseError
 from airflow_provider_bos.models import FederatedRecord
-from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter, loads
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter, file_load, loads
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs
@@ -38,8 +38,13 @@ TIMEOUT_S = 30.0  # bound on every wait of the concurrency test (never a sleep s
 COPY_ONLY = "PostgreSQL's COPY (psycopg 3); the other dialects' direct load is executemany, tested alongside"
 NOT_DIRECT = {
     "sqlite": "SQLite loads no table directly: executemany into the keyed table was measured slower than staging",
-    "duckdb": "DuckDB loads no table directly: its staged file goes to staging and one INSERT ... SELECT",
 }
+
+
+@pytest.fixture(autouse=True)
+def small_file_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's staged file is loaded every 64 lines here, so these results span several blocks."""
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 64)
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -61,6 +66,13 @@ def inserts_values_into(seen: list[str], table: str) -> list[str]:
     """SQLAlchemy-executed ``INSERT INTO table (...) VALUES`` statements (the executemany direct load)."""
     pattern = re.compile(rf"^\s*INSERT\s+INTO\s+(\S+\.)?[`\"]?{re.escape(table)}[`\"]?\s*\([^)]*\)\s*VALUES",
                          re.IGNORECASE)
+    return [sql for sql in seen if pattern.match(sql)]
+
+
+def file_loads_into(seen: list[str], table: str) -> list[str]:
+    """``INSERT INTO table (...) SELECT ... FROM read_json(...)`` statements (DuckDB's staged file)."""
+    pattern = re.compile(rf"^\s*INSERT\s+INTO\s+(\S+\.)?[`\"]?{re.escape(table)}[`\"]?\s*\([^)]*\)\s*SELECT\b.*"
+                         r"\bread_json\(", re.IGNORECASE | re.DOTALL)
     return [sql for sql in seen if pattern.match(sql)]
 
 
@@ -247,6 +259,8 @@ def loaded_directly(writer: WarehouseWriter, copies: list[str], seen: list[str])
     """True if the run seen (``copies``: COPY statements, ``seen``: the others) loaded the table itself."""
     if writer.dialect.uses_copy:
         return bool(copies_into(copies, writer.table))
+    if writer.dialect.load_strategy == "staged_file":
+        return bool(file_loads_into(seen, writer.table))
     return bool(inserts_values_into(seen, writer.table))
 
 
@@ -290,8 +304,14 @@ def test_an_empty_table_is_loaded_by_inserts_into_the_table_itself(make_writer, 
     with statements(engine) as seen:
         counts = write(direct, [make_record(i) for i in range(20)])
     assert counts == UpsertCounts(inserted=20)
-    if not direct.dialect.direct_load:  # measured slower there: SQLite and DuckDB stage even an empty table
+    if not direct.dialect.direct_load:  # measured slower there: SQLite stages even an empty table
         assert inserts_values_into(seen, direct.table) == [] and staged_inserts(seen)
+        return
+    if direct.dialect.load_strategy == "staged_file":  # DuckDB: the staged file, read into the table itself
+        assert len(file_loads_into(seen, direct.table)) == 1
+        assert writes_to(seen, direct.table) == file_loads_into(seen, direct.table)
+        assert staged_inserts(seen) == []
+        assert len(dump(engine, direct.table)) == 20
         return
     # 20 records in batches of 7: three executemany calls, every write to the table one of them.
     assert len(inserts_values_into(seen, direct.table)) == 3
@@ -395,6 +415,7 @@ def test_duplicates_beyond_the_in_memory_batch_load_like_the_staged_path(make_wr
                                                                          monkeypatch):
     """Many later copies (several staging rounds, the table's COPY paused and resumed) change nothing."""
     monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 2)  # DuckDB: its files loaded every 2 lines
     direct = make_writer(batch_size=2)  # executemany: staged every 2 later copies
     records = [make_record(k % 5, [T0, T1, T2][k * 7 % 3], name=f"copy {k}") for k in range(40)]
     with statements(engine) as seen:
@@ -497,8 +518,9 @@ def test_a_bad_record_midway_rolls_back_the_direct_load(
     assert write(writer, [make_record(i) for i in range(3)]) == UpsertCounts(inserted=3)
 
 
-def test_a_known_record_claim_on_an_empty_table_fails_the_run(make_writer, engine, copies):
+def test_a_known_record_claim_on_an_empty_table_fails_the_run(make_writer, engine, copies, monkeypatch):
     """A KnownRecord for a row that no longer exists cannot be written: the run fails, asking for a re-run."""
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 2)  # DuckDB: rows are in the table when the claim comes
     writer = make_writer(batch_size=2)
     claim = KnownRecord("bos:person:000777", "f" * 64)
     records = [make_record(i) for i in range(5)] + [claim, make_record(6)]

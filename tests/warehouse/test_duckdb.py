@@ -65,6 +65,7 @@ def _writer(db_path: Path, **kwargs) -> WarehouseWriter:
 
 def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, engine, monkeypatch):
     monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
+    write(writer, [make_record(1000)])  # a table with rows: the records are staged, then merged
     staged_before = set(Path(tempfile.gettempdir()).glob("bos-stage-*"))
     with statements(engine) as seen:
         counts = write(writer, [make_record(i) for i in range(25)])
@@ -75,7 +76,25 @@ def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, eng
     assert not [sql for sql in seen if sql.lstrip().upper().startswith("INSERT") and "VALUES" in sql
                 and "bos_stage_" in sql]
     assert set(Path(tempfile.gettempdir()).glob("bos-stage-*")) == staged_before  # the file is gone
-    assert len(dump(engine, writer.table)) == 25
+    assert len(dump(engine, writer.table)) == 26
+
+
+def test_an_empty_table_is_loaded_from_the_file_straight_into_the_table(writer, engine, monkeypatch):
+    """The first sync: each block of the file is read into the table itself (no staging table and no
+    second pass); a record_ref seen again goes through staging and the later copy wins."""
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
+    staged_before = set(Path(tempfile.gettempdir()).glob("bos-stage-*"))
+    records = [make_record(i) for i in range(25)] + [make_record(3, T2, name="later copy")]
+    with statements(engine) as seen:
+        counts = write(writer, records)
+    assert counts == UpsertCounts(inserted=25, duplicates=1)
+    loads = [sql for sql in seen if "read_json" in sql]
+    into_table = [sql for sql in loads if "bos_stage_" not in sql.split("SELECT")[0]]
+    assert len(into_table) == 3  # 10 + 10 + 5 rows
+    assert len(loads) - len(into_table) == 1  # the later copy, staged
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage-*")) == staged_before
+    rows = {r[0]: r for r in dump(engine, writer.table)}
+    assert len(rows) == 25 and repr("later copy") in rows[repr(make_record(3)["record_ref"])]
 
 
 def test_json_and_timestamps_are_duckdb_types(writer, engine):

@@ -49,9 +49,10 @@ class DuckDbDialect(WarehouseDialect):
 
     name = "duckdb"
     load_strategy = "staged_file"
-    # The file-staged rows go into a keyless temporary table and one INSERT ... SELECT moves them:
-    # DuckDB loads a whole file either way, and staging keeps duplicates and claims on one path.
-    direct_load = False
+    # An empty table is loaded from the staged file straight into the table (one pass over the
+    # rows inside DuckDB, and no temporary table holding the whole result in memory); a table with
+    # rows stages the file into a keyless temporary table merged by one INSERT ... SELECT.
+    direct_load = True
     # The snapshot is taken at the transaction's first statement: take this process's lock of the
     # table (:meth:`process_lock`) before it, so the counts see the previous writer's commit.
     lock_before_staging = True
@@ -100,9 +101,12 @@ class DuckDbDialect(WarehouseDialect):
     def discard_records(
         self, stages: tuple[str, ...], target: str, schema: str | None, run_id: str
     ) -> list[Statement]:
-        # Everything loaded since the records started: the staged rows (no direct load here; the
+        # Everything loaded since the records started: the staged rows and the rows this run loaded
+        # into the target directly (it was empty under the lock: all of its rows are this run's; the
         # deduped table is made after the load).
-        return [Statement(f"DELETE FROM {self.stage_ref(stages[0], schema)}")]
+        return [Statement(f"DELETE FROM {self.stage_ref(stages[0], schema)}"),
+                Statement(f"DELETE FROM {self.table_ref(target, schema)} WHERE {self.quote('_bos_run_id')} = "
+                          f"{self.placeholder}", (run_id,))]
 
     # --- the staged file ---------------------------------------------------------------------
 
@@ -117,6 +121,22 @@ class DuckDbDialect(WarehouseDialect):
             f"{self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
             "maximum_object_size = 67108864)",
             (path,),
+        )
+
+    def load_file_target(self, target: str, schema: str | None, path: str, *, synced_at: datetime,
+                         run_id: str) -> Statement:
+        """``INSERT`` every row of the staged-format NDJSON file at ``path`` into the (empty, locked)
+        ``target`` itself, with the run's ``_bos_synced_at`` and ``_bos_run_id`` (the direct load)."""
+        q = self.quote
+        types = {**{c: _FILE_TYPES[r] for c, r in _STAGE_ROLES.items()}, "_bos_seq": "BIGINT"}
+        spec = ", ".join(f"{q(c)}: '{types[c]}'" for c in STAGE_COLUMNS)
+        values = ", ".join(self.bind_ts() if c == "_bos_synced_at" else self.bind_id() if c == "_bos_run_id"
+                           else q(c) for c in self.written_columns)
+        return Statement(
+            f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) SELECT {values} "
+            f"FROM read_json({self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
+            "maximum_object_size = 67108864)",
+            (self.bind_timestamp(synced_at), run_id, path),
         )
 
     # --- known records --------------------------------------------------------------------------
