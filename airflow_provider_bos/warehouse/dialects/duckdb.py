@@ -179,17 +179,9 @@ class DuckDbDialect(WarehouseDialect):
     def collect_unreturned(
         self, missing: str, stage: str, target: str, schema: str | None, unclaimed: Sequence[str],
     ) -> Statement | None:
-        # As PostgreSQL's: neither staged nor a row whose (unchanged) wire hash a claim matched.
-        q = self.quote
-        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
-        return Statement(
-            f"INSERT INTO {self.stage_ref(missing, schema)} ({ref}) "
-            f"SELECT t.{ref} FROM {self.table_ref(target, schema)} t WHERE {self._current('t')} "
-            f"AND (LENGTH(t.{w}) IS DISTINCT FROM 64 OR SUBSTR(t.{w}, 1, 16) IN "
-            f"(SELECT UNNEST(CAST({self.placeholder} AS VARCHAR[])))) "
-            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})",
-            (list(unclaimed),),
-        )
+        return self._unreturned(missing, stage, target, schema, unclaimed, hash_length="LENGTH({w})",
+                                prefix="SUBSTR({w}, 1, 16)",
+                                prefixes=f"SELECT UNNEST(CAST({self.placeholder} AS VARCHAR[]))")
 
     # --- lifecycle ----------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from airflow_provider_bos.warehouse.schema import (
     HISTORY_CONTENT_COLUMNS,
     SCOPE_COLUMN,
     SUPERSEDED_BY_COLUMN,
+    WIRE_HASH_COLUMN,
 )
 
 __all__ = ["PROVENANCE_KEY", "LifecycleSql", "RunKeys", "ScopeFilter"]
@@ -148,6 +149,26 @@ class LifecycleSql:
         """Into ``missing``: the current rows neither staged nor claimed, given the stored wire-hash
         prefixes no claim matched (``unclaimed``); None where claims are never kept out of staging."""
         return None
+
+    def _unreturned(
+        self, missing: str, stage: str, target: str, schema: str | None, unclaimed: Sequence[str], *,
+        hash_length: str, prefix: str, prefixes: str,
+    ) -> Statement:
+        """:meth:`collect_unreturned` in the words of a dialect that keeps claims: ``hash_length`` and
+        ``prefix`` of the stored hash (``{w}`` in them), ``prefixes`` a subquery of the bound list.
+
+        A current row the run did not return is not staged and its wire hash (unchanged since the
+        claims were matched: the state token said so under the lock) is not one a claim matched:
+        one scan with a hashed look-up of the unclaimed prefixes, instead of staging every claim.
+        """
+        ref, w = self.quote("record_ref"), f"t.{self.quote(WIRE_HASH_COLUMN)}"
+        return Statement(
+            f"INSERT INTO {self.stage_ref(missing, schema)} ({ref}) "
+            f"SELECT t.{ref} FROM {self.table_ref(target, schema)} t WHERE {self._current('t')} "
+            f"AND ({hash_length.format(w=w)} IS DISTINCT FROM 64 OR {prefix.format(w=w)} IN ({prefixes})) "
+            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})",
+            (list(unclaimed),),
+        )
 
     def unreturned_settings(self, missing: str, schema: str | None) -> list[Statement]:
         """Statements run after :meth:`collect_unreturned` filled ``missing`` (before the steps read it)."""

@@ -151,19 +151,9 @@ class PostgresDialect(WarehouseDialect):
     def collect_unreturned(
         self, missing: str, stage: str, target: str, schema: str | None, unclaimed: Sequence[str],
     ) -> Statement | None:
-        # A current row the run did not return is not staged and its wire hash (unchanged since the
-        # claims were matched: the state token said so under the lock) is not one a claim matched.
-        # One scan with a hashed look-up of the unclaimed prefixes, instead of staging every claim.
-        q = self.quote
-        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
-        return Statement(
-            f"INSERT INTO {self.stage_ref(missing, schema)} ({ref}) "
-            f"SELECT t.{ref} FROM {self.table_ref(target, schema)} t WHERE {self._current('t')} "
-            f"AND (OCTET_LENGTH(t.{w}) IS DISTINCT FROM 64 OR SUBSTR(t.{w}, 1, 16) COLLATE \"C\" IN "
-            f"(SELECT u.prefix FROM UNNEST(CAST({self.placeholder} AS TEXT[])) AS u(prefix))) "
-            f"AND NOT EXISTS (SELECT 1 FROM {self.stage_ref(stage, schema)} s WHERE s.{ref} = t.{ref})",
-            (list(unclaimed),),
-        )
+        listed = f"SELECT u.prefix FROM UNNEST(CAST({self.placeholder} AS TEXT[])) AS u(prefix)"
+        return self._unreturned(missing, stage, target, schema, unclaimed, hash_length="OCTET_LENGTH({w})",
+                                prefix='SUBSTR({w}, 1, 16) COLLATE "C"', prefixes=listed)
 
     def unreturned_settings(self, missing: str, schema: str | None) -> list[Statement]:
         # The rows the run did not return are usually few: with their number known (ANALYZE of
