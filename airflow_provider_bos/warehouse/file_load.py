@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
@@ -30,6 +30,8 @@ from airflow_provider_bos.wire import KnownRecord
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
+    from airflow_provider_bos.warehouse.dialects.duckdb import DuckDbDialect
+    from airflow_provider_bos.warehouse.dialects.statement import Statement
     from airflow_provider_bos.warehouse.rejects import Rejects
 
 __all__ = ["FILE_BLOCK_ROWS", "FILE_LOAD", "FileLoad"]
@@ -96,35 +98,43 @@ def _keyed_lines(
 
 
 class _BlockFile:
-    """A temporary NDJSON file loaded by ``load`` every :data:`FILE_BLOCK_ROWS` lines, then emptied."""
+    """A temporary NDJSON file whose lines ``load(path)`` loads every :data:`FILE_BLOCK_ROWS`
+    lines (and at :meth:`flush`), emptying it each time; removed when the ``with`` block ends."""
 
-    def __init__(self, tx: RunTransaction, load: Any) -> None:
+    def __init__(self, tx: RunTransaction, load: Callable[[str], Statement]) -> None:
         self._tx, self._load = tx, load
         fd, self.path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
         self._out = os.fdopen(fd, "wb")
         self._chunk: list[bytes] = []
-        self._pending = 0
+        self._pending = 0  # lines written to the file, not loaded yet
         self.loaded = 0
+
+    def __enter__(self) -> _BlockFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._out.close()
+        finally:
+            os.unlink(self.path)
 
     def add(self, line: bytes) -> None:
         chunk = self._chunk
         chunk.append(line)
         if len(chunk) >= _WRITE_ROWS or self._pending + len(chunk) >= FILE_BLOCK_ROWS:
             self._write()
+            if self._pending >= FILE_BLOCK_ROWS:
+                self.flush()
 
     def _write(self) -> None:
         self._out.write(b"".join(self._chunk))
         self._pending += len(self._chunk)
         self._chunk.clear()
-        if self._pending >= FILE_BLOCK_ROWS:
-            self.flush()
 
     def flush(self) -> None:
-        """Load what the file holds (and the lines not yet written) and empty it."""
+        """Load every line added so far and empty the file."""
         if self._chunk:
-            self._out.write(b"".join(self._chunk))
-            self._pending += len(self._chunk)
-            self._chunk.clear()
+            self._write()
         if not self._pending:
             return
         self._out.flush()
@@ -133,12 +143,6 @@ class _BlockFile:
         self._out.truncate()
         self.loaded += self._pending
         self._pending = 0
-
-    def close(self) -> None:
-        try:
-            self._out.close()
-        finally:
-            os.unlink(self.path)
 
 
 class FileLoad:
@@ -151,40 +155,13 @@ class FileLoad:
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
         seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None,
     ) -> int:
-        load_file = tx.dialect.load_file  # type: ignore[attr-defined]
-        fd, path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
-        staged = pending = 0
-        try:
-            with os.fdopen(fd, "wb") as out:
-                chunk: list[bytes] = []
-                for row in seen.watch(_keyed_lines(records, default_obs, kept, rejects)):
-                    assert row is not None  # watch yields None only with ``divert``
-                    chunk.append(row[1])
-                    if len(chunk) < _WRITE_ROWS and pending + len(chunk) < FILE_BLOCK_ROWS:
-                        continue
-                    out.write(b"".join(chunk))
-                    pending += len(chunk)
-                    chunk.clear()
-                    if pending >= FILE_BLOCK_ROWS:
-                        staged += self._flush(tx, out, path, pending, load_file)
-                        pending = 0
-                if chunk:
-                    out.write(b"".join(chunk))
-                    pending += len(chunk)
-                if pending:
-                    staged += self._flush(tx, out, path, pending, load_file)
-        finally:
-            os.unlink(path)
-        return staged
-
-    @staticmethod
-    def _flush(tx: RunTransaction, out: Any, path: str, lines: int, load_file: Any) -> int:
-        """Load the file's ``lines`` rows into staging and empty it; return how many were loaded."""
-        out.flush()
-        tx.exec(load_file(tx.stage, tx.schema, path))
-        out.seek(0)
-        out.truncate()
-        return lines
+        d = cast("DuckDbDialect", tx.dialect)  # the dialects of this strategy load files
+        with _BlockFile(tx, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage:
+            for row in seen.watch(_keyed_lines(records, default_obs, kept, rejects)):
+                assert row is not None  # watch yields None only with ``divert``
+                stage.add(row[1])
+            stage.flush()
+            return stage.loaded
 
     def load_direct(
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime, *,
@@ -197,29 +174,26 @@ class FileLoad:
         repeat, or a false positive of :class:`SeenKeys`) goes to a second file loaded into staging,
         to be merged after the last record (:func:`~.loads.settle_direct`).
         """
-        d = tx.dialect
-        target = _BlockFile(tx, lambda path: d.load_file_target(  # type: ignore[attr-defined]
-            tx.table, tx.schema, path, synced_at=synced_at, run_id=tx.run_id))
-        try:
-            stage = _BlockFile(tx, lambda path: d.load_file(tx.stage, tx.schema, path))  # type: ignore[attr-defined]
-            try:
-                repeats: list[tuple[str, bytes, bool]] = []
-                lines = _keyed_lines(records, default_obs, None, rejects)
-                for row in SeenKeys().watch(lines, divert=repeats, divert_limit=_WRITE_ROWS):
-                    if row is None:  # the possible repeats: to the staging file
-                        self._stage_repeats(tx, stage, repeats)
-                        continue
-                    if row[2]:  # a claim on a stored row of an empty table
-                        raise tx.unverified(1)
+        d = cast("DuckDbDialect", tx.dialect)
+
+        def into_target(path: str) -> Statement:
+            return d.load_file_target(tx.table, tx.schema, path, synced_at=synced_at, run_id=tx.run_id)
+
+        with (_BlockFile(tx, into_target) as target,
+              _BlockFile(tx, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage):
+            repeats: list[tuple[str, bytes, bool]] = []
+            for row in SeenKeys().watch(_keyed_lines(records, default_obs, None, rejects), divert=repeats,
+                                        divert_limit=_WRITE_ROWS):
+                if row is None:  # the possible repeats: to the staging file
+                    self._stage_repeats(tx, stage, repeats)
+                elif row[2]:  # a claim on a stored row of an empty table
+                    raise tx.unverified(1)
+                else:
                     target.add(row[1])
-                target.flush()
-                self._stage_repeats(tx, stage, repeats)
-                stage.flush()
-                return target.loaded, stage.loaded
-            finally:
-                stage.close()
-        finally:
-            target.close()
+            target.flush()
+            self._stage_repeats(tx, stage, repeats)
+            stage.flush()
+            return target.loaded, stage.loaded
 
     @staticmethod
     def _stage_repeats(tx: RunTransaction, stage: _BlockFile, repeats: list[tuple[str, bytes, bool]]) -> None:

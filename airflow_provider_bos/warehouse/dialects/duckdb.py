@@ -110,32 +110,30 @@ class DuckDbDialect(WarehouseDialect):
 
     # --- the staged file ---------------------------------------------------------------------
 
-    def load_file(self, stage: str, schema: str | None, path: str) -> Statement:
-        """``INSERT`` every row of the NDJSON file at ``path`` (keys = :data:`STAGE_COLUMNS`) into ``stage``."""
-        cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
+    def _file_rows(self) -> str:
+        """``read_json`` of the NDJSON file bound as the next parameter (keys = :data:`STAGE_COLUMNS`)."""
         types = {**{c: _FILE_TYPES[r] for c, r in _STAGE_ROLES.items()}, "_bos_seq": "BIGINT"}
         spec = ", ".join(f"{self.quote(c)}: '{types[c]}'" for c in STAGE_COLUMNS)
         # maximum_object_size: one line is one record, up to the 64 MiB a record may be on the wire.
+        return (f"read_json({self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
+                "maximum_object_size = 67108864)")
+
+    def load_file(self, stage: str, schema: str | None, path: str) -> Statement:
+        """``INSERT`` every row of the NDJSON file at ``path`` into ``stage``."""
+        cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
         return Statement(
-            f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) SELECT {cols} FROM read_json("
-            f"{self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
-            "maximum_object_size = 67108864)",
-            (path,),
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) SELECT {cols} FROM {self._file_rows()}", (path,),
         )
 
     def load_file_target(self, target: str, schema: str | None, path: str, *, synced_at: datetime,
                          run_id: str) -> Statement:
         """``INSERT`` every row of the staged-format NDJSON file at ``path`` into the (empty, locked)
         ``target`` itself, with the run's ``_bos_synced_at`` and ``_bos_run_id`` (the direct load)."""
-        q = self.quote
-        types = {**{c: _FILE_TYPES[r] for c, r in _STAGE_ROLES.items()}, "_bos_seq": "BIGINT"}
-        spec = ", ".join(f"{q(c)}: '{types[c]}'" for c in STAGE_COLUMNS)
         values = ", ".join(self.bind_ts() if c == "_bos_synced_at" else self.bind_id() if c == "_bos_run_id"
-                           else q(c) for c in self.written_columns)
+                           else self.quote(c) for c in self.written_columns)
         return Statement(
             f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) SELECT {values} "
-            f"FROM read_json({self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
-            "maximum_object_size = 67108864)",
+            f"FROM {self._file_rows()}",
             (self.bind_timestamp(synced_at), run_id, path),
         )
 
