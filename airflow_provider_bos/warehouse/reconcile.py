@@ -109,17 +109,23 @@ def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: 
     After the merge every record_ref of the run is a row of the table, current unless it was a
     stale copy of a retired row; so with no stale record the run's distinct keys (inserted +
     updated + unchanged) are all current rows, and if the table has exactly that many, no other.
-    An unchanged re-run whose every record was a kept claim takes the number of current rows from
-    the table's state token (confirmed under the lock), without a query.
+    When the claims were kept, the table's state token (confirmed under the lock) holds the number
+    of current rows before the merge, and answers without a query: an unchanged re-run whose every
+    record was a claim is the whole table if that number is its keys' number; and since a merge
+    only adds current rows (it inserts or revives, never retires), fewer keys than that number
+    never are.
     """
     if counts.skipped_stale:
         return False
     keys = counts.inserted + counts.updated + counts.unchanged
-    if (kept is not None and kept.state_unchanged and tx.dialect.wire_state_counts_current
-            and not counts.inserted and not counts.updated and counts.unchanged == kept.rows):
+    if kept is not None and kept.state_unchanged and tx.dialect.wire_state_counts_current:
         state = kept.known.state
         if isinstance(state, tuple) and state:
-            return bool(state[-1] == keys)
+            before = int(state[-1])
+            if keys < before:
+                return False
+            if not counts.inserted and not counts.updated and counts.unchanged == kept.rows:
+                return before == keys
     return int(tx.exec(tx.dialect.count_current(tx.table, tx.schema)).scalar_one()) == keys
 
 
@@ -176,7 +182,9 @@ def _retire(
     if not count:
         return audit
     limit = options.max_retire_fraction
-    if limit is not None:
+    # The scope holds at least the rows to retire and the rows this run wrote (its own now): when
+    # even that many would keep within the limit, the exact count is not needed.
+    if limit is not None and count > limit * (count + counts.inserted + counts.updated):
         current = int(tx.exec(d.count_scope_rows(tx.table, life.audit_table, schema, scope=scope,
                                                  run_id=tx.run_id)).scalar_one())
         if count > limit * current:

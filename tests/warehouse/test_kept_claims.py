@@ -271,3 +271,34 @@ def test_a_full_rerun_with_few_claims_stages_them_and_retires_the_same(make_writ
     assert (counts.unchanged, counts.updated, counts.retired) == (3, 16, 1)
     assert claims_staged(seen) != []
     assert rows_by_ref(engine, writer.table)[day1[19]["record_ref"]]["_bos_deleted_at"] is not None
+
+
+@pytest.mark.parametrize("mode", ["full", "incremental"])
+def test_a_row_whose_entries_an_unchanged_claim_holds_is_superseded_by_it(make_writer, engine, unique_table,
+                                                                         mode) -> None:
+    """A row left current beside the merged record that also holds its entry (as a partial or an
+    incremental read can leave it) is superseded by that record when a complete re-run returns the
+    merged record unchanged (a kept claim, never staged) and not the row."""
+    from airflow_provider_bos.wire import ReconcileOptions
+
+    options = ReconcileOptions(sync_mode=mode)
+    kept_writer = make_writer(table=f"{unique_table}_k", audit_table=f"{unique_table}_kr")
+    staged_writer = make_writer(table=f"{unique_table}_s", audit_table=f"{unique_table}_sr")
+    merged = make_record("m:1-2")
+    merged["sources"] = [{**make_record(i)["sources"][0]} for i in (1, 2)]
+    day1 = [wire(make_record(i)) for i in range(1, 8)] + [wire(merged)]  # 1 and m:1-2 share an entry
+    for w in (kept_writer, staged_writer):
+        write(w, day1, reconcile=options)
+    known = kept_writer.known_wire_hashes()
+
+    def day2(matched: WireHashSet | None) -> list[Any]:
+        return [claim(r, matched) for r in day1 if r["record_ref"] != day1[0]["record_ref"]]
+
+    kept_counts = write(kept_writer, day2(known), known=known, reconcile=options)
+    staged_counts = write(staged_writer, day2(None), reconcile=options)
+
+    assert kept_counts == staged_counts
+    assert (kept_counts.superseded, kept_counts.retired, kept_counts.written) == (1, 0, 0)
+    for w in (kept_writer, staged_writer):
+        row = rows_by_ref(engine, w.table)[day1[0]["record_ref"]]
+        assert row["_bos_deleted_at"] is not None and row["_bos_superseded_by"] == "m:1-2"

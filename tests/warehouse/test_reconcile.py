@@ -251,3 +251,21 @@ def test_tables_made_before_the_lifecycle_columns_get_them_in_place(make_writer,
         assert f"Added the {column} column" in caplog.text
     assert (counts.superseded, counts.retired) == (2, 1)  # the old rows were adopted explicitly
     assert (reader.get_run(run.run_id)["retired"], reader.get_run(run.run_id)["superseded"]) == (1, 2)
+
+
+@pytest.mark.parametrize(("unchanged", "changed", "gone", "retired"), [
+    (6, 0, 4, 4),   # 40 %: retired, though the run itself wrote nothing of the scope
+    (4, 3, 3, 3),   # 30 %: retired
+    (4, 0, 6, 0),   # 60 %: withheld, though the 4 returned rows are no write of this run
+    (0, 5, 5, 5),   # exactly the fraction: retired
+])
+def test_the_guard_weighs_the_scope_rows_a_run_left_unchanged(make_writer, engine, unchanged, changed, gone,
+                                                              retired) -> None:
+    writer = make_writer()
+    write(writer, day1(), reconcile=FULL)
+    batch = [person(i) for i in range(1, unchanged + 1)]
+    batch += [person(i, T2, name="Changed") for i in range(unchanged + 1, unchanged + changed + 1)]
+    counts = write(writer, batch, reconcile=FULL)
+    assert (counts.unchanged, counts.updated) == (unchanged, changed)
+    assert (counts.retired, counts.retire_withheld) == (retired, 0 if retired else gone)
+    assert len(current(engine, writer.table)) == 10 - retired

@@ -194,14 +194,17 @@ class LifecycleSql:
 
     # --- supersede ----------------------------------------------------------------------------
 
-    def _rows_and_entries(self, where: str, target: str, schema: str | None) -> tuple[str, tuple[str, str, str]]:
-        """``FROM`` text of the current rows matching ``where`` (alias ``t`` inside), one row per
-        provenance entry (alias ``c`` for the row), and the entry's key expressions."""
+    def _rows_and_entries(self, where: str | None, target: str, schema: str | None,
+                          ) -> tuple[str, tuple[str, str, str]]:
+        """``FROM`` text of the current rows matching ``where`` (alias ``t`` inside; None: every
+        current row), one row per provenance entry (alias ``c`` for the row), and the entry's key
+        expressions."""
         q = self.quote
         join, key = self.provenance_rows("c")
+        condition = self._current("t") + ("" if where is None else f" AND {where}")
         rows = (
             f"(SELECT t.{q('record_ref')}, t.{q('sources')} FROM {self.table_ref(target, schema)} t "
-            f"WHERE {self._current('t')} AND {where}{self._fence()}) c"
+            f"WHERE {condition}{self._fence()}) c"
         )
         return f"{rows}{join}", key
 
@@ -234,14 +237,25 @@ class LifecycleSql:
     def collect_successors(
         self, successors: str, others: str, keys: RunKeys, target: str, schema: str | None,
     ) -> Statement:
-        """Into ``successors``: the entries of the result's rows that some row of ``others`` also has."""
-        ref = self.quote("record_ref")
-        source, key = self._rows_and_entries(self._returned(keys, schema), target, schema)
-        match = " AND ".join(f"o.{c} = {e}" for c, e in zip(PROVENANCE_KEY, key, strict=True))
+        """Into ``successors``: the entries of the result's rows that some row of ``others`` also has.
+
+        With the staged run keys the returned rows are picked before their entries are expanded.
+        With ``keys.missing`` (a re-run that kept most rows out of staging: the returned rows are
+        nearly all of them) every current row is expanded and the few unreturned ones are dropped
+        after the match with ``others``: testing all rows against the missing keys first would be
+        one look-up per row of the table.
+        """
+        ref, cols = self.quote("record_ref"), ", ".join(PROVENANCE_KEY)
+        picked = None if keys.missing else self._returned(keys, schema)
+        source, key = self._rows_and_entries(picked, target, schema)
+        entries = ", ".join(f"{e} AS {c}" for c, e in zip(PROVENANCE_KEY, key, strict=True))
+        where = f"EXISTS (SELECT 1 FROM {self.stage_ref(others, schema)} o WHERE {self._keys_equal('o', 'e')})"
+        if keys.missing:
+            where += f" AND {self._returned(keys, schema, 'e')}"
         return Statement(
-            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
-            f"SELECT c.{ref}, {', '.join(key)} FROM {source} "
-            f"WHERE EXISTS (SELECT 1 FROM {self.stage_ref(others, schema)} o WHERE {match})"
+            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) "
+            f"SELECT e.{ref}, {', '.join(f'e.{c}' for c in PROVENANCE_KEY)} "
+            f"FROM (SELECT c.{ref}, {entries} FROM {source}{self._fence()}) e WHERE {where}"
         )
 
     def pick_superseded(self, superseded: str, others: str, successors: str, schema: str | None) -> Statement:
