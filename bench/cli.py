@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ P2_MAX_MIB = 300.0
 P2_FULL_SIZE = 1_000_000
 P3_SPEEDUP = 3.0
 P3_DUCKDB_SPEEDUP = 2.0  # DuckDB's unchanged re-run against its first sync
+P3_CHURN_RATIO = 1.3  # a full re-run with 1 % changed and 1 % gone, against the unchanged re-run
 P4_MB_S = 200.0
 OTHER_VS_RAW = 0.5  # SQLite and MariaDB first syncs against their raw bulk baselines
 
@@ -140,12 +141,13 @@ class Bench:
         self.workdir = workdir
         self.rows: list[Row] = []
         self.server: ReferenceServerProcess | None = None
-        self.replay: ReplayProcess | None = None
-        self._primed: set[int] = set()
+        self.replays: dict[int, ReplayProcess] = {}  # by scenario day: one captured read each
+        self._primed: set[tuple[int, int]] = set()  # (records, day)
         self.token: str | None = None
         self.notes: list[str] = []
         self._tables: list[tuple[str, str]] = []  # (url, table) to drop at the end
         self._current_records: int | None = None
+        self._current_day = 1
 
     # -- infrastructure ------------------------------------------------------------------------
     def _live(self, params: ScenarioParams) -> str:
@@ -159,10 +161,14 @@ class Bench:
             self.token = mint_access_token(self.server.mcp_url)
         elif self._current_records != params.records:
             self.server.set_scenario(doc)
-            if self.replay is not None:
-                self.replay.reset()
+            self._current_day = 1
+            for replay in self.replays.values():
+                replay.reset()
             self._primed.clear()
         self._current_records = params.records
+        if self._current_day != params.day:
+            self.server.set_day(params.day)
+            self._current_day = params.day
         return self.server.mcp_url
 
     def _feed(self, params: ScenarioParams) -> str:
@@ -170,17 +176,19 @@ class Bench:
         live = self._live(params)
         if self.config.feed == "live":
             return live
-        if self.replay is None:
-            self.replay = ReplayProcess(live, self.workdir)
-            self.replay.start()
-        if params.records not in self._primed:
-            # Priming read (untimed): the replay feed captures the server's bytes for this scenario.
-            result = self._child("drain", {"mcp_url": self.replay.url, "style": self.config.style, "records": 0},
+        replay = self.replays.get(params.day)
+        if replay is None:
+            replay = self.replays[params.day] = ReplayProcess(live, self.workdir, f"replay-day{params.day}")
+            replay.start()
+        if (params.records, params.day) not in self._primed:
+            # Priming read (untimed): the replay feed captures the server's bytes for this scenario
+            # and day (the server serves that day now: see _live).
+            result = self._child("drain", {"mcp_url": replay.url, "style": self.config.style, "records": 0},
                                  env={"BENCH_BEARER_TOKEN": self.token or ""})
             if "error" in result:
                 raise RuntimeError(f"priming the replay feed failed: {result['error']}")
-            self._primed.add(params.records)
-        return self.replay.url
+            self._primed.add((params.records, params.day))
+        return replay.url
 
     def _table(self, url: str, role: str) -> str:
         name = f"bench_{role}_{secrets.token_hex(4)}"
@@ -210,8 +218,8 @@ class Bench:
         try:
             self.drop_tables()
         finally:
-            if self.replay is not None:
-                self.replay.stop()
+            for replay in self.replays.values():
+                replay.stop()
             if self.server is not None:
                 self.server.stop()
 
@@ -243,14 +251,16 @@ class Bench:
                                          "scenario": self.config.params(records).as_dict()})
         return result.get("error")
 
-    def sync(self, dialect: str, records: int, table: str, audit: str, label: str, *, stream: bool = True) -> Row:
-        """One sync in a child process; ``stream=False``: no opt-in, one application/json answer (read live)."""
+    def sync(self, dialect: str, records: int, table: str, audit: str, label: str, *, stream: bool = True,
+             day: int = 1) -> Row:
+        """One sync in a child process; ``stream=False``: no opt-in, one application/json answer (read live);
+        ``day``: the scenario's day read (2: 1 % of the people gone, 1 % changed)."""
         row = Row("-", label, dialect)
-        params = self.config.params(records)
+        params = replace(self.config.params(records), day=day)
         feed = self._feed_for(row, params)
         if feed is None:
             return row
-        misses = self._replay_misses()
+        misses = self._replay_misses(day)
         spec = {"mcp_url": feed, "url": self.config.urls[dialect], "table": table, "audit_table": audit,
                 "style": self.config.style, "stream": stream}
         if self.config.profile is not None:
@@ -258,7 +268,7 @@ class Bench:
             spec["profile"] = str(self.config.profile / f"{slug}-{dialect}-{records}-{secrets.token_hex(2)}")
         result = self._child("sync", spec, env={"BENCH_BEARER_TOKEN": self.token or ""})
         self._fill(row, result, bytes_key="wire_bytes", expect=final_record_count(params))
-        if misses is not None and self._replay_misses() != misses:
+        if misses is not None and self._replay_misses(day) != misses:
             row.note = (row.note + "; " if row.note else "") + (
                 "replay MISS: this timed run included a live read (its request differs from the priming read)")
         return row
@@ -291,11 +301,12 @@ class Bench:
                 f"only {result.get('known_records')} of {result.get('records')} records came through known")
         return row
 
-    def _replay_misses(self) -> int | None:
-        if self.replay is None or self.config.feed != "replay":
+    def _replay_misses(self, day: int = 1) -> int | None:
+        replay = self.replays.get(day)
+        if replay is None or self.config.feed != "replay":
             return None
         try:
-            return int(self.replay.stats()["misses"])
+            return int(replay.stats()["misses"])
         except Exception:  # a dead replay process shows up as the sync's own error
             return -1
 
@@ -443,7 +454,11 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
     merges: list[Row] = []
     firsts: list[Row] = []
     seconds: list[Row] = []
+    churns: list[Row] = []
     others: list[Row] = []
+    # A full read retires what it no longer returns: then the re-run of the next day (1 % changed,
+    # 1 % gone) is timed too, on the same table, against the unchanged re-run.
+    churn = "P3" in want and os.environ.get("BENCH_SYNC_MODE") == "full" and config.params(config.records).churn
     for _ in range(config.repeat):
         if baselines:
             raws.append(bench.baseline(dialect, "raw", config.records))
@@ -457,6 +472,9 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
                 firsts.append(bench.sync(dialect, config.records, table, audit, "sync: first run (empty table)"))
                 if "P3" in want:
                     seconds.append(bench.sync(dialect, config.records, table, audit, "sync: re-run, unchanged data"))
+                    if churn:
+                        churns.append(bench.sync(dialect, config.records, table, audit,
+                                                 "sync: full re-run, next day: 1% changed + 1% gone", day=2))
             finally:
                 bench.drop_tables()
         if into_other:
@@ -477,6 +495,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
     merge = _median(merges) if merges else None
     first = _median(firsts) if firsts else None
     second = _median(seconds) if seconds else None
+    churned = _median(churns) if churns else None
     other = _median(others) if others else None
     rows += [r for r in (raw, naive, merge) if r is not None]
     if _ok(raw) and _ok(naive):
@@ -484,7 +503,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
     for ceiling in ceilings if is_pg else []:
         if _ok(ceiling) and _ok(raw):  # the most any client can reach from that feed, vs COPY
             ceiling.vs_copy = ceiling.rate / raw.rate
-    rows += [r for r in (first, second, other) if r is not None]
+    rows += [r for r in (first, second, churned, other) if r is not None]
     _floor_notes(ceilings, raw, first, second, dialect)
     inserted_all = False
     if _ok(first):
@@ -552,7 +571,36 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
             second.target = "P3"
             _judge(second, [first, second], correct=rewritten == 0 and claimed,
                    fast=speedup is not None and speedup >= goal, quick=config.quick)
+    if churned is not None:
+        _judge_churn(config, churned, second, churns, seconds, is_pg=is_pg)
     return first
+
+
+def _judge_churn(config: Config, churned: Row, second: Row | None, churns: list[Row], seconds: list[Row], *,
+                 is_pg: bool) -> None:
+    """The next day's full re-run: exactly its 1 % updated and its 1 % retired, nothing else written,
+    in at most P3_CHURN_RATIO times the unchanged re-run."""
+    params = config.params(config.records)
+    expected = params.churn * params.sources
+    churned.goal = f"<={P3_CHURN_RATIO}x the unchanged re-run, {expected} updated + {expected} retired"
+    correct, ratio = False, None
+    if _ok(churned):
+        counts = churned.raw["counts"]
+        got = (counts.get("inserted"), counts.get("updated"), counts.get("retired"), counts.get("superseded"))
+        correct = got == (0, expected, expected, 0)
+        if not correct:
+            _add_note(churned, "inserted, updated, retired, superseded = " + ", ".join(map(str, got)))
+        if _ok(second):
+            ratio = churned.seconds / second.seconds
+            rounds = ""
+            if len(churns) == len(seconds) > 1 and all(_ok(r) for r in churns + seconds):
+                per = [a.seconds / b.seconds for a, b in zip(churns, seconds, strict=True)]
+                rounds = f" (rounds {min(per):.2f}-{max(per):.2f}x)"
+            churned.check = f"{ratio:.2f}x the unchanged re-run{rounds}"
+    if is_pg:  # the lifecycle's bench row is PostgreSQL's; other dialects report it
+        churned.target = "P3"
+        _judge(churned, [second, churned], correct=correct, fast=ratio is not None and ratio <= P3_CHURN_RATIO,
+               quick=config.quick)
 
 
 def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second: Row | None, dialect: str) -> None:

@@ -45,13 +45,22 @@ class ScenarioParams:
     seed: int = 0
     revision: int = 0
     page_size: int = 100
+    #: The day read: 1, or 2 (every source loses 1 % of its people and 1 % change; see ``scenario``).
+    day: int = 1
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    @property
+    def churn(self) -> int:
+        """How many of each source's people day 2 loses, and how many it changes (1 %)."""
+        return self.records // max(self.sources, 1) // 100
+
 
 def scenario(params: ScenarioParams) -> Scenario:
-    return large_scenario(
+    """The bench scenario; with a day 2 (1 % of each source's people gone, 1 % changed) when it has
+    people to spare. Day 1's bytes are the same either way: days only change later days."""
+    base = large_scenario(
         params.records,
         sources=params.sources,
         shared_people=params.shared_people,
@@ -59,12 +68,16 @@ def scenario(params: ScenarioParams) -> Scenario:
         revision=params.revision,
         page_size=params.page_size,
     )
+    if not params.churn:
+        return base
+    each = [{"source": s.source_identity, "count": params.churn} for s in base.sources if s.records]
+    return Scenario.model_validate({**base.model_dump(), "days": [{"day": 2, "leave": each, "change": each}]})
 
 
 def iter_final_records(params: ScenarioParams) -> Iterator[dict[str, Any]]:
     """The authoritative final records of the scenario, as the server sends them."""
     sc = scenario(params)
-    read = plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={})
+    read = plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={}, day=params.day)
     return read.iter_final_records()
 
 
@@ -119,4 +132,5 @@ def build_rows(params: ScenarioParams, *, python_json: bool = False) -> Baseline
 def final_record_count(params: ScenarioParams) -> int:
     """How many records the final result holds (``records`` unless people are shared)."""
     sc = scenario(params)
-    return plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={}).final_record_count
+    return plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={},
+                     day=params.day).final_record_count

@@ -113,6 +113,12 @@ class ReferenceServerProcess(_LoopbackService):
     def mcp_url(self) -> str:
         return self.url
 
+    def set_day(self, day: int) -> None:
+        """Serve ``day`` of the scenario from now on (admin route; loopback test server only)."""
+        response = httpx.post(f"{self.base_url}/_bos/admin/day", json={"day": day}, timeout=60)
+        if response.status_code != 200:
+            raise RuntimeError(f"day switch failed: HTTP {response.status_code} {response.text[:200]}")
+
     def set_scenario(self, scenario_json: str) -> None:
         """Switch the server's scenario (admin route; loopback test server only)."""
         response = httpx.post(f"{self.base_url}/_bos/admin/scenario", content=scenario_json,
@@ -127,10 +133,10 @@ class ReplayProcess(_LoopbackService):
     marker = "REPLAY URL "
     health_path = "/_bench/stats"
 
-    def __init__(self, upstream_mcp_url: str, workdir: Path) -> None:
-        cache = workdir / "replay-cache"
+    def __init__(self, upstream_mcp_url: str, workdir: Path, name: str = "replay") -> None:
+        cache = workdir / f"{name}-cache"
         super().__init__(["-m", "bench.replay", "--upstream", upstream_mcp_url, "--cache-dir", str(cache)],
-                         workdir / "replay.log")
+                         workdir / f"{name}.log")
 
     def reset(self) -> None:
         httpx.post(f"{self.base_url}/_bench/reset", timeout=60).raise_for_status()
