@@ -4,9 +4,14 @@ A :class:`~.loads.LoadStrategy` for databases whose fast path is a file, not a s
 Each record becomes one JSON line keyed by the staging columns (:data:`~.dialects.STAGE_COLUMNS`),
 assembled from the canonical JSON the encoders already made (no second serialisation, no
 escaping: JSON text is its own quoting). Every :data:`FILE_BLOCK_ROWS` lines the file is loaded
-into the run's staging table (the dialect's ``load_file``) and emptied, so the file and this
-process's memory stay bounded whatever the result's size. The file lives in the system's
-temporary directory and is removed when the load ends, however it ends.
+into the run's staging table (the dialect's ``load_file``), so the files and this process's memory
+stay bounded whatever the result's size. The files live in the system's temporary directory and
+are removed when the load ends, however it ends.
+
+The database runs in this process: a block is loaded by a thread of its own (:class:`_Loader`)
+while the next block is written to a second file, so the read's Python work and the database's
+load (which releases the GIL) overlap on two cores instead of taking turns. Loads run one at a
+time, in order, and the caller's thread does not use the connection until they are all done.
 
 Known records: a claim kept out of staging (``kept``) writes nothing; any other claim is a line
 of its key, wire hash and position only (a known row, see :data:`~.dialects.STAGE_COLUMNS`).
@@ -17,6 +22,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -97,26 +103,69 @@ def _keyed_lines(
         yield ref, _line(parts, stamp, record_hash, getattr(record, "wire_hash", None), seq), False
 
 
-class _BlockFile:
-    """A temporary NDJSON file whose lines ``load(path)`` loads every :data:`FILE_BLOCK_ROWS`
-    lines (and at :meth:`flush`), emptying it each time; removed when the ``with`` block ends."""
+class _Loader:
+    """Runs a load's statements on the run's connection in one thread of its own, in order.
 
-    def __init__(self, tx: RunTransaction, load: Callable[[str], Statement]) -> None:
-        self._tx, self._load = tx, load
-        fd, self.path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
-        self._out = os.fdopen(fd, "wb")
+    The caller hands statements over with :meth:`submit` and goes on; :meth:`drain` waits for all of
+    them and raises the first failure. Leaving the ``with`` block waits for a load still running
+    and drops those not started (the caller may roll back only when the connection is idle again).
+    """
+
+    def __init__(self, tx: RunTransaction) -> None:
+        self._tx = tx
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-file-load")
+        self._submitted: list[Future[Any]] = []
+
+    def __enter__(self) -> _Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, statement: Statement) -> Future[Any]:
+        future = self._pool.submit(self._tx.exec, statement)
+        self._submitted.append(future)
+        return future
+
+    def drain(self) -> None:
+        for future in self._submitted:
+            future.result()
+        self._submitted.clear()
+
+
+class _BlockFile:
+    """Two temporary NDJSON files taking turns: every :data:`FILE_BLOCK_ROWS` lines (and at
+    :meth:`flush`) the file written so far is handed to the :class:`_Loader` as ``load(path)`` and
+    the lines go on into the other one, emptied once its own load is done; removed when the
+    ``with`` block ends."""
+
+    def __init__(self, loader: _Loader, load: Callable[[str], Statement]) -> None:
+        self._loader, self._load = loader, load
+        self.paths: list[str] = []
+        self._files = []
+        for _ in range(2):
+            fd, path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
+            self.paths.append(path)
+            self._files.append(os.fdopen(fd, "wb"))
+        self._loads: list[Future[Any] | None] = [None, None]  # each file's load in flight
+        self._current = 0
         self._chunk: list[bytes] = []
-        self._pending = 0  # lines written to the file, not loaded yet
-        self.loaded = 0
+        self._pending = 0  # lines written to the current file, not handed over yet
+        self.loaded = 0  # lines handed over to be loaded
 
     def __enter__(self) -> _BlockFile:
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self._out.close()
+            # A file is removed only when no load reads it (after a failure, one not started is dropped).
+            pending = [f for f in self._loads if f is not None and not f.cancel()]
+            wait(pending)
+            for out in self._files:
+                out.close()
         finally:
-            os.unlink(self.path)
+            for path in self.paths:
+                os.unlink(path)
 
     def add(self, line: bytes) -> None:
         chunk = self._chunk
@@ -127,22 +176,29 @@ class _BlockFile:
                 self.flush()
 
     def _write(self) -> None:
-        self._out.write(b"".join(self._chunk))
+        self._files[self._current].write(b"".join(self._chunk))
         self._pending += len(self._chunk)
         self._chunk.clear()
 
     def flush(self) -> None:
-        """Load every line added so far and empty the file."""
+        """Hand every line added so far to the loader; the next lines go to the other file."""
         if self._chunk:
             self._write()
         if not self._pending:
             return
-        self._out.flush()
-        self._tx.exec(self._load(self.path))
-        self._out.seek(0)
-        self._out.truncate()
+        current = self._current
+        self._files[current].flush()
+        self._loads[current] = self._loader.submit(self._load(self.paths[current]))
         self.loaded += self._pending
         self._pending = 0
+        self._current = other = 1 - current
+        # The other file's last load must be done before it is emptied and written again.
+        previous = self._loads[other]
+        if previous is not None:
+            previous.result()
+            self._loads[other] = None
+        self._files[other].seek(0)
+        self._files[other].truncate()
 
 
 class FileLoad:
@@ -156,11 +212,12 @@ class FileLoad:
         seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None,
     ) -> int:
         d = cast("DuckDbDialect", tx.dialect)  # the dialects of this strategy load files
-        with _BlockFile(tx, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage:
+        with _Loader(tx) as loader, _BlockFile(loader, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage:
             for row in seen.watch(_keyed_lines(records, default_obs, kept, rejects)):
                 assert row is not None  # watch yields None only with ``divert``
                 stage.add(row[1])
             stage.flush()
+            loader.drain()
             return stage.loaded
 
     def load_direct(
@@ -179,8 +236,8 @@ class FileLoad:
         def into_target(path: str) -> Statement:
             return d.load_file_target(tx.table, tx.schema, path, synced_at=synced_at, run_id=tx.run_id)
 
-        with (_BlockFile(tx, into_target) as target,
-              _BlockFile(tx, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage):
+        with (_Loader(tx) as loader, _BlockFile(loader, into_target) as target,
+              _BlockFile(loader, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage):
             repeats: list[tuple[str, bytes, bool]] = []
             for row in SeenKeys().watch(_keyed_lines(records, default_obs, None, rejects), divert=repeats,
                                         divert_limit=_WRITE_ROWS):
@@ -193,6 +250,7 @@ class FileLoad:
             target.flush()
             self._stage_repeats(tx, stage, repeats)
             stage.flush()
+            loader.drain()
             return target.loaded, stage.loaded
 
     @staticmethod

@@ -97,6 +97,60 @@ def test_an_empty_table_is_loaded_from_the_file_straight_into_the_table(writer, 
     assert len(rows) == 25 and repr("later copy") in rows[repr(make_record(3)["record_ref"])]
 
 
+@pytest.mark.parametrize("seeded", [False, True], ids=["direct", "staged"])
+def test_the_next_block_is_read_while_the_last_one_loads(writer, engine, monkeypatch, seeded):
+    """DuckDB runs in the task's process: a block of the file is loaded while the records of the
+    next one are still being read and encoded, so the two use both cores instead of taking turns."""
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
+    if seeded:
+        write(writer, [make_record(1000)])
+    reached = threading.Event()
+    overlapped: list[bool] = []
+
+    def first_load_waits_for_the_reader(conn, cursor, statement, *args):
+        if "read_json" in statement and not overlapped:
+            # If loads ran in the reader's thread, record 15 could never come while this one runs.
+            overlapped.append(reached.wait(timeout=60))
+
+    def records():
+        for i in range(25):
+            if i == 15:
+                reached.set()
+            yield make_record(i)
+
+    sa.event.listen(engine, "before_cursor_execute", first_load_waits_for_the_reader)
+    try:
+        counts = write(writer, records())
+    finally:
+        sa.event.remove(engine, "before_cursor_execute", first_load_waits_for_the_reader)
+    assert overlapped == [True]
+    assert counts == UpsertCounts(inserted=25)
+    assert len(dump(engine, writer.table)) == 25 + seeded
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["direct", "staged"])
+def test_a_read_failing_while_a_block_loads_leaves_nothing_behind(writer, engine, monkeypatch, seeded):
+    """The read fails after two blocks were handed to the loading thread: the run waits for the load,
+    rolls everything back and removes its files."""
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
+    writer.ensure_tables()
+    if seeded:
+        write(writer, [make_record(1000)])
+    before = dump(engine, writer.table)
+    staged_before = set(Path(tempfile.gettempdir()).glob("bos-stage-*"))
+
+    def records():
+        for i in range(25):
+            yield make_record(i)
+        raise BosWarehouseError("the stream broke")
+
+    with pytest.raises(BosWarehouseError, match="the stream broke"):
+        write(writer, records())
+    assert dump(engine, writer.table) == before
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage-*")) == staged_before
+    assert not [t for t in threading.enumerate() if t.name.startswith("bos-file-load")]
+
+
 def test_json_and_timestamps_are_duckdb_types(writer, engine):
     write(writer, [make_record(1, T2, attributes={"dept": "eng", "tags": ["a", "é"], "n": 1.5})])
     with engine.connect() as conn:
