@@ -408,6 +408,15 @@ def _ratio_range(numerators: list[Row], denominators: list[Row]) -> str:
     return f" (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
 
 
+def _time_ratio_range(numerators: list[Row], denominators: list[Row]) -> str:
+    """Per-round time ratios (interleaved rounds pair up), as `` (rounds min-max)``; "" unless every
+    round of both measured."""
+    if not len(numerators) == len(denominators) > 1 or not all(_ok(r) for r in numerators + denominators):
+        return ""
+    ratios = [a.seconds / b.seconds for a, b in zip(numerators, denominators, strict=True)]
+    return f" (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
+
+
 def _add_note(row: Row, note: str) -> None:
     row.note = f"{row.note}; {note}" if row.note else note
 
@@ -560,10 +569,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
                       + ("" if claimed else " (the re-run did not take the claims path for every record)"))
             if _ok(first):
                 speedup = first.seconds / second.seconds
-            rounds = ""
-            if len(firsts) == len(seconds) > 1 and all(_ok(r) for r in firsts + seconds):
-                ratios = [a.seconds / b.seconds for a, b in zip(firsts, seconds, strict=True)]
-                rounds = f" (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
+            rounds = _time_ratio_range(firsts, seconds)
             second.check = (f"{speedup:.2f}x faster{rounds}, " if speedup else "") + f"{rewritten} rewritten"
             if _ok(raw):
                 second.vs_copy = second.rate / raw.rate
@@ -592,11 +598,7 @@ def _judge_churn(config: Config, churned: Row, second: Row | None, churns: list[
             _add_note(churned, "inserted, updated, retired, superseded = " + ", ".join(map(str, got)))
         if _ok(second):
             ratio = churned.seconds / second.seconds
-            rounds = ""
-            if len(churns) == len(seconds) > 1 and all(_ok(r) for r in churns + seconds):
-                per = [a.seconds / b.seconds for a, b in zip(churns, seconds, strict=True)]
-                rounds = f" (rounds {min(per):.2f}-{max(per):.2f}x)"
-            churned.check = f"{ratio:.2f}x the unchanged re-run{rounds}"
+            churned.check = f"{ratio:.2f}x the unchanged re-run{_time_ratio_range(churns, seconds)}"
     if is_pg:  # the lifecycle's bench row is PostgreSQL's; other dialects report it
         churned.target = "P3"
         _judge(churned, [second, churned], correct=correct, fast=ratio is not None and ratio <= P3_CHURN_RATIO,
