@@ -60,7 +60,9 @@ def run(sizes: list[int]) -> Iterator[tuple[int, str, int, Counter[str], float]]
     with fakesnow.server() as kw:
         url = (f"snowflake://{kw['user']}:{kw['password']}@{kw['account']}/bench/public"
                f"?host={kw['host']}&port={kw['port']}&protocol={kw['protocol']}")
-        engine = sa.create_engine(url)
+        # A long INSERT under load must not time out: the connector would retry it with the same
+        # request id, which Snowflake answers once but fakesnow runs again.
+        engine = sa.create_engine(url, connect_args={"network_timeout": 3600, "socket_timeout": 3600})
         for n in sizes:
             table = f"bench_{uuid.uuid4().hex[:8]}"
             writer = WarehouseWriter(engine, table=table, audit_table=f"{table}_runs")
