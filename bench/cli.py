@@ -399,21 +399,14 @@ def _note_cpu_split(row: Row, result: dict[str, Any]) -> None:
         _add_note(row, "; ".join(parts))
 
 
-def _ratio_range(numerators: list[Row], denominators: list[Row]) -> str:
-    """Per-round records/s ratios (interleaved rounds pair up), as ``min-max``; "" if any is missing."""
-    pairs = [(n.rate, d.rate) for n, d in zip(numerators, denominators, strict=False) if _ok(n) and _ok(d)]
+def _ratio_range(numerators: list[Row], denominators: list[Row], *, seconds: bool = False) -> str:
+    """Per-round ratios (interleaved rounds pair up) of records/s, or of ``seconds``, as
+    `` (rounds min-max)``; "" if any is missing."""
+    pairs = [(n.seconds, d.seconds) if seconds else (n.rate, d.rate)
+             for n, d in zip(numerators, denominators, strict=False) if _ok(n) and _ok(d)]
     if not pairs or len(pairs) != len(numerators) or len(pairs) < 2:
         return ""
     ratios = [a / b for a, b in pairs if a and b]
-    return f" (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
-
-
-def _time_ratio_range(numerators: list[Row], denominators: list[Row]) -> str:
-    """Per-round time ratios (interleaved rounds pair up), as `` (rounds min-max)``; "" unless every
-    round of both measured."""
-    if not len(numerators) == len(denominators) > 1 or not all(_ok(r) for r in numerators + denominators):
-        return ""
-    ratios = [a.seconds / b.seconds for a, b in zip(numerators, denominators, strict=True)]
     return f" (rounds {min(ratios):.2f}-{max(ratios):.2f}x)"
 
 
@@ -569,7 +562,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
                       + ("" if claimed else " (the re-run did not take the claims path for every record)"))
             if _ok(first):
                 speedup = first.seconds / second.seconds
-            rounds = _time_ratio_range(firsts, seconds)
+            rounds = _ratio_range(firsts, seconds, seconds=True)
             second.check = (f"{speedup:.2f}x faster{rounds}, " if speedup else "") + f"{rewritten} rewritten"
             if _ok(raw):
                 second.vs_copy = second.rate / raw.rate
@@ -598,7 +591,7 @@ def _judge_churn(config: Config, churned: Row, second: Row | None, churns: list[
             _add_note(churned, "inserted, updated, retired, superseded = " + ", ".join(map(str, got)))
         if _ok(second):
             ratio = churned.seconds / second.seconds
-            churned.check = f"{ratio:.2f}x the unchanged re-run{_time_ratio_range(churns, seconds)}"
+            churned.check = f"{ratio:.2f}x the unchanged re-run{_ratio_range(churns, seconds, seconds=True)}"
     if is_pg:  # the lifecycle's bench row is PostgreSQL's; other dialects report it
         churned.target = "P3"
         _judge(churned, [second, churned], correct=correct, fast=ratio is not None and ratio <= P3_CHURN_RATIO,

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_bos.testing.federation import plan_read
+from airflow_provider_bos.testing.federation import PlannedRead, plan_read
 from airflow_provider_bos.testing.scenario import Scenario, large_scenario
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, RECORD_JSON_COLUMNS
 
@@ -74,11 +74,15 @@ def scenario(params: ScenarioParams) -> Scenario:
     return Scenario.model_validate({**base.model_dump(), "days": [{"day": 2, "leave": each, "change": each}]})
 
 
+def _read(params: ScenarioParams) -> PlannedRead:
+    """The bench's federated read of the scenario on ``params.day``, planned as the server plans it."""
+    sc = scenario(params)
+    return plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={}, day=params.day)
+
+
 def iter_final_records(params: ScenarioParams) -> Iterator[dict[str, Any]]:
     """The authoritative final records of the scenario, as the server sends them."""
-    sc = scenario(params)
-    read = plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={}, day=params.day)
-    return read.iter_final_records()
+    return _read(params).iter_final_records()
 
 
 def _canonical(value: Any) -> str:
@@ -131,6 +135,4 @@ def build_rows(params: ScenarioParams, *, python_json: bool = False) -> Baseline
 
 def final_record_count(params: ScenarioParams) -> int:
     """How many records the final result holds (``records`` unless people are shared)."""
-    sc = scenario(params)
-    return plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={},
-                     day=params.day).final_record_count
+    return _read(params).final_record_count
