@@ -135,11 +135,11 @@ class _Loader:
 
 class _BlockFile:
     """Two temporary NDJSON files taking turns: every :data:`FILE_BLOCK_ROWS` lines (and at
-    :meth:`flush`) the file written so far is handed to the :class:`_Loader` as ``load(path)`` and
-    the lines go on into the other one, emptied once its own load is done; removed when the
-    ``with`` block ends."""
+    :meth:`flush`) the file written so far is handed to the :class:`_Loader` as
+    ``load(path, longest_line)`` and the lines go on into the other one, emptied once its own load
+    is done; removed when the ``with`` block ends."""
 
-    def __init__(self, loader: _Loader, load: Callable[[str], Statement]) -> None:
+    def __init__(self, loader: _Loader, load: Callable[[str, int], Statement]) -> None:
         self._loader, self._load = loader, load
         self.paths: list[str] = []
         self._files = []
@@ -151,6 +151,7 @@ class _BlockFile:
         self._current = 0
         self._chunk: list[bytes] = []
         self._pending = 0  # lines written to the current file, not handed over yet
+        self._longest = 0  # bytes of the current file's longest line
         self.loaded = 0  # lines handed over to be loaded
 
     def __enter__(self) -> _BlockFile:
@@ -176,6 +177,7 @@ class _BlockFile:
                 self.flush()
 
     def _write(self) -> None:
+        self._longest = max(self._longest, *map(len, self._chunk))
         self._files[self._current].write(b"".join(self._chunk))
         self._pending += len(self._chunk)
         self._chunk.clear()
@@ -188,9 +190,9 @@ class _BlockFile:
             return
         current = self._current
         self._files[current].flush()
-        self._loads[current] = self._loader.submit(self._load(self.paths[current]))
+        self._loads[current] = self._loader.submit(self._load(self.paths[current], self._longest))
         self.loaded += self._pending
-        self._pending = 0
+        self._pending = self._longest = 0
         self._current = other = 1 - current
         # The other file's last load must be done before it is emptied and written again.
         previous = self._loads[other]
@@ -199,6 +201,12 @@ class _BlockFile:
             self._loads[other] = None
         self._files[other].seek(0)
         self._files[other].truncate()
+
+
+def _into_stage(tx: RunTransaction) -> Callable[[str, int], Statement]:
+    """``load(path, longest_line)`` of a block file into the run's staging table."""
+    d = cast("DuckDbDialect", tx.dialect)  # the dialects of this strategy load files
+    return lambda path, longest_line: d.load_file(tx.stage, tx.schema, path, longest_line=longest_line)
 
 
 class FileLoad:
@@ -211,8 +219,7 @@ class FileLoad:
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
         seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None,
     ) -> int:
-        d = cast("DuckDbDialect", tx.dialect)  # the dialects of this strategy load files
-        with _Loader(tx) as loader, _BlockFile(loader, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage:
+        with _Loader(tx) as loader, _BlockFile(loader, _into_stage(tx)) as stage:
             for row in seen.watch(_keyed_lines(records, default_obs, kept, rejects)):
                 assert row is not None  # watch yields None only with ``divert``
                 stage.add(row[1])
@@ -233,11 +240,12 @@ class FileLoad:
         """
         d = cast("DuckDbDialect", tx.dialect)
 
-        def into_target(path: str) -> Statement:
-            return d.load_file_target(tx.table, tx.schema, path, synced_at=synced_at, run_id=tx.run_id)
+        def into_target(path: str, longest_line: int) -> Statement:
+            return d.load_file_target(tx.table, tx.schema, path, longest_line=longest_line, synced_at=synced_at,
+                                      run_id=tx.run_id)
 
         with (_Loader(tx) as loader, _BlockFile(loader, into_target) as target,
-              _BlockFile(loader, lambda path: d.load_file(tx.stage, tx.schema, path)) as stage):
+              _BlockFile(loader, _into_stage(tx)) as stage):
             repeats: list[tuple[str, bytes, bool]] = []
             for row in SeenKeys().watch(_keyed_lines(records, default_obs, None, rejects), divert=repeats,
                                         divert_limit=_WRITE_ROWS):

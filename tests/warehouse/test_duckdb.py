@@ -151,6 +151,36 @@ def test_a_read_failing_while_a_block_loads_leaves_nothing_behind(writer, engine
     assert not [t for t in threading.enumerate() if t.name.startswith("bos-file-load")]
 
 
+@pytest.mark.parametrize("seeded", [False, True], ids=["direct", "staged"])
+def test_a_database_under_a_small_memory_limit_is_written(db_path, seeded):
+    """``read_json`` holds a buffer of twice ``maximum_object_size`` per thread, inside DuckDB's
+    ``memory_limit``: the writer asks for no more than the block's longest line needs, so a worker
+    that caps DuckDB at 128 MB can still sync."""
+    engine = sa.create_engine(f"duckdb:///{db_path}", connect_args={"config": {"memory_limit": "128MB"}})
+    writer = WarehouseWriter(engine, table="people", audit_table="people_runs")
+    if seeded:
+        write(writer, [make_record(1000)])
+    counts = write(writer, [make_record(i) for i in range(30)])
+    assert counts == UpsertCounts(inserted=30)
+    assert len(dump(engine, writer.table)) == 30 + seeded
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["direct", "staged"])
+def test_a_record_longer_than_duckdbs_default_object_size_is_loaded(writer, engine, seeded):
+    """DuckDB's ``read_json`` refuses a line over 16 MiB unless told more: a block holding such a
+    record asks for its length."""
+    if seeded:
+        write(writer, [make_record(1000)])
+    note = "x" * (20 * 1024 * 1024)
+    counts = write(writer, [make_record(1), make_record(2, attributes={"note": note}), make_record(3)])
+    assert counts == UpsertCounts(inserted=3)
+    with engine.connect() as conn:
+        length = conn.exec_driver_sql(
+            f"SELECT length(attributes->>'$.note') FROM {writer.table} WHERE record_ref = ?",
+            (make_record(2)["record_ref"],)).scalar_one()
+    assert length == len(note)
+
+
 def test_json_and_timestamps_are_duckdb_types(writer, engine):
     write(writer, [make_record(1, T2, attributes={"dept": "eng", "tags": ["a", "é"], "n": 1.5})])
     with engine.connect() as conn:

@@ -33,6 +33,8 @@ __all__ = ["DuckDbDialect", "wait_for_file_lock"]
 
 log = logging.getLogger(__name__)
 
+#: DuckDB's own default ``maximum_object_size`` for ``read_json`` (16 MiB): the least it reads with.
+READ_JSON_OBJECT_SIZE = 16 * 1024 * 1024
 # How often a process waiting for another's file lock tries again.
 _LOCK_RETRY_S = 0.2
 # The DuckDB types of the staged file's columns, by staging role.
@@ -110,30 +112,34 @@ class DuckDbDialect(WarehouseDialect):
 
     # --- the staged file ---------------------------------------------------------------------
 
-    def _file_rows(self) -> str:
-        """``read_json`` of the NDJSON file bound as the next parameter (keys = :data:`STAGE_COLUMNS`)."""
+    def _file_rows(self, longest_line: int) -> str:
+        """``read_json`` of the NDJSON file bound as the next parameter (keys = :data:`STAGE_COLUMNS`),
+        whose longest line is ``longest_line`` bytes."""
         types = {**{c: _FILE_TYPES[r] for c, r in _STAGE_ROLES.items()}, "_bos_seq": "BIGINT"}
         spec = ", ".join(f"{self.quote(c)}: '{types[c]}'" for c in STAGE_COLUMNS)
-        # maximum_object_size: one line is one record, up to the 64 MiB a record may be on the wire.
+        # One line is one record. read_json holds a buffer of twice this size per thread, inside the
+        # database's memory_limit: ask for more than DuckDB's default only when a line needs it.
+        object_size = max(int(longest_line) + 1, READ_JSON_OBJECT_SIZE)
         return (f"read_json({self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
-                "maximum_object_size = 67108864)")
+                f"maximum_object_size = {object_size})")
 
-    def load_file(self, stage: str, schema: str | None, path: str) -> Statement:
+    def load_file(self, stage: str, schema: str | None, path: str, *, longest_line: int) -> Statement:
         """``INSERT`` every row of the NDJSON file at ``path`` into ``stage``."""
         cols = ", ".join(self.quote(c) for c in STAGE_COLUMNS)
         return Statement(
-            f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) SELECT {cols} FROM {self._file_rows()}", (path,),
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({cols}) SELECT {cols} FROM {self._file_rows(longest_line)}",
+            (path,),
         )
 
-    def load_file_target(self, target: str, schema: str | None, path: str, *, synced_at: datetime,
-                         run_id: str) -> Statement:
+    def load_file_target(self, target: str, schema: str | None, path: str, *, longest_line: int,
+                         synced_at: datetime, run_id: str) -> Statement:
         """``INSERT`` every row of the staged-format NDJSON file at ``path`` into the (empty, locked)
         ``target`` itself, with the run's ``_bos_synced_at`` and ``_bos_run_id`` (the direct load)."""
         values = ", ".join(self.bind_ts() if c == "_bos_synced_at" else self.bind_id() if c == "_bos_run_id"
                            else self.quote(c) for c in self.written_columns)
         return Statement(
             f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) SELECT {values} "
-            f"FROM {self._file_rows()}",
+            f"FROM {self._file_rows(longest_line)}",
             (self.bind_timestamp(synced_at), run_id, path),
         )
 
