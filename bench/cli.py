@@ -129,6 +129,7 @@ class Config:
     quick: bool = False
     feed: str = "replay"
     repeat: int = 1
+    duckdb_memory_limit: str | None = None  # P2's DuckDB syncs; None: DuckDB's own default
 
     def params(self, records: int) -> ScenarioParams:
         shared = min(self.shared_people, records // max(self.sources, 1))
@@ -252,16 +253,17 @@ class Bench:
         return result.get("error")
 
     def sync(self, dialect: str, records: int, table: str, audit: str, label: str, *, stream: bool = True,
-             day: int = 1) -> Row:
+             day: int = 1, url: str | None = None) -> Row:
         """One sync in a child process; ``stream=False``: no opt-in, one application/json answer (read live);
-        ``day``: the scenario's day read (2: 1 % of the people gone, 1 % changed)."""
+        ``day``: the scenario's day read (2: 1 % of the people gone, 1 % changed); ``url``: the
+        destination, if not the dialect's."""
         row = Row("-", label, dialect)
         params = replace(self.config.params(records), day=day)
         feed = self._feed_for(row, params)
         if feed is None:
             return row
         misses = self._replay_misses(day)
-        spec = {"mcp_url": feed, "url": self.config.urls[dialect], "table": table, "audit_table": audit,
+        spec = {"mcp_url": feed, "url": url or self.config.urls[dialect], "table": table, "audit_table": audit,
                 "style": self.config.style, "stream": stream}
         if self.config.profile is not None:
             slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
@@ -624,20 +626,29 @@ def run_p2(config: Config, bench: Bench, firsts: dict[str, Row | None]) -> None:
     replay feed once); then, on PostgreSQL, the same read answered as one application/json body
     (no opt-in, as from a server without the extension; the replay feed passes it through to the
     live server, so only its memory is measured: the client's side of it is the same whatever the
-    destination). ``firsts``: a dialect's first sync at --records, reused at that size.
+    destination). ``firsts``: a dialect's first sync at --records, reused at that size when P2
+    writes to the same database. DuckDB runs in the sync's process: its syncs here open the file
+    with ``config.duckdb_memory_limit``, as docs/destinations.md advises for a worker.
     """
     dialects = [d for d in config.dialects if d in P2_DIALECTS]
+    urls = {d: _p2_url(config, d) for d in dialects}
     streamed: dict[str, list[Row]] = {d: [] for d in dialects}
     label = "sync: memory at {:,}"
     for size in (config.records_min, config.records_max):
         for dialect in dialects:
             first = firsts.get(dialect)
-            if size == config.records and first is not None:
+            if size == config.records and first is not None and urls[dialect] == config.urls[dialect]:
                 streamed[dialect].append(first)
                 continue
-            streamed[dialect].append(_p2_sync(bench, dialect, size, label.format(size), stream=True))
+            streamed[dialect].append(_p2_sync(bench, dialect, size, label.format(size), stream=True,
+                                              url=urls[dialect]))
     for dialect in dialects:
-        bench.rows.append(_p2_row(config, streamed[dialect], "", dialect))
+        row = _p2_row(config, streamed[dialect], "", dialect)
+        if dialect == "duckdb":
+            limit = config.duckdb_memory_limit
+            _add_note(row, f"DuckDB memory_limit={limit}" if limit else
+                      "DuckDB's default memory_limit (80 % of RAM): its cache grows with the table")
+        bench.rows.append(row)
     if "postgres" in dialects:
         label = "sync, one JSON body (no extension): memory at {:,}"
         body = [_p2_sync(bench, "postgres", size, label.format(size), stream=False)
@@ -645,11 +656,24 @@ def run_p2(config: Config, bench: Bench, firsts: dict[str, Row | None]) -> None:
         bench.rows.append(_p2_row(config, body, ", one JSON body", "postgres"))
 
 
-def _p2_sync(bench: Bench, dialect: str, size: int, label: str, *, stream: bool) -> Row:
-    url = bench.config.urls[dialect]
+def _p2_url(config: Config, dialect: str) -> str:
+    """The destination P2 writes to: the dialect's, with DuckDB's memory_limit in the URL's query
+    (duckdb_engine passes it to the connection's config)."""
+    url = config.urls[dialect]
+    if dialect != "duckdb" or not config.duckdb_memory_limit:
+        return url
+    import sqlalchemy as sa
+
+    parsed = sa.make_url(url)
+    return parsed.update_query_dict({"memory_limit": config.duckdb_memory_limit}).render_as_string(
+        hide_password=False)
+
+
+def _p2_sync(bench: Bench, dialect: str, size: int, label: str, *, stream: bool, url: str | None = None) -> Row:
+    url = url or bench.config.urls[dialect]
     table, audit = bench._table(url, "p2"), bench._table(url, "p2audit")
     try:
-        row = bench.sync(dialect, size, table, audit, label, stream=stream)
+        row = bench.sync(dialect, size, table, audit, label, stream=stream, url=url)
     finally:
         bench.drop_tables()
     bench.rows.append(row)
@@ -729,6 +753,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--mysql-url", default=DEFAULT_URLS["mysql"])
     p.add_argument("--duckdb-url", default=DEFAULT_URLS["duckdb"],
                    help="duckdb:///PATH (default: a file in the run's temporary directory)")
+    p.add_argument("--duckdb-memory-limit", default="256MB",
+                   help="DuckDB's memory_limit for the P2 syncs (default 256MB, a worker's setting as "
+                        "docs/destinations.md advises; 'none': DuckDB's default, 80%% of RAM)")
     p.add_argument("--profile", type=Path, default=None, help="run sync children under cProfile, write reports here")
     p.add_argument("--json", type=Path, default=None, help="also write the rows as JSON to this file")
     p.add_argument("--timeout", type=float, default=3600.0, help="per-measurement timeout in seconds")
@@ -769,6 +796,7 @@ def parse_args(argv: list[str] | None) -> Config:
         quick=quick,
         feed=a.feed,
         repeat=max(1, a.repeat or (1 if quick else 3)),
+        duckdb_memory_limit=None if a.duckdb_memory_limit.lower() == "none" else a.duckdb_memory_limit,
     )
     return cfg
 

@@ -52,7 +52,7 @@ def raw(rows: list[tuple], workdir: str) -> float:
         "INSERT INTO t SELECT * FROM read_json(?, format='newline_delimited', columns={record_ref: 'VARCHAR', "
         "display_name: 'VARCHAR', email: 'VARCHAR', phone: 'VARCHAR', lifecycle: 'JSON', "
         "identity_match: 'JSON', attributes: 'JSON', sources: 'JSON', o: 'TIMESTAMPTZ', s: 'TIMESTAMPTZ', "
-        "run: 'VARCHAR', h: 'VARCHAR'}, maximum_object_size=67108864)",
+        "run: 'VARCHAR', h: 'VARCHAR'})",
         [path],
     )
     conn.execute("COMMIT")
