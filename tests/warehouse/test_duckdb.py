@@ -167,11 +167,11 @@ def test_a_database_under_a_small_memory_limit_is_written(db_path, seeded):
 
 @pytest.mark.parametrize("seeded", [False, True], ids=["direct", "staged"])
 def test_a_record_longer_than_duckdbs_default_object_size_is_loaded(writer, engine, seeded):
-    """DuckDB's ``read_json`` refuses a line over 16 MiB unless told more: a block holding such a
-    record asks for its length."""
+    """With its default ``maximum_object_size`` (16 MiB) DuckDB's ``read_json`` refuses a line over
+    twice that: a block holding such a record asks for its length."""
     if seeded:
         write(writer, [make_record(1000)])
-    note = "x" * (20 * 1024 * 1024)
+    note = "x" * (40 * 1024 * 1024)
     counts = write(writer, [make_record(1), make_record(2, attributes={"note": note}), make_record(3)])
     assert counts == UpsertCounts(inserted=3)
     with engine.connect() as conn:
