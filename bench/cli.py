@@ -631,17 +631,15 @@ def run_p2(config: Config, bench: Bench, firsts: dict[str, Row | None]) -> None:
     with ``config.duckdb_memory_limit``, as docs/destinations.md advises for a worker.
     """
     dialects = [d for d in config.dialects if d in P2_DIALECTS]
-    urls = {d: _p2_url(config, d) for d in dialects}
     streamed: dict[str, list[Row]] = {d: [] for d in dialects}
     label = "sync: memory at {:,}"
     for size in (config.records_min, config.records_max):
         for dialect in dialects:
             first = firsts.get(dialect)
-            if size == config.records and first is not None and urls[dialect] == config.urls[dialect]:
+            if size == config.records and first is not None and _p2_url(config, dialect) == config.urls[dialect]:
                 streamed[dialect].append(first)
                 continue
-            streamed[dialect].append(_p2_sync(bench, dialect, size, label.format(size), stream=True,
-                                              url=urls[dialect]))
+            streamed[dialect].append(_p2_sync(bench, dialect, size, label.format(size), stream=True))
     for dialect in dialects:
         row = _p2_row(config, streamed[dialect], "", dialect)
         if dialect == "duckdb":
@@ -669,8 +667,8 @@ def _p2_url(config: Config, dialect: str) -> str:
         hide_password=False)
 
 
-def _p2_sync(bench: Bench, dialect: str, size: int, label: str, *, stream: bool, url: str | None = None) -> Row:
-    url = url or bench.config.urls[dialect]
+def _p2_sync(bench: Bench, dialect: str, size: int, label: str, *, stream: bool) -> Row:
+    url = _p2_url(bench.config, dialect)
     table, audit = bench._table(url, "p2"), bench._table(url, "p2audit")
     try:
         row = bench.sync(dialect, size, table, audit, label, stream=stream, url=url)
