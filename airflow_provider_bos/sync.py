@@ -68,6 +68,7 @@ class SyncOutcome:
             "retired": counts.retired,
             "superseded": counts.superseded,
             "retire_withheld": counts.retire_withheld,
+            "withheld": counts.withheld,
             "provisional_records": result.observations.provisional_records,
             # Final records that arrived byte-identical to stored rows and were not decoded.
             "records_known": result.known_records,

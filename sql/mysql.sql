@@ -60,6 +60,12 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     retired              BIGINT,
     superseded           BIGINT,
     scope                VARCHAR(64),
+    -- withheld: records of a partial read under refs a complete read merged away (not revived);
+    -- confirmed_at: a complete full read's read time (it confirmed every current row of its scope).
+    -- Tables made before them: the writer adds them, or ALTER TABLE bos_sync_runs ADD COLUMN withheld BIGINT;
+    -- (confirmed_at DATETIME(6) likewise).
+    withheld             BIGINT,
+    confirmed_at         DATETIME(6),
     provisional_records  BIGINT,
     provisional_pages    BIGINT,
     source_errors        JSON,

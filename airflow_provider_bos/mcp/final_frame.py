@@ -22,8 +22,8 @@ Speed, without a per-byte Python loop:
   key, learned between the first two records) and parsed alone with orjson. Each cut starts at a
   real element start, so a piece that parses IS the whole element: a boundary guessed inside a
   string or a nested value leaves the piece unbalanced and the parse fails; the element is then
-  delimited exactly instead. So every record's exact bytes are known: their SHA-256 is the
-  record's *wire hash* (:mod:`airflow_provider_bos.wire`);
+  delimited exactly instead. So every record's exact bytes are known: their SHA-256, provenance
+  stamps blanked, is the record's *wire hash* (:func:`airflow_provider_bos.wire.wire_hash`);
 - known records: given the warehouse's stored wire hashes (:attr:`FinalFrameScanner.known`), a
   piece whose hash is among them is not decoded at all: only its leading ``record_ref`` is read
   and a :class:`~airflow_provider_bos.wire.KnownRecord` claim is handed out (the warehouse
@@ -43,7 +43,6 @@ cut all move the same ``_pos``); split, each part would reach into the others' s
 
 from __future__ import annotations
 
-from hashlib import sha256
 from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
@@ -66,6 +65,7 @@ from airflow_provider_bos.mcp.json_bytes import (
 )
 from airflow_provider_bos.mcp.jsonrpc import loads
 from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord, check_record
+from airflow_provider_bos.wire import wire_hash as masked_wire_hash
 
 __all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record", "value_bound"]
 
@@ -543,7 +543,7 @@ class FinalFrameScanner:
             if j < 0:
                 break
             piece = buf[pos : j + 1]
-            wire_hash = sha256(piece).hexdigest()
+            wire_hash = masked_wire_hash(piece)
             if match is not None:
                 handle = match(wire_hash)
                 if handle is not None and known is not None:
@@ -573,7 +573,7 @@ class FinalFrameScanner:
 
     def _emit_one(self, raw: bytes) -> None:
         """One exactly delimited element (the first, the last, any the cuts missed)."""
-        wire_hash = sha256(raw).hexdigest()
+        wire_hash = masked_wire_hash(raw)
         known = self.known
         handle = known.match(wire_hash) if known else None
         claim = _known_record(raw, wire_hash, known, handle) if known and handle is not None else None

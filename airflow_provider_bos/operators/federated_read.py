@@ -225,6 +225,10 @@ class BosFederatedReadOperator(BaseOperator):
         if counts.retire_withheld:
             self.log.warning("BOS sync %s: %d row(s) were not retired (max_retire_fraction=%s); the run is partial.",
                              run.run_id, counts.retire_withheld, self.max_retire_fraction)
+        if counts.withheld:
+            self.log.warning("BOS sync %s: %d record(s) of this partial read came under refs a complete read merged "
+                             "away; they were withheld (the merged record stays the one current row).",
+                             run.run_id, counts.withheld)
         self._emit_asset_event(context, engine, summary)
         self._lineage = {
             "engine_url": engine.url,
@@ -240,7 +244,10 @@ class BosFederatedReadOperator(BaseOperator):
             raise BosPartialReadError(
                 f"BOS read was partial ({len(summary['source_errors'])} source error(s): "
                 + ", ".join(f"{e['source']}={e['code']}" for e in summary["source_errors"])
-                + f"{rejected}); the partial records were landed and audited."
+                + f"{rejected}"
+                + (f"; {summary['withheld']} record(s) under refs a complete read merged away were withheld"
+                   if summary["withheld"] else "")
+                + "); the partial records were landed and audited."
             )
         return summary
 

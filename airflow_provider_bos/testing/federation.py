@@ -24,6 +24,7 @@ Ordering rules (documented for clients and tests):
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import heapq
 from collections.abc import Iterator
@@ -45,6 +46,7 @@ __all__ = [
     "day_changes",
     "expected_final",
     "plan_read",
+    "unstamped",
 ]
 
 _M64 = (1 << 64) - 1
@@ -173,6 +175,7 @@ class PlannedRead:
         context: dict,
         arguments: dict,
         day: int = 1,
+        read_index: int = 0,
     ) -> None:
         self.request_id = request_id
         self.context = context
@@ -183,6 +186,11 @@ class PlannedRead:
         self._seed_key = seed_key_of(scenario)
         self._revision = scenario.revision
         state = resolve_day(scenario, self.day)
+        #: Every record stamped with this read's observation (the contract's example), not its last change.
+        self._stamp_reads = scenario.provenance_stamps == "read"
+        if self._stamp_reads and read_index:
+            observed = (*state.observed_at[:-1], state.observed_at[-1] + timedelta(minutes=read_index))
+            state = dataclasses.replace(state, observed_at=observed)
         self._sources = _plan_sources(scenario, self._seed_key, state)
         self._merged = tuple(
             (m, tuple((self._sources[si], i) for si, i in m.parts)) for m in state.merged
@@ -428,7 +436,7 @@ class PlannedRead:
                     "source_identity": s.source_identity,
                     "external_id": ext,
                     "record_type": "person",
-                    "observed_at": s.stamps_z[stamp_day - 1],
+                    "observed_at": s.stamps_z[-1 if self._stamp_reads else stamp_day - 1],
                     "capabilities": list(s.capabilities),
                     "version": version if s.versioned else None,
                 }
@@ -439,6 +447,12 @@ class PlannedRead:
             ),
             "attributes": attributes,
         }
+
+
+def unstamped(record: dict) -> dict:
+    """``record`` without its provenance observation stamps: what stays the same between two reads of
+    an unchanged person (BOS stamps every provenance entry with the read's time)."""
+    return {**record, "sources": [{k: v for k, v in e.items() if k != "observed_at"} for e in record["sources"]]}
 
 
 def _below(indices: tuple[int, ...] | frozenset[int], bound: int) -> int:
@@ -521,15 +535,18 @@ def _plan_sources(scenario: Scenario, seed_key: int, state: DayState) -> tuple[_
 
 
 def plan_read(
-    scenario: Scenario, *, request_id: str | int, context: dict, arguments: dict, day: int = 1
+    scenario: Scenario, *, request_id: str | int, context: dict, arguments: dict, day: int = 1, read_index: int = 0,
 ) -> PlannedRead:
     """Plan one federated read of ``scenario`` on ``day`` for the JSON-RPC request ``request_id``.
 
     ``context`` is the public context dict copied into every notification; ``arguments`` are the
-    operation's business arguments (recorded, not applied). A day the scenario does not have is a
+    operation's business arguments (recorded, not applied). ``read_index``: the server's how-many-th
+    read of this day this is (from 0; with ``provenance_stamps="read"`` it is observed that many
+    minutes after the day's ``observed_at``). A day the scenario does not have is a
     :class:`~airflow_provider_bos.exceptions.BosConfigurationError`.
     """
-    return PlannedRead(scenario, request_id=request_id, context=context, arguments=arguments, day=day)
+    return PlannedRead(scenario, request_id=request_id, context=context, arguments=arguments, day=day,
+                       read_index=read_index)
 
 
 def build_operation_result(read: PlannedRead) -> dict:

@@ -428,8 +428,9 @@ class McpApp:
                                  extra_headers)
             return
         style, context, arguments = target
-        scenario, day = self.owner.scenario_and_day()
-        read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments, day=day)
+        scenario, day, read_index = self.owner.next_read()
+        read = plan_read(scenario, request_id=req_id, context=context, arguments=arguments, day=day,
+                         read_index=read_index)
         if negotiated:
             self.counters.incr("streamed_calls")
         arguments_of_call = {"read": read, "request_id": req_id, "style": style, "context": context,

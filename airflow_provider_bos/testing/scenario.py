@@ -328,9 +328,13 @@ class Scenario(_Strict):
       start when an earlier one finishes.
     - ``days``: later days of the same population (:class:`DaySpec`; ``days[0]`` is day 2, and
       so on); the scenario's own fields are day 1. Each day's ``observed_at`` is later than the
-      day before's. A record's provenance ``observed_at`` is the day it last changed (joined,
-      merged, split back or changed), so a record nobody touched streams the same bytes every
-      day. Faults apply on every day. Serve a day with ``BosReferenceServer(day=n)``.
+      day before's. Faults apply on every day. Serve a day with ``BosReferenceServer(day=n)``.
+    - ``provenance_stamps``: ``"read"`` (the default, as the contract's own example does) stamps
+      every provenance ``observed_at`` with the read's observation, and each read re-stamps: the
+      server's n-th read of a day (from 0) is observed n minutes after the day's ``observed_at``,
+      so an unchanged person arrives with new stamps on every read. ``"last_change"`` stamps a
+      record with the day it last changed (joined, merged, split back or changed) and every read of
+      a day alike, so a record nobody touched streams the same bytes every day.
     """
 
     name: str = "custom"
@@ -342,6 +346,7 @@ class Scenario(_Strict):
     faults: FaultSpec = Field(default_factory=FaultSpec)
     contexts: list[dict] | None = None
     days: list[DaySpec] = Field(default_factory=list)
+    provenance_stamps: Literal["read", "last_change"] = "read"
 
     @field_validator("observed_at")
     @classmethod

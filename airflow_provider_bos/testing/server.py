@@ -132,6 +132,7 @@ class BosReferenceServer:
         self._lock = threading.Lock()  # the scenario and its day change together
         self._scenario = _resolve_scenario(scenario)
         self._day = self._scenario.check_day(day)
+        self._reads: dict[int, int] = {}  # federated reads served per day of the current scenario
         self._access_token_ttl_s = float(access_token_ttl_s)
         self.local_user = local_user
         self.time_scale = float(time_scale)
@@ -170,12 +171,21 @@ class BosReferenceServer:
         with self._lock:
             return self._scenario, self._day
 
+    def next_read(self) -> tuple[Scenario, int, int]:
+        """The scenario, its day, and how many federated reads of that day this server served before
+        this one (each read of a day is observed a minute after the one before it)."""
+        with self._lock:
+            index = self._reads.get(self._day, 0)
+            self._reads[self._day] = index + 1
+            return self._scenario, self._day, index
+
     def set_scenario(self, scenario: Scenario | str, *, day: int = 1) -> None:
         """Replace the scenario for subsequent requests, at ``day`` (fault counters restart)."""
         resolved = _resolve_scenario(scenario)
         resolved.check_day(day)
         with self._lock:
             self._scenario, self._day = resolved, day
+            self._reads = {}
         self._apply_scenario_auth_faults()
         self.mcp.reset_faults()
 

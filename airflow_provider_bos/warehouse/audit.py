@@ -25,11 +25,13 @@ from airflow_provider_bos.warehouse.schema import (
     ADDED_AUDIT_COLUMNS,
     AUDIT_COUNT_COLUMNS,
     AUDIT_JSON_COLUMNS,
+    CONFIRMED_AT_COLUMN,
     ERROR_MESSAGE_MAX,
     REJECTED_COLUMN,
     RETIRED_COLUMN,
     SCOPE_COLUMN,
     SUPERSEDED_COLUMN,
+    WITHHELD_COLUMN,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 
@@ -105,11 +107,13 @@ def audit_insert(
     destination_table: str | None = None,
     present: Collection[str] = ADDED_AUDIT_COLUMNS,
     scope: str | None = None,
+    confirmed_at: datetime | None = None,
 ) -> Statement:
     """The INSERT of one audit row (values bound, JSON serialised, timestamps in UTC).
 
     ``present``: which of :data:`~.schema.ADDED_AUDIT_COLUMNS` the table has (one made before them
     lacks them). ``scope``: the read's scope key (see :func:`~.reconcile.scope_key`).
+    ``confirmed_at``: the read time of a complete full read (it confirmed every current row of its scope).
     """
     if status not in RUN_STATUSES:
         raise BosWarehouseError(f"Audit status must be one of {RUN_STATUSES}, not {status!r}.")
@@ -132,6 +136,9 @@ def audit_insert(
         **{c: counts.get(c) for c in AUDIT_COUNT_COLUMNS},
         **{c: counts.get(c) for c in (REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN) if c in present},
         **({SCOPE_COLUMN: scope} if SCOPE_COLUMN in present else {}),
+        **({WITHHELD_COLUMN: counts.get(WITHHELD_COLUMN)} if WITHHELD_COLUMN in present else {}),
+        **({CONFIRMED_AT_COLUMN: dialect.bind_timestamp(confirmed_at) if confirmed_at else None}
+           if CONFIRMED_AT_COLUMN in present else {}),
         "provisional_records": provisional_records,
         "provisional_pages": provisional_pages,
         "source_errors": _json_text(source_errors),

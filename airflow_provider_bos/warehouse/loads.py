@@ -447,7 +447,7 @@ def settle_direct(tx: RunTransaction, loaded: int, staged: int, synced_at: datet
     inserted = loaded + new
     tx.merge(source, synced_at=synced_at, new_only=False, inserted=new, updated=updated)
     if tx.dialect.wire_hash_column:
-        tx.exec(tx.dialect.adopt_wire_hashes(source, tx.table, tx.schema))
+        tx.exec(tx.dialect.adopt_later_copies(source, tx.table, tx.schema))
     return UpsertCounts(inserted=inserted, duplicates=loaded + staged - inserted)
 
 

@@ -17,13 +17,20 @@ What a result may do to the rows it did not return (docs/sync-modes.md):
 
 The read's observation time is ``metadata.observed_at``, else the run's start; a retired row's
 ``_bos_deleted_at`` is the retiring read's, and the writer keeps a record out of the merge when
-its row was retired by a read newer than this one (:meth:`RunTransaction.classify_and_merge`):
-a late retry or backfill of an older read neither brings back nor supersedes what a newer one
-reconciled.
+its row was retired by a read newer than this one (:meth:`RunTransaction.withhold`): a late retry
+or backfill of an older read neither brings back nor supersedes what a newer one reconciled.
+
+Rows are rewritten only when their content changes, so a row's ``_bos_observed_at`` is when its
+content was observed, not when it was last seen. A complete full read confirms every current row
+of its scope: its audit row's ``confirmed_at`` is its read time. A read older than its scope's
+newest ``confirmed_at`` (a backfill, a late retry) writes nothing that newer read answered for
+and retires and supersedes nothing. A partial read revives no ref a complete read merged away
+while the successor is current (counted ``withheld``).
 
 A row's scope is the scope of the run that last wrote it: ``_bos_run_id`` joined to the audit
-table's ``scope`` column. Rows written before scopes existed (their run has no scope) are outside
-every scope unless the read opts in with ``adopt_unscoped_rows``.
+table's ``scope`` column; a complete full read takes into its scope the current rows it returned
+that another scope wrote (their ``_bos_run_id`` only). Rows written before scopes existed (their
+run has no scope) are outside every scope unless the read opts in with ``adopt_unscoped_rows``.
 
 Every statement is the dialect's (:class:`~.dialects.lifecycle.LifecycleSql`), set-based against
 the staging table, which holds every record_ref of the run, or against the current rows the run
@@ -44,10 +51,11 @@ from airflow_provider_bos.warehouse.claims import KeptClaims, stage_kept_claims
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 from airflow_provider_bos.warehouse.history import record_history
 from airflow_provider_bos.warehouse.records import canonical_json, parse_timestamp
+from airflow_provider_bos.warehouse.schema import CONFIRMED_AT_COLUMN, SCOPE_COLUMN
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import ReconcileOptions
 
-__all__ = ["Lifecycle", "read_time", "reconcile", "scope_key"]
+__all__ = ["Lifecycle", "read_guards", "read_time", "reconcile", "scope_key"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +79,24 @@ class Lifecycle:
     audit_table: str
     lineage_table: str
     history_table: str | None
+    #: Which of the audit table's added columns it has (a table made before them lacks some).
+    audit_columns: frozenset[str] = frozenset()
+
+
+def read_guards(tx: RunTransaction, audit: dict[str, Any], life: Lifecycle, run: SyncRunInfo) -> None:
+    """What the final result tells the merge about this read (set on ``tx`` before it classifies).
+
+    Its read time; whether it is partial (it then revives nothing merged away); and whether a newer
+    complete read of its scope answered for it already (it is then a backfill or a late retry).
+    """
+    tx.read_time = read_time(audit, run, utcnow())
+    tx.partial_read = audit["status"] != "complete"
+    scope = _scope_filter(life.options, run)
+    if SCOPE_COLUMN not in life.audit_columns or CONFIRMED_AT_COLUMN not in life.audit_columns:
+        return
+    newest = tx.exec(tx.dialect.scope_confirmed_at(life.audit_table, tx.schema, scope.scope)).scalar_one_or_none()
+    if newest is not None and tx.read_time < parse_timestamp(newest):
+        tx.answered_by_newer = (life.audit_table, scope)
 
 
 def reconcile(
@@ -87,8 +113,15 @@ def reconcile(
     observed = tx.read_time if tx.read_time is not None else read_time(audit, run, now)
     complete = audit["status"] == "complete"
     full = options.sync_mode == "full"
+    keys: RunKeys | None = None
+    if counts.withheld:
+        audit = _note(audit, f"{counts.withheld} records of this partial read came under refs that a complete read "
+                             "merged away (their successor is current); they were withheld, not revived.")
+    if tx.answered_by_newer is not None:
+        audit = _note(audit, "A newer complete read of this scope answered for this read's records: nothing was "
+                             "written over it, retired or superseded.")
     # An empty table loaded directly holds only this run's rows: nothing to supersede or retire.
-    if complete and not direct and not _returned_every_current_row(tx, counts, kept):
+    elif complete and not direct and not _returned_every_current_row(tx, counts, kept):
         for statement in tx.dialect.reconcile_settings():
             tx.exec(statement)
         keys = _run_keys(tx, kept)
@@ -100,6 +133,20 @@ def reconcile(
     if life.history_table is not None:
         touched = counts.inserted + counts.updated + counts.retired + counts.superseded > 0
         record_history(tx, life.history_table, run_id=tx.run_id, at=now, touched=touched)
+    # Confirmed at the read's own observation time (metadata.observed_at) only: a run's start is no
+    # observation of BOS, and a later read observed before it must not pass for a backfill.
+    stated = audit.get("observed_at") is not None
+    if full and audit["status"] == "complete" and tx.answered_by_newer is None:
+        # After the history: taking rows into the scope is no new version of them.
+        if not direct:
+            adopted = _rows(tx.exec(tx.dialect.adopt_into_scope(
+                tx.table, life.audit_table, tx.schema, scope=_scope_filter(options, run), run_id=tx.run_id, keys=keys,
+            )))
+            if adopted:
+                log.info("BOS run %s: took %d unchanged rows written by another scope into this read's scope.",
+                         tx.run_id, adopted)
+        if stated:
+            audit = {**audit, "confirmed_at": observed}
     return audit
 
 

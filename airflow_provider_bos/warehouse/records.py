@@ -1,9 +1,15 @@
 """Record -> row mapping: canonical JSON, the record hash, and the record's observation time.
 
 A record is a :class:`~airflow_provider_bos.models.FederatedRecord` or a plain dict with the same
-fields. The row holds every stored content field as canonical JSON text; the hash is the SHA-256 of
-the canonical JSON object of exactly those content fields (sync metadata excluded), so two rows have
-the same hash if and only if their stored content is identical.
+fields. The row holds every stored content field as canonical JSON text, ``sources`` as received.
+
+The *content hash* (``_bos_record_hash``) decides whether a record changed. It is the SHA-256 of the
+canonical JSON object of the content fields with ``sources`` taken as content, not as observation:
+each provenance entry without its ``observed_at`` (BOS stamps every entry with the read's time, so
+an unchanged person arrives re-stamped on every read), the entries sorted by their canonical JSON
+(BOS merges by its identity rules and promises no order). Everything else is content: a provenance
+``version``, ``capabilities`` (as listed), ``identity_match`` with its ``confidence``. Two records
+have the same hash if and only if they hold the same content, however their observations moved.
 
 One check, two encoders:
 
@@ -162,7 +168,8 @@ class RecordRow:
 
     @property
     def document(self) -> str:
-        """The hashed document: the canonical JSON object of the content fields (sorted keys)."""
+        """The stored document: the canonical JSON object of the content fields (sorted keys), ``sources``
+        as received (the content hash takes them unstamped and sorted)."""
         return _document_text(
             self.attributes, self.display_name, self.email, self.identity_match or "null",
             self.lifecycle or "null", self.phone, self.record_ref, self.sources,
@@ -209,7 +216,33 @@ _TS_CACHE: dict[str, datetime] = {}
 _DOC_KEYS = tuple(b'%s"%s":' % (b"{" if i == 0 else b",", name.encode()) for i, name in enumerate(CONTENT_FIELDS))
 
 
-_CONTENT_KEYS = frozenset(CONTENT_FIELDS)
+_STAMP = "observed_at"
+
+
+def _unstamped(entry: Any) -> Any:
+    """A provenance entry without its observation stamp (anything else as it is)."""
+    if type(entry) is dict or isinstance(entry, Mapping):
+        return {k: v for k, v in entry.items() if k != _STAMP}
+    return entry
+
+
+def _content_sources_json(sources: Any) -> bytes | None:
+    """``sources`` as the content hash takes it (orjson): unstamped entries in sorted canonical order;
+    None where orjson declines (the caller takes the general path)."""
+    dumps, opt = orjson.dumps, orjson.OPT_SORT_KEYS
+    try:
+        entries = sorted(dumps(_unstamped(e), option=opt) for e in sources)
+    except TypeError:
+        return None
+    return b"[" + b",".join(entries) + b"]"
+
+
+def _content_sources_text(sources: Any) -> str:
+    """:func:`_content_sources_json` with the stdlib encoder (the canonical authority)."""
+    if not isinstance(sources, list):
+        return canonical_json(sources)
+    entries = sorted(canonical_json(_unstamped(e)).encode("utf-8") for e in sources)
+    return "[" + ",".join(e.decode("utf-8") for e in entries) + "]"
 
 
 def _checked(data: Mapping[str, Any], default_observed_at: str | datetime | None) -> tuple[str, datetime, bool]:
@@ -295,19 +328,24 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
     ref, observed, plain = _checked(data, default_observed_at)
     if not plain:
         return None
-    if data.keys() == _CONTENT_KEYS and data.get("attributes") is not None:
-        content = data  # the usual wire record: exactly the stored fields
-    else:
-        content = {name: data.get(name) for name in CONTENT_FIELDS}
-        if content["attributes"] is None:
-            content["attributes"] = {}
+    head = {name: data.get(name) for name in CONTENT_FIELDS[:-1]}
+    if head["attributes"] is None:
+        head["attributes"] = {}
+    sources = data.get("sources")
+    dumps, opt = orjson.dumps, orjson.OPT_SORT_KEYS
     try:
-        document = orjson.dumps(content, option=orjson.OPT_SORT_KEYS)
+        head_json = dumps(head, option=opt)[:-1]  # without its closing brace: "sources" sorts last
+        sources_json = dumps(sources, option=opt)
     except TypeError:  # out-of-range int, lone surrogate, non-string key, non-JSON value
         return None
+    content_sources = _content_sources_json(sources)
+    if content_sources is None:
+        return None
+    document = b"".join((head_json, b',"sources":', sources_json, b"}"))
     if _tiny_float(document):
         return None
-    return ref, document, observed, sha256(document).hexdigest()
+    hashed = b"".join((head_json, b',"sources":', content_sources, b"}"))
+    return ref, document, observed, sha256(hashed).hexdigest()
 
 
 def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | None) -> tuple[Any, ...] | None:
@@ -336,15 +374,19 @@ def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | 
         )
     except TypeError:  # out-of-range int, lone surrogate, non-JSON value
         return None
+    content_sources = _content_sources_json(get("sources"))
+    if content_sources is None:
+        return None
     ref_json, display_name, email, phone, lifecycle, identity_match, attributes_json, sources = parts
     k = _DOC_KEYS
-    document = b"".join((
+    head = b"".join((
         k[0], attributes_json, k[1], display_name, k[2], email, k[3], identity_match, k[4], lifecycle, k[5], phone,
-        k[6], ref_json, k[7], sources, b"}",
+        k[6], ref_json, k[7],
     ))
+    document = b"".join((head, sources, b"}"))
     if _tiny_float(document):
         return None
-    return ref, parts, observed, sha256(document).hexdigest(), document
+    return ref, parts, observed, sha256(b"".join((head, content_sources, b"}"))).hexdigest(), document
 
 
 def row_fields(data: Mapping[str, Any], values: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -391,12 +433,13 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -
         identity_match = canonical_json(data.get("identity_match"))
         attributes_text = canonical_json(attributes)
         sources_text = canonical_json(data.get("sources"))
+        hashed_sources = _content_sources_text(data.get("sources"))
     except (TypeError, ValueError) as exc:
         raise BosWarehouseError(f"Record {ref!r} holds a value that is not JSON: {exc}") from None
-    document = _document_text(
-        attributes_text, display_name, email, identity_match, lifecycle, phone, ref, sources_text
+    hashed = _document_text(
+        attributes_text, display_name, email, identity_match, lifecycle, phone, ref, hashed_sources
     )
-    record_hash = hashlib.sha256(document.encode("utf-8")).hexdigest()
+    record_hash = hashlib.sha256(hashed.encode("utf-8")).hexdigest()
 
     return RecordRow(
         record_ref=ref,

@@ -17,6 +17,7 @@ from sqlalchemy.types import TypeEngine
 __all__ = [
     "ADDED_AUDIT_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
+    "CONFIRMED_AT_COLUMN",
     "AUDIT_JSON_COLUMNS",
     "DELETED_AT_COLUMN",
     "ERROR_MESSAGE_MAX",
@@ -32,6 +33,7 @@ __all__ = [
     "SUPERSEDED_COLUMN",
     "SUPPORTED_DIALECTS",
     "WIRE_HASH_COLUMN",
+    "WITHHELD_COLUMN",
     "audit_index_name",
     "audit_table",
     "column_types",
@@ -79,7 +81,14 @@ REJECTED_COLUMN = "rejected"
 RETIRED_COLUMN = "retired"
 SUPERSEDED_COLUMN = "superseded"
 SCOPE_COLUMN = "scope"
-ADDED_AUDIT_COLUMNS = (REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN, SCOPE_COLUMN)
+# Records a partial read returned under a ref that a complete read merged away (its successor still
+# current): kept out, not revived. And the read time a complete full read confirmed every current row
+# of its scope at (NULL for any other run): a row's last confirmation without rewriting the row.
+WITHHELD_COLUMN = "withheld"
+CONFIRMED_AT_COLUMN = "confirmed_at"
+ADDED_AUDIT_COLUMNS = (
+    REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN, SCOPE_COLUMN, WITHHELD_COLUMN, CONFIRMED_AT_COLUMN,
+)
 # The records table's lifecycle: NULL while the row is current; set when a run retires it, with the
 # successor's record_ref when it was superseded. Added in place to records tables made before them.
 DELETED_AT_COLUMN = "_bos_deleted_at"
@@ -238,6 +247,8 @@ def audit_table(
         *(sa.Column(c, t["int"], nullable=True) for c in (REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN)
           if c not in omit),
         *((sa.Column(SCOPE_COLUMN, t["hash"], nullable=True),) if SCOPE_COLUMN not in omit else ()),
+        *((sa.Column(WITHHELD_COLUMN, t["int"], nullable=True),) if WITHHELD_COLUMN not in omit else ()),
+        *((sa.Column(CONFIRMED_AT_COLUMN, t["ts"], nullable=True),) if CONFIRMED_AT_COLUMN not in omit else ()),
         sa.Column("provisional_records", t["int"], nullable=True),
         sa.Column("provisional_pages", t["int"], nullable=True),
         sa.Column("source_errors", t["json"], nullable=True),

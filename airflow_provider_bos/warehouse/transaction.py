@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import utcnow
 from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, staging_table_name
+from airflow_provider_bos.warehouse.dialects.lifecycle import ScopeFilter
 
 __all__ = ["RunTransaction", "UpsertCounts", "db_detail", "execute"]
 
@@ -34,7 +35,7 @@ class UpsertCounts:
 
     ``duplicates`` counts rows dropped because an earlier-or-equal copy of the same ``record_ref``
     came in the same result (the latest ``observed_at`` wins; a tie goes to the last occurrence).
-    The other four partition the distinct ``record_ref``s. ``rejected``: records quarantined in the
+    The other five partition the distinct ``record_ref``s. ``rejected``: records quarantined in the
     rejects table (``invalid_records="quarantine"``), not among the others.
     """
 
@@ -50,11 +51,14 @@ class UpsertCounts:
     superseded: int = 0
     #: Rows the run would have retired but ``max_retire_fraction`` kept current (the run is partial).
     retire_withheld: int = 0
+    #: Records of a partial read under a ref a complete read merged away (its successor still current):
+    #: kept out of the table, not revived.
+    withheld: int = 0
 
     @property
     def received(self) -> int:
         """Records received, duplicates included."""
-        return self.inserted + self.updated + self.unchanged + self.skipped_stale + self.duplicates
+        return self.inserted + self.updated + self.unchanged + self.skipped_stale + self.withheld + self.duplicates
 
     @property
     def written(self) -> int:
@@ -105,9 +109,14 @@ class RunTransaction:
         if dialect.isolation_level:
             conn = conn.execution_options(isolation_level=dialect.isolation_level)
         self.conn = conn
-        #: When the read observed its records (set once the final result is known; see
-        #: :meth:`withhold_revivals`).
+        #: What the final result says of the read, set once it is known (see :meth:`withhold`): when it
+        #: observed its records; whether it was partial; and, for a read older than its scope's newest
+        #: complete read, the audit table and the scope that newer read answered for.
         self.read_time: datetime | None = None
+        self.partial_read = False
+        self.answered_by_newer: tuple[str, ScopeFilter] | None = None
+        #: Rows re-hashed at the start of this run (a table whose hashes covered observation stamps).
+        self.rehashed = 0
         #: Work tables of the lifecycle steps (see :meth:`work_table`), dropped with the staging tables.
         self.work_tables: list[str] = []
         self._created: set[str] = set()  # temporary tables made so far
@@ -250,26 +259,41 @@ class RunTransaction:
         else:
             source, distinct = self.stage, received
         self.lock()
-        withheld = self.withhold_revivals(source)
-        inserted, updated, unchanged, stale = self.classify(source)
-        stale += withheld
-        counts = UpsertCounts(inserted, updated, unchanged, stale, received - distinct)
-        if inserted + updated + unchanged + stale != distinct:  # pragma: no cover - invariant
+        stale, withheld = self.withhold(source)
+        inserted, updated, unchanged, guarded = self.classify(source)
+        stale += guarded
+        counts = UpsertCounts(inserted, updated, unchanged, stale, received - distinct, withheld=withheld)
+        if inserted + updated + unchanged + stale + withheld != distinct:  # pragma: no cover - invariant
             raise BosWarehouseError(f"Classification of {distinct} records does not add up: {counts}.")
         # Under the lock the target cannot change between classification and merge, so the
         # classification may pick the merge: all new -> a plain INSERT ... SELECT.
         self.merge(source, synced_at=utcnow(), new_only=inserted == distinct and distinct > 0,
                    inserted=inserted, updated=updated)
+        if self.rehashed and self.dialect.wire_hash_column:
+            # The rows just re-hashed take this read's copy of their content (its wire hash above
+            # all): the same one-time rewrite, so the next re-run skips them undecoded.
+            self.exec(self.dialect.adopt_later_copies(source, self.table, self.schema))
         return counts
 
-    def withhold_revivals(self, source: str) -> int:
-        """Take out of ``source`` the records whose row a read newer than this one retired (counted as
-        stale: an older read does not bring them back); 0 when the read's time is not known."""
-        if self.read_time is None:
-            return 0
-        result = self.exec(self.dialect.withhold_revivals(source, self.table, self.schema,
-                                                          observed_before=self.read_time))
-        return max(int(result.rowcount or 0), 0)
+    def withhold(self, source: str) -> tuple[int, int]:
+        """Take out of ``source`` what this read may not write; return ``(stale, withheld)``.
+
+        Stale: records whose row a newer read retired (an older read does not bring them back), and,
+        for a read older than its scope's newest complete read, every record that read answered for.
+        Withheld: a partial read's records under refs a complete read merged away.
+        """
+        d, stale = self.dialect, 0
+        if self.read_time is not None:
+            stale += self._deleted(d.withhold_revivals(source, self.table, self.schema,
+                                                       observed_before=self.read_time))
+        if self.answered_by_newer is not None:
+            audit, scope = self.answered_by_newer
+            stale += self._deleted(d.withhold_answered(source, self.table, audit, self.schema, scope=scope))
+        withheld = self._deleted(d.withhold_merged_away(source, self.table, self.schema)) if self.partial_read else 0
+        return stale, withheld
+
+    def _deleted(self, statement: Statement) -> int:
+        return max(int(self.exec(statement).rowcount or 0), 0)
 
     def unverified(self, count: int) -> BosWarehouseError:
         """The error of records skipped as known whose stored row is gone or changed since the run

@@ -31,8 +31,9 @@ from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialec
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_distinct, settle_direct
-from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_time, reconcile, scope_key
+from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
+from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
     ADDED_AUDIT_COLUMNS,
@@ -338,6 +339,17 @@ class WarehouseWriter:
             raise BosWarehouseError(f"Could not read the stored wire hashes of {self.destination_table}: "
                                     f"{db_detail(exc)}") from exc
 
+    def last_confirmed(self) -> dict[str, datetime]:
+        """When each current row was last confirmed: the later of its ``_bos_observed_at`` (its content
+        observed) and the newest ``confirmed_at`` of its scope (a complete full read returned it or
+        would have retired it). Rows are not rewritten to say so; docs/sync-modes.md gives the SQL."""
+        self._ensure_once()
+        statement = self.dialect.last_confirmed(self.table, self.audit_table, self.schema)
+        with self.engine.connect() as conn:
+            rows = execute(conn, statement).all()
+        return {ref: max(parse_timestamp(observed), parse_timestamp(newest)) if newest is not None
+                else parse_timestamp(observed) for ref, observed, newest in rows}
+
     # --- the run ------------------------------------------------------------------------------
 
     def write_run(self, run: SyncRunInfo, records: Iterable[Any], options: WriteOptions) -> UpsertCounts:
@@ -374,7 +386,8 @@ class WarehouseWriter:
             )
         quarantine = self.ensure_rejects_table() if options.invalid_records == "quarantine" else None
         history = self.ensure_history_table().name if options.reconcile.history else None
-        life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history)
+        life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history,
+                         frozenset(self.audit_columns))
         return self._write(run, records, default_obs, options, quarantine, life)
 
     def _write(
@@ -390,6 +403,7 @@ class WarehouseWriter:
                 tx.begin()
                 if d.ddl_commits:  # every temporary table before the first write: their DDL commits
                     tx.precreate()
+                rehashed = rehash_stamped_rows(tx, self._metadata()[1])
                 if life.history_table is not None:
                     seed_history(tx, life.history_table)
                 direct, parse_json = self._prepare_staging(tx, options)
@@ -399,13 +413,19 @@ class WarehouseWriter:
                                                            direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
-                tx.read_time = read_time(audit, run, utcnow())
+                read_guards(tx, audit, life, run)
                 counts = settle()
                 if rejects:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
                     counts.rejected = len(rejects)
                     audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
+                if rehashed:
+                    note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
+                            "times; no content changed.")
+                    log.info("BOS run %s: %s", run.run_id, note)
+                    audit = {**audit, "error_message": f"{audit['error_message']} {note}"
+                             if audit["error_message"] else note}
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, kept=kept, direct=direct)
                 audit.pop("observed_at", None)

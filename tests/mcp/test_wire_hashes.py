@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord, check_record
 from airflow_provider_bos.warehouse.claims import WireHashSet
+from airflow_provider_bos.wire import wire_hash
 
 RID = "rid-1"
 META = {"contract_version": "bos-identity-mcp/v2", "result_count": 0}
@@ -66,7 +67,41 @@ def scan(data: bytes, chunk: int, known: WireHashSet | None = None) -> tuple[lis
 
 
 def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    """The wire hash the scanner must give an element (provenance stamps blanked)."""
+    return wire_hash(data)
+
+
+def _restamped(record: dict[str, Any], stamp: str) -> dict[str, Any]:
+    return {**record, "sources": [{**e, "observed_at": stamp} for e in record["sources"]]}
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(recs=records(), stamp=st.sampled_from(["2026-10-02T00:00:00Z", "2027-01-01T12:30:00+00:00"]),
+       compact=st.booleans())
+def test_the_wire_hash_leaves_out_provenance_stamps_and_nothing_else(recs: list[dict[str, Any]], stamp: str,
+                                                                    compact: bool) -> None:
+    separators = (",", ":") if compact else (", ", ": ")
+    for record in recs:
+        raw = json.dumps(record, separators=separators, ensure_ascii=False).encode()
+        moved = json.dumps(_restamped(record, stamp), separators=separators, ensure_ascii=False).encode()
+        # Content is never masked: another attribute value, another hash.
+        other = json.dumps({**record, "attributes": {**record["attributes"], "name": "changed"}},
+                           separators=separators, ensure_ascii=False).encode()
+        assert (wire_hash(other) == wire_hash(raw)) == (other == raw)
+        # A re-stamped record of the contract's compact shape hashes alike (a note holding "}]" or
+        # "sources" may only cost the shortcut).
+        note = record["sources"][0]["note"]
+        if compact and "}]" not in note and "sources" not in json.dumps(record["attributes"]) + note:
+            assert wire_hash(moved) == wire_hash(raw)
+
+
+def test_an_attribute_called_observed_at_is_content() -> None:
+    record = {"record_ref": "r", "sources": [{"source_type": "hr", "observed_at": "2026-10-01T00:00:00Z"}],
+              "attributes": {"badge": {"observed_at": "2026-01-01"}}}
+    changed = {**record, "attributes": {"badge": {"observed_at": "2026-02-02"}}}
+    assert wire_hash(json.dumps(record).encode()) != wire_hash(json.dumps(changed).encode())
+    assert wire_hash(json.dumps(record, separators=(",", ":")).encode()) != hashlib.sha256(
+        json.dumps(record, separators=(",", ":")).encode()).hexdigest()
 
 
 SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (",\n ", ":")])

@@ -12,11 +12,13 @@ import json
 import re
 import secrets
 from collections import defaultdict
+from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 
+from airflow_provider_bos.testing.federation import unstamped
 from airflow_provider_bos.testing.scenario import FaultSpec, load_scenario
 
 P2025, P2026 = "2025-11-25", "2026-07-28"
@@ -403,12 +405,24 @@ def test_all_errors_is_partial_with_zero_records(bos_server_factory, client_fact
     assert finals[0]["result"]["structuredContent"]["result"]["result"] == []
 
 
-def test_json_and_stream_finals_agree(client_factory):
-    client = client_factory()
-    plain = client.execute().json()
-    _, finals = stream_events(client.execute(opt_in={}))
+def test_json_and_stream_finals_agree(bos_server_factory, client_factory):
+    # Two servers: each one's first read of the day (a second read of one server re-stamps).
+    plain = client_factory(bos_server_factory()).execute().json()
+    _, finals = stream_events(client_factory(bos_server_factory()).execute(opt_in={}))
     plain["id"] = finals[0]["id"]
     assert plain == finals[0]
+
+
+def test_each_read_of_a_day_is_observed_anew(client_factory):
+    client = client_factory()
+    first, second = (client.execute().json()["result"]["structuredContent"]["result"] for _ in range(2))
+    assert [unstamped(r) for r in first["result"]] == [unstamped(r) for r in second["result"]]
+    observed = [datetime.fromisoformat(r["metadata"]["observed_at"]) for r in (first, second)]
+    assert observed[1] - observed[0] == timedelta(minutes=1)
+    # Every provenance entry carries its read's stamp (a source's observation, just before the read).
+    for read, at in zip((first, second), observed, strict=True):
+        stamps = {datetime.fromisoformat(e["observed_at"]) for r in read["result"] for e in r["sources"]}
+        assert stamps and all(at - timedelta(minutes=2) < s <= at for s in stamps)
 
 
 # -- the whole journey with plain httpx: OAuth, refresh, streamed bos_execute -------------------------

@@ -320,16 +320,28 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         columns = self._written_column_list()
         return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({columns}) VALUES ({marks})")
 
-    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
-        """Give target rows the wire hash of a staged copy with the same content (a direct load's
-        later duplicate: the merge leaves identical content alone, but the later copy is the one a
-        staged load would have kept, so its bytes are what the next run most likely sends)."""
-        q = self.quote
-        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+    def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give target rows the observation, ``sources`` and wire hash of a staged later copy with the
+        same content (a direct load's later duplicate: the merge leaves identical content alone, but
+        the later copy is the one a staged load would have kept)."""
+        t_cols, later = self._later_copy_sets(), self._later_copy("t", "s")
         return Statement(
-            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
-            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND {self._hash_differs(f't.{w}', f's.{w}')}"
+            f"UPDATE {self.table_ref(target, schema)} AS t SET {t_cols} FROM {self.stage_ref(source, schema)} s "
+            f"WHERE t.{self.quote('record_ref')} = s.{self.quote('record_ref')} AND {later}"
         )
+
+    def _later_copy_sets(self, t: str = "", s: str = "s") -> str:
+        q, prefix = self.quote, f"{t}." if t else ""
+        return (f"{prefix}{q(WIRE_HASH_COLUMN)} = {s}.{q(WIRE_HASH_COLUMN)}, "
+                f"{prefix}{q('_bos_observed_at')} = {s}.{q('_bos_observed_at')}, "
+                f"{prefix}{q('sources')} = {self._staged_value(s, 'sources')}")
+
+    def _later_copy(self, t: str, s: str) -> str:
+        """Staged row ``s`` is a later copy of ``t``'s content: observed later, or as late with other bytes."""
+        q = self.quote
+        h, w, obs = q("_bos_record_hash"), q(WIRE_HASH_COLUMN), q("_bos_observed_at")
+        return (f"{t}.{h} = {s}.{h} AND ({s}.{obs} > {t}.{obs} OR ({s}.{obs} = {t}.{obs} AND "
+                f"{self._hash_differs(f'{t}.{w}', f'{s}.{w}')}))")
 
     def stage_value(self, row: Any, seq: int, wire_hash: str | None = None) -> tuple[Any, ...]:
         """The column-staged tuple of a :class:`~.records.RecordRow`, in :data:`STAGE_COLUMNS` order."""
@@ -557,6 +569,6 @@ class CopyDialect(Protocol):
         """The encoder of :meth:`copy_target`'s lines for one run."""
         ...
 
-    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
-        """Give target rows the wire hash of a staged copy with the same content."""
+    def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give target rows the stamps and wire hash of a staged later copy of the same content."""
         ...

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow_provider_bos.warehouse.dialects.statement import Statement
 from airflow_provider_bos.warehouse.schema import (
+    CONFIRMED_AT_COLUMN,
     DELETED_AT_COLUMN,
     HISTORY_CONTENT_COLUMNS,
     SCOPE_COLUMN,
@@ -232,6 +233,73 @@ class LifecycleSql:
             f"DELETE FROM {self.stage_ref(source, schema)} WHERE {ref} IN (SELECT t.{ref} FROM "
             f"{self.table_ref(target, schema)} t WHERE t.{deleted} IS NOT NULL AND t.{deleted} > {self.placeholder})",
             (self.bind_timestamp(observed_before),),
+        )
+
+    def withhold_merged_away(self, source: str, target: str, schema: str | None) -> Statement:
+        """Remove from ``source`` the records whose row a complete read superseded while its successor
+        is still current: a partial read's fragment under an old ref does not bring that ref back."""
+        ref, deleted, by = self.quote("record_ref"), self.quote(DELETED_AT_COLUMN), self.quote(SUPERSEDED_BY_COLUMN)
+        target_ref = self.table_ref(target, schema)
+        return Statement(
+            f"DELETE FROM {self.stage_ref(source, schema)} WHERE {ref} IN (SELECT t.{ref} FROM {target_ref} t "
+            f"JOIN {target_ref} n ON n.{ref} = t.{by} WHERE t.{deleted} IS NOT NULL AND n.{deleted} IS NULL)"
+        )
+
+    def withhold_answered(self, source: str, target: str, audit: str, schema: str | None, *,
+                          scope: ScopeFilter) -> Statement:
+        """Remove from ``source`` every decoded record a newer complete read of ``scope`` answered for:
+        all but those whose row is current and either holds the same content (they count unchanged)
+        or was written by another scope. A read older than its scope's newest complete read changes,
+        inserts and revives nothing that read confirmed or left out."""
+        ref, deleted, run = self.quote("record_ref"), self.quote(DELETED_AT_COLUMN), self.quote("_bos_run_id")
+        h = self.quote("_bos_record_hash")
+        stage, target_ref = self.stage_ref(source, schema), self.table_ref(target, schema)
+        runs, params = self._scope_runs(audit, schema, scope)
+        return Statement(
+            f"DELETE FROM {stage} WHERE {stage}.{h} IS NOT NULL "
+            f"AND {ref} NOT IN (SELECT t.{ref} FROM {target_ref} t WHERE t.{deleted} IS NULL AND t.{run} NOT IN "
+            f"({runs})) AND NOT EXISTS (SELECT 1 FROM {target_ref} u WHERE u.{ref} = {stage}.{ref} "
+            f"AND u.{h} = {stage}.{h} AND u.{deleted} IS NULL)",
+            params,
+        )
+
+    def scope_confirmed_at(self, audit: str, schema: str | None, scope: str) -> Statement:
+        """One value: the read time of the scope's newest complete full read (NULL if none)."""
+        confirmed = self.quote(CONFIRMED_AT_COLUMN)
+        return Statement(
+            f"SELECT MAX(a.{confirmed}) FROM {self.table_ref(audit, schema)} a "
+            f"WHERE a.{self.quote(SCOPE_COLUMN)} = {self.placeholder}",
+            (scope,),
+        )
+
+    def last_confirmed(self, target: str, audit: str, schema: str | None) -> Statement:
+        """Rows ``(record_ref, _bos_observed_at, confirmed_at)`` of every current row: when its content
+        was observed, and the newest ``confirmed_at`` of its scope (NULL if no complete full read of
+        that scope confirmed it). A row was last confirmed at the later of the two."""
+        ref, obs, run = self.quote("record_ref"), self.quote("_bos_observed_at"), self.quote("_bos_run_id")
+        scope, confirmed = self.quote(SCOPE_COLUMN), self.quote(CONFIRMED_AT_COLUMN)
+        audit_ref = self.table_ref(audit, schema)
+        return Statement(
+            f"SELECT t.{ref}, t.{obs}, c.newest FROM {self.table_ref(target, schema)} t "
+            f"LEFT JOIN {audit_ref} w ON w.run_id = t.{run} "
+            f"LEFT JOIN (SELECT a.{scope} AS scope_key, MAX(a.{confirmed}) AS newest FROM {audit_ref} a "
+            f"WHERE a.{confirmed} IS NOT NULL GROUP BY a.{scope}) c ON c.scope_key = w.{scope} "
+            f"WHERE {self._current('t')}"
+        )
+
+    def adopt_into_scope(self, target: str, audit: str, schema: str | None, *, scope: ScopeFilter, run_id: str,
+                         keys: RunKeys | None) -> Statement:
+        """Give this run the current rows it returned (every current row when ``keys`` is None) that a
+        run of another scope wrote: a complete full read's scope holds what it returned, so its next
+        read retires them when they leave. Content and ``_bos_synced_at`` stay: nothing changed."""
+        run = self.quote("_bos_run_id")
+        target_ref = self.table_ref(target, schema)
+        runs, params = self._scope_runs(audit, schema, scope)
+        returned = "" if keys is None else f" AND {self._returned(keys, schema, target_ref)}"
+        return Statement(
+            f"UPDATE {target_ref} SET {run} = {self.placeholder} WHERE {self._current(target_ref)} "
+            f"AND {target_ref}.{run} <> {self.placeholder} AND {target_ref}.{run} NOT IN ({runs}){returned}",
+            (run_id, run_id, *params),
         )
 
     def collect_successors(

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
-from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
+from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN
 
 __all__ = ["MySqlDialect"]
 
@@ -71,13 +71,12 @@ class MySqlDialect(WarehouseDialect):
     def unlock(self, target: str) -> Statement | None:
         return Statement(f"SELECT RELEASE_LOCK({self.placeholder})", (self._lock_name(target),))
 
-    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+    def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
         # MySQL cannot read the table an UPDATE writes in a subquery: a multi-table UPDATE instead.
-        q = self.quote
-        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+        ref = self.quote("record_ref")
         return Statement(
             f"UPDATE {self.table_ref(target, schema)} t JOIN {self.stage_ref(source, schema)} s "
-            f"ON t.{ref} = s.{ref} AND t.{h} = s.{h} SET t.{w} = s.{w} WHERE {self._hash_differs(f't.{w}', f's.{w}')}"
+            f"ON t.{ref} = s.{ref} SET {self._later_copy_sets('t')} WHERE {self._later_copy('t', 's')}"
         )
 
     def mark_retired(

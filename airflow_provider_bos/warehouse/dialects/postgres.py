@@ -82,6 +82,15 @@ class PostgresDialect(WarehouseDialect):
             f"FROM {self.stage_ref(stage, schema)} s{where} OFFSET 0) x"
         )
 
+    def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
+        if not self.document_staging:
+            return super().adopt_later_copies(source, target, schema)
+        ref = self.quote("record_ref")
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t SET {self._later_copy_sets(s='x')} "
+            f"FROM {self._documents(source, schema)} WHERE t.{ref} = x.{ref} AND {self._later_copy('t', 'x')}"
+        )
+
     def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
         if not self.document_staging:
             return super().insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id)

@@ -35,7 +35,6 @@ from airflow_provider_bos.warehouse.schema import (
     DELETED_AT_COLUMN,
     RECORD_JSON_COLUMNS,
     SUPERSEDED_BY_COLUMN,
-    WIRE_HASH_COLUMN,
 )
 
 __all__ = ["SnowflakeDialect"]
@@ -154,12 +153,11 @@ class SnowflakeDialect(WarehouseDialect):
         )
         return [(Statement(sql, (self.bind_timestamp(synced_at), run_id)), "inserted+updated")]
 
-    def adopt_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
-        q = self.quote
-        ref, h, w = q("record_ref"), q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+    def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
+        ref = self.quote("record_ref")
         return Statement(
-            f"UPDATE {self.table_ref(target, schema)} t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
-            f"WHERE t.{ref} = s.{ref} AND t.{h} = s.{h} AND {self._hash_differs(f't.{w}', f's.{w}')}"
+            f"UPDATE {self.table_ref(target, schema)} t SET {self._later_copy_sets()} "
+            f"FROM {self.stage_ref(source, schema)} s WHERE t.{ref} = s.{ref} AND {self._later_copy('t', 's')}"
         )
 
     # --- lifecycle (supersede, retire, history) ------------------------------------------------------
