@@ -47,6 +47,9 @@ class ScenarioParams:
     page_size: int = 100
     #: The day read: 1, or 2 (every source loses 1 % of its people and 1 % change; see ``scenario``).
     day: int = 1
+    #: Which read of that day: 0 the first; 1 a later one, every provenance observed_at moved (the
+    #: reference server re-stamps each read, as BOS does).
+    read: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -77,7 +80,8 @@ def scenario(params: ScenarioParams) -> Scenario:
 def _read(params: ScenarioParams) -> PlannedRead:
     """The bench's federated read of the scenario on ``params.day``, planned as the server plans it."""
     sc = scenario(params)
-    return plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={}, day=params.day)
+    return plan_read(sc, request_id="bench", context=sc.resolved_contexts()[0], arguments={}, day=params.day,
+                     read_index=params.read)
 
 
 def iter_final_records(params: ScenarioParams) -> Iterator[dict[str, Any]]:

@@ -67,6 +67,7 @@ def test_a_re_read_that_only_moved_observations_rewrites_nothing(days, run_dag) 
     again = run_day(days, run_dag, 1, **FULL)
     summary = xcom_summary(again)
     assert (summary["inserted"], summary["updated"], summary["unchanged"]) == (0, 0, 230)
+    assert summary["records_known"] == 230  # the shortcut: none decoded, the stamps moved or not
     assert table_dump(days["engine"], days["table"]) == before  # no row rewritten, _bos_synced_at included
     assert versions(days) == history == 230
     # Day 2: the 20 merged records are new, 40 superseded, 10 retired; the 180 untouched are unchanged.

@@ -37,6 +37,14 @@ def sync(server: Any, writer: WarehouseWriter) -> Any:
                         via="execute", stream=True)
 
 
+def unstamped(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``content`` rows without what a re-stamping read moves: the provenance stamps and
+    ``_bos_observed_at`` (the record hash is the content's: it stays)."""
+    stamp = re.compile(r"""["']observed_at["']: ?["'][^"']*["']""")  # JSON text, or a driver's dict
+    return [tuple(stamp.sub("", value) for name, value in zip(CONTENT, row, strict=True)
+                  if name != "_bos_observed_at") for row in rows]
+
+
 def content(engine: sa.Engine, table: str) -> list[tuple[Any, ...]]:
     cols = ", ".join(CONTENT)
     with engine.connect() as conn:
@@ -71,4 +79,6 @@ def test_reruns_skip_decoding_byte_identical_records(
 
     fresh = make_writer(table=f"{writer.table}_fresh", audit_table=f"{writer.table}_fresh_runs")
     sync(server, fresh)
-    assert content(engine, writer.table) == content(engine, fresh.table)
+    # The same content as a fresh load of the changed read; the rows nobody changed keep the
+    # provenance stamps of the read that wrote them (the fresh load's read re-stamped them).
+    assert unstamped(content(engine, writer.table)) == unstamped(content(engine, fresh.table))

@@ -82,8 +82,10 @@ def test_observed_at_is_latest_source_and_falls_back_to_the_read(writer, engine)
     write(writer, [two_sources, no_stamp], default_observed_at="2026-10-05T00:00:00Z")
     # 14:00+02:00 is 12:00Z on the 9th: newer than T1 (8th), so a T1 copy of record 1 is stale
     assert write(writer, [make_record(1, "2026-10-09T11:59:59Z")]) == UpsertCounts(skipped_stale=1)
-    # record 2 was stamped with the read's observed_at (5th): a T1 (8th) copy is newer
-    assert write(writer, [make_record(2, T1)]) == UpsertCounts(updated=1)
+    # record 2 was stamped with the read's observed_at (5th): a T1 (8th) copy is newer, not stale; its
+    # content is the same (only its stamp moved), so it is unchanged; with a change it is written.
+    assert write(writer, [make_record(2, T1)]) == UpsertCounts(unchanged=1)
+    assert write(writer, [make_record(2, T1, name="Renamed")]) == UpsertCounts(updated=1)
 
 
 def test_duplicates_in_one_result_are_resolved_deterministically(writer, engine):
