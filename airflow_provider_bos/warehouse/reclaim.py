@@ -128,7 +128,10 @@ def _rewrite_duckdb_file(engine: sa.Engine) -> str:
             duck.execute("ATTACH '{}' AS bos_rewrite".format(fresh.replace("'", "''")))
             duck.execute('COPY FROM DATABASE "{}" TO bos_rewrite'.format(database.replace('"', '""')))
             duck.execute("DETACH bos_rewrite")
-            os.chmod(fresh, stat.S_IMODE(os.stat(path).st_mode))
+            old = os.stat(path)
+            os.chmod(fresh, stat.S_IMODE(old.st_mode))
+            if (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):  # e.g. erased by root: the worker's file
+                os.chown(fresh, old.st_uid, old.st_gid)
             os.replace(fresh, path)
         finally:
             for leftover in (fresh, f"{fresh}.wal"):

@@ -3,7 +3,9 @@ files, the dead row versions a database keeps until it is vacuumed."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -177,3 +179,21 @@ def test_mariadb_rebuilds_every_table_the_erasure_touched(mysql_url, unique_tabl
             for name in touched:
                 conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
         engine.dispose()
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="changing a file's owner needs root")
+def test_a_rewritten_duckdb_file_keeps_its_owner_and_mode(tmp_path, unique_table) -> None:
+    """An operator who erases as root must not leave the worker a database file it cannot open."""
+    path = tmp_path / "warehouse.duckdb"
+    engine = sa.create_engine(f"duckdb:///{path}")
+    from airflow_provider_bos.warehouse import WarehouseWriter
+
+    write(WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs"), [*others(3), person()])
+    engine.dispose()
+    os.chown(path, 65534, 65534)
+    path.chmod(0o640)
+    erase_records(sa.create_engine(f"duckdb:///{path}"), table=unique_table, audit_table=f"{unique_table}_runs",
+                  record_refs=[REF])
+    info = path.stat()
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (65534, 65534, 0o640)
+    assert file_traces(path) == []
