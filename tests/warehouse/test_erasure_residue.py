@@ -91,17 +91,23 @@ def test_erasure_scrubs_the_ref_from_every_audit_text(writer, engine) -> None:
     assert reader.get_run(failed.run_id)["error_message"].endswith("'sources' must be a list.")
 
 
-@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
-def test_the_database_file_keeps_no_byte_of_an_erased_person(dialect, tmp_path, unique_table) -> None:
+@pytest.mark.parametrize("database", ["sqlite", "sqlite-wal", "duckdb"])
+def test_the_database_file_keeps_no_byte_of_an_erased_person(database, tmp_path, unique_table) -> None:
     """The file (and its WAL or journal) after the erasure and the engine's close holds neither the
     person's current row nor the versions an update replaced (freed pages, free blocks)."""
+    dialect = database.partition("-")[0]
     path = tmp_path / ("warehouse.duckdb" if dialect == "duckdb" else "warehouse.db")
+
+    def sqlite_pragmas(conn, _) -> None:
+        # As python.org's and most non-Debian builds: SQLite without SECURE_DELETE keeps freed cells.
+        conn.execute("PRAGMA secure_delete = OFF")
+        if database == "sqlite-wal":
+            conn.execute("PRAGMA journal_mode = WAL")
 
     def open_engine() -> sa.Engine:
         engine = sa.create_engine(f"{dialect}:///{path}")
         if dialect == "sqlite":
-            # As python.org's and most non-Debian builds: SQLite without SECURE_DELETE keeps freed cells.
-            sa.event.listen(engine, "connect", lambda conn, _: conn.execute("PRAGMA secure_delete = OFF"))
+            sa.event.listen(engine, "connect", sqlite_pragmas)
         return engine
 
     from airflow_provider_bos.warehouse import WarehouseWriter
