@@ -14,6 +14,7 @@ import pytest
 import sqlalchemy as sa
 from whhelpers import make_record, write
 
+from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.warehouse import WarehouseWriter, file_load
 
 pytest.importorskip("duckdb_engine")
@@ -25,6 +26,7 @@ import sys
 sys.path.insert(0, {helpers!r})
 import sqlalchemy as sa
 from whhelpers import make_record, write
+from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.warehouse import WarehouseWriter, file_load
 
 file_load.FILE_BLOCK_ROWS = 10
@@ -123,3 +125,15 @@ def test_stage_dir_setting_moves_staging(tmp_path: Path, monkeypatch: pytest.Mon
     write(WarehouseWriter(engine, table="people", audit_table="people_runs"), records())
     engine.dispose()
     assert found and list((base / "bos-stage").iterdir()) == []
+
+
+def test_a_stage_root_open_to_others_is_refused(stage_base: Path, tmp_path: Path) -> None:
+    """Another user could read or swap what is staged there: the load refuses and says what to do."""
+    root = stage_base / "bos-stage"
+    root.mkdir()
+    root.chmod(0o777)
+    engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
+    with pytest.raises(BosConfigurationError, match="mode 0700.*BOS_STAGE_DIR"):
+        write(WarehouseWriter(engine, table="people", audit_table="people_runs"), [make_record(1)])
+    engine.dispose()
+    assert list(root.iterdir()) == []
