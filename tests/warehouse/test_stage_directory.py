@@ -133,7 +133,7 @@ def test_a_stage_root_open_to_others_is_refused(stage_base: Path, tmp_path: Path
     root.mkdir()
     root.chmod(0o777)
     engine = sa.create_engine(f"duckdb:///{tmp_path / 'w.duckdb'}")
-    with pytest.raises(BosConfigurationError, match="mode 0700.*BOS_STAGE_DIR"):
+    with pytest.raises(BosConfigurationError, match=r"mode 0700.*BOS_STAGE_DIR"):
         write(WarehouseWriter(engine, table="people", audit_table="people_runs"), [make_record(1)])
     engine.dispose()
     assert list(root.iterdir()) == []
