@@ -3,7 +3,10 @@
     airflow-provider-bos erase --conn-id warehouse --table bos_people --record-ref bos:person:42
 
 Deletes the rows of each ``--record-ref`` from the table, its history, lineage and rejects tables
-in one transaction, writes an audit row that names no ref, and prints the counts as JSON.
+in one transaction that also replaces the refs in the audit table's messages, writes an audit row
+that names no ref, then reclaims the space the deleted rows held (so the database files keep no
+copy), and prints the counts and what it ran as JSON. Exits 1 if the reclaim failed after the
+deletion committed (the message names what to run; running the erasure again reclaims again).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
 def add_erase_parser(commands: Any) -> None:
     """The ``erase`` subcommand, on the CLI's subparsers."""
     erase = commands.add_parser(
-        "erase", help="Delete the rows of record_refs from a table, its history, lineage and rejects (on request).",
+        "erase", help="Delete the rows of record_refs from a table, its history, lineage and rejects, scrub them "
+                 "from the audit messages and reclaim the freed space (on request).",
     )
     erase.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
     erase.add_argument("--table", required=True, help="The records table (as the operator's destination_table).")

@@ -33,6 +33,7 @@ def synced(warehouse_url: str, unique_table: str, monkeypatch: pytest.MonkeyPatc
     options = ReconcileOptions(sync_mode="full", history=True)
     write(writer, day1(), reconcile=options)
     write(writer, day2(), reconcile=options)
+    engine.dispose()  # as in the CLI's own process: a DuckDB file is rewritten only when nothing else holds it
     monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(warehouse_url))
     yield engine, writer
     with engine.begin() as conn:
@@ -64,3 +65,31 @@ def test_erase_without_a_ref_exits_1_and_deletes_nothing(synced, capsys) -> None
                  writer.audit_table], stdout=io.StringIO())
     assert code == 1 and "at least one record_ref" in capsys.readouterr().err
     assert rows_by_ref(engine, writer.table) == before
+
+
+def test_erase_reclaims_the_deleted_rows_space_and_says_how(synced) -> None:
+    engine, writer = synced
+    out = io.StringIO()
+    assert main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table, "--record-ref", make_record(3)["record_ref"]], stdout=out) == 0
+    reclaimed = json.loads(out.getvalue())["reclaimed"]
+    expected = {"sqlite": "VACUUM", "duckdb": "COPY FROM DATABASE", "postgresql": f"VACUUM {writer.table}",
+                "mysql": f"OPTIMIZE TABLE {writer.table}"}[engine.dialect.name]
+    assert expected in reclaimed
+
+
+def test_a_duckdb_file_held_elsewhere_in_the_process_is_erased_and_the_rewrite_refused(duckdb_url, unique_table,
+                                                                                        monkeypatch, capsys) -> None:
+    """The rewrite would leave another connection writing to the replaced file: the erasure commits, the
+    command exits 1 saying the space was not reclaimed and how to finish."""
+    engine = sa.create_engine(duckdb_url)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    write(writer, [make_record(1), make_record(2)])
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(duckdb_url))
+    with engine.connect():  # another connection of this process holds the file
+        code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", unique_table, "--audit-table",
+                     f"{unique_table}_runs", "--record-ref", make_record(1)["record_ref"]], stdout=io.StringIO())
+        err = capsys.readouterr().err
+        assert code == 1 and "erasure is committed" in err and "other connection(s) of this process" in err
+        assert list(rows_by_ref(engine, unique_table)) == [make_record(2)["record_ref"]]
+    engine.dispose()

@@ -7,6 +7,7 @@ own for failures); :class:`AuditReader` answers "what was the latest run of this
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,9 +36,17 @@ from airflow_provider_bos.warehouse.schema import (
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 
-__all__ = ["RUN_STATUSES", "AuditReader", "SyncRunInfo", "audit_insert", "truncate_error", "utcnow"]
+__all__ = [
+    "ERASED_REF", "RUN_STATUSES", "AuditReader", "SyncRunInfo", "audit_insert", "truncate_error", "utcnow",
+    "without_refs",
+]
 
 RUN_STATUSES = ("complete", "partial", "failed")
+#: What stands in an audit text for a record_ref that was erased.
+ERASED_REF = "[erased record_ref]"
+# A quoted literal of a message (Python's repr of a string), which may be the start of a ref: a
+# message names an over-long ref by its first characters.
+_QUOTED = re.compile(r"'([^'\\\n]{8,})'|\"([^\"\\\n]{8,})\"")
 
 
 def utcnow() -> datetime:
@@ -69,6 +78,19 @@ def truncate_error(message: str | None, limit: int = ERROR_MESSAGE_MAX) -> str |
         return None
     text = redact(str(message))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def without_refs(text: str, refs: Collection[str], placeholder: str = ERASED_REF) -> str:
+    """``text`` with each of ``refs`` replaced by ``placeholder``, and any quoted start of one (at
+    least 8 characters: a message may quote only an over-long ref's first characters)."""
+    for ref in sorted((r for r in refs if r), key=len, reverse=True):
+        text = text.replace(ref, placeholder)
+
+    def quoted(match: re.Match[str]) -> str:
+        inner = match.group(1) or match.group(2)
+        return placeholder if any(ref.startswith(inner) for ref in refs) else match.group(0)
+
+    return _QUOTED.sub(quoted, text)
 
 
 def _jsonable(value: Any) -> Any:

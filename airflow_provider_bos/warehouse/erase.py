@@ -2,9 +2,11 @@
 
 :func:`erase_records` deletes every row of the given record_refs from ``<table>``,
 ``<table>_history``, ``<table>_lineage`` (as predecessor or successor) and ``<table>_rejects``, in
-ONE transaction under the writers' lock, and writes an audit row that says how many rows went
-from each table but names no ref (the audit table must not keep what was erased). A later sync
-brings a person back only if BOS still returns them.
+ONE transaction under the writers' lock; in the same transaction it replaces the refs in every
+audit row's ``error_message`` (a failed run's error names the record it refused) and writes an audit
+row that says how many rows went from each table but names no ref. After the commit it reclaims
+the space the deleted rows held (:mod:`.reclaim`), so the database files keep no copy of them.
+A later sync brings a person back only if BOS still returns them.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from dataclasses import asdict, dataclass
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
-from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
+from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
+from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
@@ -41,6 +45,10 @@ class ErasedRows:
     history: int = 0
     lineage: int = 0
     rejects: int = 0
+    #: Audit rows whose error_message named an erased ref (now replaced).
+    audit_messages: int = 0
+    #: What was run after the commit to reclaim the deleted rows' space.
+    reclaimed: str = ""
 
     def as_dict(self) -> dict[str, int | str]:
         return asdict(self)
@@ -49,13 +57,7 @@ class ErasedRows:
 def _checked_refs(record_refs: list[str]) -> list[str]:
     if not record_refs or any(not isinstance(r, str) or not r for r in record_refs):
         raise BosConfigurationError("Give at least one record_ref to erase, each a non-empty string.")
-    refs = sorted(set(record_refs))
-    too_long = [r for r in refs if len(r) > MAX_RECORD_REF_LENGTH]
-    if too_long:
-        raise BosConfigurationError(
-            f"{len(too_long)} record_ref(s) are longer than {MAX_RECORD_REF_LENGTH} characters: no table holds them."
-        )
-    return refs
+    return sorted(set(record_refs))
 
 
 def erase_records(
@@ -64,9 +66,14 @@ def erase_records(
 ) -> ErasedRows:
     """Delete ``record_refs`` from ``table`` and the tables beside it, in one transaction; audit it.
 
+    After the commit the space the deleted rows held is reclaimed (:func:`~.reclaim.reclaim_space`:
+    SQLite VACUUM, a rewrite of the DuckDB file, PostgreSQL VACUUM, MariaDB OPTIMIZE TABLE). On
+    DuckDB no other connection of this process may have the database file open.
+
     :param conn_id: the warehouse connection, recorded in the audit row.
-    :raises BosConfigurationError: no ref, an over-long ref, or a table name that is not valid.
-    :raises BosWarehouseError: the database refused (nothing was deleted).
+    :raises BosConfigurationError: no ref, or a table name that is not valid.
+    :raises BosWarehouseError: the database refused (nothing was deleted), or the space could not be
+        reclaimed after the commit (the message says so and what to run).
     """
     refs = _checked_refs(list(record_refs))
     writer = WarehouseWriter(engine, table=table, schema=schema, audit_table=audit_table, lock_timeout_s=lock_timeout_s)
@@ -82,6 +89,7 @@ def erase_records(
     except sa.exc.SQLAlchemyError as exc:
         raise BosWarehouseError(f"Could not inspect {writer.destination_table}: {db_detail(exc)}") from exc
     run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id=conn_id, tool_name=ERASE_TOOL_NAME, started_at=utcnow())
+    audit = audit_table_definition(sa.MetaData(), writer.dialect.name, writer.audit_table, writer.schema)
     erased = ErasedRows(run_id=run.run_id)
     d = writer.dialect
     tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
@@ -92,20 +100,26 @@ def erase_records(
             tx.lock()
             for i in range(0, len(refs), _REFS_PER_STATEMENT):
                 chunk = refs[i : i + _REFS_PER_STATEMENT]
-                erased.records += tx.exec(d.delete_refs(writer.table, writer.schema, "record_ref", chunk)).rowcount
-                if "history" in companions:
+                # An over-long ref is only ever in the rejects table (it was quarantined for its length).
+                keys = [r for r in chunk if len(r) <= MAX_RECORD_REF_LENGTH]
+                if keys:
+                    erased.records += tx.exec(d.delete_refs(writer.table, writer.schema, "record_ref",
+                                                            keys)).rowcount
+                if keys and "history" in companions:
                     erased.history += tx.exec(d.delete_refs(companions["history"], writer.schema, "record_ref",
-                                                            chunk)).rowcount
-                if "lineage" in companions:
+                                                            keys)).rowcount
+                if keys and "lineage" in companions:
                     for column in ("record_ref", "successor_ref"):
                         erased.lineage += tx.exec(d.delete_refs(companions["lineage"], writer.schema, column,
-                                                                chunk)).rowcount
+                                                                keys)).rowcount
                 if "rejects" in companions:
                     erased.rejects += tx.exec(d.delete_refs(companions["rejects"], writer.schema, "record_ref",
                                                             chunk)).rowcount
+            erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
             note = (f"Erasure of {len(refs)} record_ref(s) on request: deleted {erased.records} row(s) from "
                     f"{writer.destination_table}, {erased.history} history version(s), {erased.lineage} lineage "
-                    f"row(s), {erased.rejects} quarantined record(s).")
+                    f"row(s), {erased.rejects} quarantined record(s); replaced the refs in "
+                    f"{erased.audit_messages} audit message(s).")
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=len(refs),
                                  error_message=note, destination_table=writer.destination_table,
@@ -120,4 +134,19 @@ def erase_records(
     finally:
         tx.close()
     log.info("BOS erasure %s: %s", run.run_id, note)
+    erased.reclaimed = reclaim_space(engine, d, [writer.table, *companions.values(), writer.audit_table],
+                                     writer.schema)
     return erased
+
+
+def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:
+    """Replace ``refs`` in every audit row's ``error_message`` (of any table's runs); return how many changed."""
+    changed = 0
+    rows = conn.execute(sa.select(audit.c.run_id, audit.c.error_message)
+                        .where(audit.c.error_message.is_not(None))).all()
+    for run_id, message in rows:
+        scrubbed = without_refs(message, refs)
+        if scrubbed != message:
+            conn.execute(audit.update().where(audit.c.run_id == run_id).values(error_message=scrubbed))
+            changed += 1
+    return changed

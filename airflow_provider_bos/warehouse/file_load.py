@@ -5,8 +5,10 @@ Each record becomes one JSON line keyed by the staging columns (:data:`~.dialect
 assembled from the canonical JSON the encoders already made (no second serialisation, no
 escaping: JSON text is its own quoting). Every :data:`FILE_BLOCK_ROWS` lines the file is loaded
 into the run's staging table (the dialect's ``load_file``), so the files and this process's memory
-stay bounded whatever the result's size. The files live in the system's temporary directory and
-are removed when the load ends, however it ends.
+stay bounded whatever the result's size. The files hold the records in clear: they live in a
+private directory of the run (:mod:`.stage_dir`: ``<BOS_STAGE_DIR or TMPDIR>/bos-stage/<pid>-<random>``,
+mode 0700), removed when the load ends; a run killed before it could remove it (SIGKILL, the OOM
+killer) has it removed by the next load on the machine.
 
 The database runs in this process: a block is loaded by a thread of its own (:class:`_Loader`)
 while the next block is written to a second file, so the read's Python work and the database's
@@ -20,10 +22,10 @@ of its key, wire hash and position only (a known row, see :data:`~.dialects.STAG
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
@@ -31,6 +33,7 @@ import orjson
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.records import json_column_values, record_to_row
+from airflow_provider_bos.warehouse.stage_dir import run_stage_directory
 from airflow_provider_bos.warehouse.transaction import RunTransaction
 from airflow_provider_bos.wire import KnownRecord
 
@@ -137,14 +140,15 @@ class _BlockFile:
     """Two temporary NDJSON files taking turns: every :data:`FILE_BLOCK_ROWS` lines (and at
     :meth:`flush`) the file written so far is handed to the :class:`_Loader` as
     ``load(path, longest_line)`` and the lines go on into the other one, emptied once its own load
-    is done; removed when the ``with`` block ends."""
+    is done; made in ``directory`` (the run's own), removed when the ``with`` block ends."""
 
-    def __init__(self, loader: _Loader, load: Callable[[str, int], Statement]) -> None:
+    def __init__(self, loader: _Loader, load: Callable[[str, int], Statement], directory: Path, name: str) -> None:
         self._loader, self._load = loader, load
         self.paths: list[str] = []
         self._files = []
-        for _ in range(2):
-            fd, path = tempfile.mkstemp(prefix="bos-stage-", suffix=".ndjson")
+        for i in range(2):
+            path = str(directory / f"bos-stage-{name}-{i}.ndjson")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             self.paths.append(path)
             self._files.append(os.fdopen(fd, "wb"))
         self._loads: list[Future[Any] | None] = [None, None]  # each file's load in flight
@@ -219,7 +223,8 @@ class FileLoad:
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
         seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None,
     ) -> int:
-        with _Loader(tx) as loader, _BlockFile(loader, _into_stage(tx)) as stage:
+        with (run_stage_directory() as directory, _Loader(tx) as loader,
+              _BlockFile(loader, _into_stage(tx), directory, "stage") as stage):
             for row in seen.watch(_keyed_lines(records, default_obs, kept, rejects)):
                 assert row is not None  # watch yields None only with ``divert``
                 stage.add(row[1])
@@ -244,8 +249,9 @@ class FileLoad:
             return d.load_file_target(tx.table, tx.schema, path, longest_line=longest_line, synced_at=synced_at,
                                       run_id=tx.run_id)
 
-        with (_Loader(tx) as loader, _BlockFile(loader, into_target) as target,
-              _BlockFile(loader, _into_stage(tx)) as stage):
+        with (run_stage_directory() as directory, _Loader(tx) as loader,
+              _BlockFile(loader, into_target, directory, "target") as target,
+              _BlockFile(loader, _into_stage(tx), directory, "stage") as stage):
             repeats: list[tuple[str, bytes, bool]] = []
             for row in SeenKeys().watch(_keyed_lines(records, default_obs, None, rejects), divert=repeats,
                                         divert_limit=_WRITE_ROWS):

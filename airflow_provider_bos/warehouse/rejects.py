@@ -5,6 +5,10 @@ With ``invalid_records="quarantine"`` the loads hand a record that fails its enc
 non-finite number, a field of the wrong shape) to :class:`Rejects` instead of raising; the writer
 inserts them in the run's transaction, counts them, and the run becomes ``partial``. With
 ``"fail"`` (the default) the first such record rolls the whole run back, as before.
+
+The rows hold the record (its personal data) and its ref; the run's audit note counts them and gives
+the first reasons without the refs (:meth:`Rejects.note`), so an erasure, which deletes the rows by
+ref, leaves nothing of the person in the audit table.
 """
 
 from __future__ import annotations
@@ -15,12 +19,14 @@ from datetime import datetime
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.audit import without_refs
 
 __all__ = ["MAX_REJECT_BYTES", "Rejects", "record_bytes"]
 
 #: A quarantined record's bytes are kept up to this size (64 KiB); longer ones are cut, ``truncated`` set.
 MAX_REJECT_BYTES = 64 * 1024
 _REASON_MAX = 2000
+_NOTE_REASONS = 3
 
 
 def record_bytes(record: Any) -> bytes:
@@ -41,6 +47,7 @@ class Rejects:
 
     def __init__(self) -> None:
         self.rows: list[dict[str, Any]] = []
+        self._reasons: list[str] = []  # the note's: the first few, without their refs
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -50,18 +57,25 @@ class Rejects:
         get = getattr(record, "get", None)
         ref = get("record_ref") if get is not None else getattr(record, "record_ref", None)
         data = record_bytes(record)
+        reason = str(error)[:_REASON_MAX]
         self.rows.append({
             "record_ref": ref if isinstance(ref, str) else None,
-            "reason": str(error)[:_REASON_MAX],
+            "reason": reason,
             "record": data[:MAX_REJECT_BYTES],
             "truncated": len(data) > MAX_REJECT_BYTES,
         })
+        if len(self._reasons) < _NOTE_REASONS:
+            self._reasons.append(without_refs(reason[:200], [ref] if isinstance(ref, str) else [], "<record_ref>"))
 
     def table_rows(self, run_id: str, rejected_at: datetime) -> list[dict[str, Any]]:
         return [{**row, "run_id": run_id, "rejected_at": rejected_at} for row in self.rows]
 
     def note(self, table: str) -> str:
-        """The audit row's note: how many records were quarantined, where, and the first reasons."""
-        reasons = "; ".join(row["reason"][:200] for row in self.rows[:3])
-        more = f" (and {len(self.rows) - 3} more)" if len(self.rows) > 3 else ""
+        """The audit row's note: how many records were quarantined, where, and the first reasons.
+
+        It names no record: the audit row outlives an erasure (which deletes the rejects rows, each
+        with its ref and full reason), and the sensor's verdicts and alerts repeat it.
+        """
+        reasons = "; ".join(self._reasons)
+        more = f" (and {len(self.rows) - len(self._reasons)} more)" if len(self.rows) > len(self._reasons) else ""
         return f"{len(self.rows)} record(s) quarantined in {table}: {reasons}{more}"

@@ -1,0 +1,41 @@
+"""Erasure on Snowflake (fakesnow): the rows and the audit text go; Time Travel is what it cannot purge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
+from whhelpers import make_record, run_info, write
+
+from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
+from airflow_provider_bos.warehouse.erase import erase_records
+from airflow_provider_bos.warehouse.schema import rejects_table_name
+
+pytestmark = pytest.mark.snowflake
+
+REF = "bos:person:erase-me-0042"
+
+
+@pytest.fixture()
+def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[WarehouseWriter]:  # noqa: F811
+    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    yield writer
+    with engine.begin() as conn:
+        for name in (unique_table, f"{unique_table}_runs", rejects_table_name(unique_table)):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+    engine.dispose()
+
+
+def test_erasure_scrubs_the_audit_and_says_time_travel_keeps_the_rows(sf_writer: WarehouseWriter) -> None:
+    engine = sf_writer.engine
+    write(sf_writer, [make_record(1), make_record(REF)])
+    failed = run_info()
+    sf_writer.record_failure(failed, error=f"BosWarehouseError: Record {REF!r}: 'sources' must be a list.")
+    erased = erase_records(engine, table=sf_writer.table, audit_table=sf_writer.audit_table, record_refs=[REF])
+    assert (erased.records, erased.audit_messages) == (1, 1)
+    assert erased.reclaimed.startswith("nothing")
+    message = AuditReader(engine, table=sf_writer.audit_table).get_run(failed.run_id)["error_message"]
+    assert REF not in message and "[erased record_ref]" in message
