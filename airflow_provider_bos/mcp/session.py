@@ -57,7 +57,7 @@ from airflow_provider_bos.mcp.eras import (
     probe_verdict,
 )
 from airflow_provider_bos.mcp.event_stream import Reconnect
-from airflow_provider_bos.mcp.exchange import HttpExchange, Reply
+from airflow_provider_bos.mcp.exchange import DEFAULT_MAX_ANSWER_BYTES, HttpExchange, Reply
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
 from airflow_provider_bos.mcp.final_stream import (
     memory_result,
@@ -85,7 +85,7 @@ from airflow_provider_bos.models import (
     BosContext,
 )
 
-__all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS"]
+__all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS", "DEFAULT_MAX_ANSWER_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ class McpSession(HttpExchange):
         client_name: str = "airflow-provider-bos",
         stream_threshold_bytes: int = DEFAULT_STREAM_THRESHOLD,
         operation_deadline_s: float = DEFAULT_OPERATION_DEADLINE,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         if era not in ERAS:
             raise BosConfigurationError(
@@ -171,6 +172,12 @@ class McpSession(HttpExchange):
         if max_event_bytes <= 0:
             raise BosConfigurationError(f"max_event_bytes must be a positive number of bytes, not {max_event_bytes!r}.")
         self.max_event_bytes = max_event_bytes
+        if max_answer_bytes <= 0:
+            raise BosConfigurationError(
+                f"max_answer_bytes must be a positive number of bytes, not {max_answer_bytes!r}."
+            )
+        # Every answer but a read's result; never above the event bound.
+        self.max_answer_bytes = min(max_answer_bytes, max_event_bytes)
         # Below the bound, or a small max_event_bytes would refuse the events streaming exists for.
         self.stream_threshold_bytes = min(stream_threshold_bytes, max_event_bytes // 2)
         self.client_info = {"name": client_name, "version": __version__}
@@ -381,7 +388,8 @@ class McpSession(HttpExchange):
                 consumers.append(_ReadConsumer(SourceResultsTracker(request_id), on_progress, page_context))
                 return consumers[-1]
 
-            options = CallOptions(deadline, make_consumer, final_style=style if stream_records else None)
+            options = CallOptions(deadline, make_consumer, final_style=style if stream_records else None,
+                                  read_result=True)
             reply = self._call("tools/call", params, options)
             tracker = consumers[-1].tracker if consumers else SourceResultsTracker(reply.request_id)
             parser = FinalResultParser(

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from airflow_provider_bos.exceptions import (
+    BosAnswerTooLarge,
     BosAuthError,
     BosConfigurationError,
     BosDeadlineExceeded,
@@ -555,7 +556,8 @@ def test_a_json_reply_read_whole_is_bounded_like_an_event() -> None:
         fake.queue("tools/list", answer)
         fake.queue("tools/call", lambda b: ok(b["id"], final_result([record(f"bos:person:{i}") for i in range(100)])))
         with make(fake, max_event_bytes=10_000) as session:
-            with pytest.raises(BosProtocolError, match=r"over the maximum size of 10000 bytes.*max_event_bytes"):
+            # Not a read's result: the answer bound, never above max_event_bytes.
+            with pytest.raises(BosAnswerTooLarge, match=r"tools/list with more than 10000 bytes"):
                 session.list_tools()
             with pytest.raises(BosProtocolError, match="over the maximum size"):
                 read(session)  # a materialised read (stream_records=False) holds its whole body
@@ -638,7 +640,7 @@ def test_a_compressed_json_answer_is_measured_decoded() -> None:
         fake.queue("tools/call", lambda b, sized=sized: gzipped_json(
             {"jsonrpc": "2.0", "id": b["id"], "result": final_result(records)}, sized=sized))
         with make(fake, max_event_bytes=50_000, stream_threshold_bytes=20_000) as session:
-            with pytest.raises(BosProtocolError, match="over the maximum size of 50000 bytes"):
+            with pytest.raises(BosAnswerTooLarge, match="more than 50000 bytes"):
                 session.list_tools()
             result = read(session, stream_records=True)
             assert result.use_known_wire_hashes(WireHashSet([]))  # scanned: its decoded size is over the threshold
