@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosError, BosResultError
-from airflow_provider_bos.redaction import redact
+from airflow_provider_bos.redaction import redact, redacted_prefix
 from airflow_provider_bos.wire import (
     FederatedRead,
     KnownWireHashes,
@@ -127,7 +127,12 @@ def failure_message(exc: BaseException) -> str:
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return f"{type(exc).__name__}: the task was interrupted"
     limit = 2000 if isinstance(exc, BosError) else 500
-    return redact(f"{type(exc).__name__}: {str(exc)[:limit]}")
+    text = str(exc)
+    # Redacted before the cut: a secret across it is taken whole, so no prefix of it survives
+    # (the masker and redact() match whole secrets only).
+    shown = redacted_prefix(text, limit)
+    cut = "…" if len(redact(text)) > len(shown) else ""
+    return f"{type(exc).__name__}: {shown}{cut}"
 
 
 def _audit_failure(
