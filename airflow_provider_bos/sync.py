@@ -104,7 +104,10 @@ def contradiction_message(result: StreamingRead) -> str | None:
 
 def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | Any = log) -> dict[str, Any]:
     """Audit fields of a validated final result (status from :func:`run_status`)."""
-    if result.context is not None:
+    # The run is labelled with the context the read asked for (noted by on_context): a result
+    # stating another one is a contradiction (the run is partial), never a new label, or a server
+    # could file the run, and steer what a full read retires, under another context.
+    if result.context is not None and run.context_handle is None:
         run.context_handle = result.context.context_handle
     status = run_status(result)
     for warning in result.warnings:

@@ -364,8 +364,10 @@ class McpSession(HttpExchange):
             else:
                 style = "direct" if via == "direct" else "execute"
             page_context = None
+            requested: str | None = None
             if style == "execute":
                 handle = resolve_context_handle(context_handle, contexts=lambda: self._get_contexts(deadline))
+                requested = handle
                 params: dict[str, Any] = {
                     "name": "bos_execute",
                     "arguments": {"context_handle": handle, "tool_name": tool_name, "arguments": arguments},
@@ -393,7 +395,8 @@ class McpSession(HttpExchange):
             reply = self._call("tools/call", params, options)
             tracker = consumers[-1].tracker if consumers else SourceResultsTracker(reply.request_id)
             parser = FinalResultParser(
-                reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in
+                reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in,
+                requested_context=requested,
             )
             if not stream_records:
                 return parser.parse_message(reply.message)
