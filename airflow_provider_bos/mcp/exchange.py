@@ -207,6 +207,7 @@ class HttpExchange:
                         if length is None or length > self.stream_threshold_bytes:  # scanned as it arrives
                             call = StreamedCall(method, request_id, deadline, observations_of(consumer), self._cancel)
                             frame = JsonBodyFrame(response, call, final_style, max_event_bytes=limit,
+                                                  max_whole_bytes=self.max_answer_bytes,
                                                   release=self._release, read_timeout=self.timeout)
                             body = frame.start()
                             if body is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -214,6 +214,27 @@ class StreamingFinalResult(FinalResult):
                 )
             return getattr(final, name)
         return object.__getattribute__(self, name)
+
+    def materialised(self) -> FinalResult:
+        """Consume the records into validated :class:`FederatedRecord` objects: the whole result.
+
+        What ``federated_read(stream_records=False)`` returns. The records come from the scanner one
+        at a time, so a hostile frame of tiny objects fails at its first bad record instead of being
+        decoded whole first. A frame that restarts (a resumed stream) is taken again from its start.
+        """
+        where = "structuredContent.result" if self.tool_style == "execute" else "structuredContent"
+        source: Iterable[Any] | None = self.records
+        records: list[FederatedRecord] = []
+        with self:
+            while source is not None:
+                try:
+                    records = list(_validate_records(source, where))
+                    source = None
+                except BosFinalFrameRestarted as restart:
+                    source = restart.records
+        final = self._final
+        assert final is not None  # the records were consumed to the end
+        return replace(final, records=records)
 
     @property
     def complete(self) -> bool:
@@ -448,7 +469,7 @@ class FinalResultParser:
         return warnings, contradictions
 
 
-def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedRecord]:
+def _validate_records(raw_records: Iterable[Any], where: str) -> Iterator[FederatedRecord]:
     for index, raw in enumerate(raw_records):
         if not isinstance(raw, Mapping):
             raise BosResultError(f"Record {index} at {where}.result is not an object.")

@@ -342,6 +342,10 @@ class McpSession(HttpExchange):
         and handed to ``on_progress`` in wire order; an exception from the callback ends the read.
         ``deadline_s`` bounds the whole operation (retries and keepalive-only stalls included).
 
+        The final frame is scanned record by record in both modes: with ``stream_records=False``
+        its records are built into ``FederatedRecord`` objects one at a time (nothing larger than
+        the stream threshold is decoded whole), and the whole result is returned.
+
         ``stream_records=True``: return as soon as the final frame starts, with a
         :class:`StreamingFinalResult` whose ``records`` is a one-shot iterator of plain dicts
         pulled from the still-open response in constant memory; end-of-frame attributes
@@ -390,19 +394,21 @@ class McpSession(HttpExchange):
                 consumers.append(_ReadConsumer(SourceResultsTracker(request_id), on_progress, page_context))
                 return consumers[-1]
 
-            options = CallOptions(deadline, make_consumer, final_style=style if stream_records else None,
-                                  read_result=True)
+            # The final frame is always scanned record by record: a result held whole (stream_records
+            # False) is built from the scanned records, so no answer larger than the stream
+            # threshold is decoded whole (JSON of tiny objects decodes to ~34x its size).
+            options = CallOptions(deadline, make_consumer, final_style=style, read_result=True)
             reply = self._call("tools/call", params, options)
             tracker = consumers[-1].tracker if consumers else SourceResultsTracker(reply.request_id)
             parser = FinalResultParser(
                 reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in,
                 requested_context=requested,
             )
-            if not stream_records:
-                return parser.parse_message(reply.message)
             if reply.stream is not None:
-                return streaming_result(reply.stream, parser)
-            return memory_result(reply.message, reply.raw, parser)
+                result = streaming_result(reply.stream, parser)
+            else:
+                result = memory_result(reply.message, reply.raw, parser)
+            return result if stream_records else result.materialised()
 
     # --- internals: operations -----------------------------------------------------------------
 

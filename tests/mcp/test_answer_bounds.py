@@ -20,9 +20,16 @@ from typing import Any
 import httpx
 import pytest
 
-from airflow_provider_bos.exceptions import BosAnswerTooLarge
-from airflow_provider_bos.mcp import McpSession, RetryPolicy, event_stream, exchange
-from airflow_provider_bos.mcp.session import DEFAULT_MAX_ANSWER_BYTES
+from airflow_provider_bos.exceptions import BosAnswerTooLarge, BosResultError
+from airflow_provider_bos.mcp import (
+    McpSession,
+    RetryPolicy,
+    event_stream,
+    exchange,
+    final_frame,
+    final_result,
+)
+from airflow_provider_bos.mcp.session import DEFAULT_MAX_ANSWER_BYTES, DEFAULT_STREAM_THRESHOLD
 
 FAST = RetryPolicy(attempts=1)
 MIB = 1024 * 1024
@@ -37,6 +44,14 @@ def bomb(rid: Any, key: str) -> bytes:
     head = b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode() + b',"result":{"' + key.encode() + b'":['
     items = b"{}," * ((BOMB_BYTES - len(head)) // 3)
     return head + items + b"{}]}}"
+
+
+def read_bomb(rid: Any) -> bytes:
+    """A direct read's final response whose record array is BOMB_BYTES of empty objects."""
+    head = (b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode()
+            + b',"result":{"content":[],"isError":false,"structuredContent":{"result":[')
+    items = b"{}," * ((BOMB_BYTES - len(head)) // 3)
+    return head + items + b'{}],"metadata":{"completeness":"complete"}}}}'
 
 
 class Bomber:
@@ -59,6 +74,8 @@ class Bomber:
             handler.send_response(202)
             handler.send_header("content-length", "0")
             handler.end_headers()
+        elif name == self.target == "tools/call:search_people":
+            self._send(handler, read_bomb(rid))
         elif name == self.target:
             self._send(handler, bomb(rid, "tools"))
         elif method == "initialize":
@@ -204,3 +221,32 @@ def test_the_answer_bound_is_a_few_mib_and_may_be_lowered() -> None:
     # Never above the event bound: a session with a small max_event_bytes keeps it for everything.
     with McpSession("http://127.0.0.1:9/mcp", max_event_bytes=MIB) as session:
         assert session.max_answer_bytes == MIB
+
+
+@pytest.mark.parametrize("form", ["json", "json-unsized", "sse"])
+@pytest.mark.parametrize("stream_records", [True, False], ids=["streamed", "held-whole"])
+def test_a_read_result_of_tiny_objects_is_never_decoded_whole(bomber: Any, form: str, stream_records: bool,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read's result may be large, so it is scanned record by record, also when the caller holds
+    it whole (stream_records=False): its first bad record fails it, long before its end arrives."""
+    url = bomber("tools/call:search_people", form)
+    transport = CountingTransport()
+    decoded: list[int] = []
+    for module in (exchange, event_stream, final_result, final_frame):
+        original = module.loads
+
+        def watched_loads(data: Any, original: Any = original) -> Any:
+            decoded.append(len(data))
+            return original(data)
+
+        monkeypatch.setattr(module, "loads", watched_loads)
+    client = httpx.Client(transport=transport, timeout=30.0)
+    with McpSession(url, era="2025-11-25", retry=FAST, http_client=client, max_event_bytes=512 * MIB) as session, \
+            pytest.raises(BosResultError, match=r"Record 0 .*has no record_ref"):
+        result = session.federated_read("search_people", {}, via="direct", stream=False,
+                                        stream_records=stream_records)
+        for _ in result.records:
+            pass
+    client.close()
+    assert max(decoded, default=0) <= DEFAULT_STREAM_THRESHOLD
+    assert transport.body_bytes < BOMB_BYTES // 2  # refused at its first record, not after reading it all
