@@ -26,6 +26,7 @@ __all__ = [
     "BosProtocolError",
     "BosSseError",
     "BosEventTooLarge",
+    "BosAnswerTooLarge",
     "BosStreamValidationError",
     "BosJsonRpcError",
     "BosSessionExpired",
@@ -179,6 +180,20 @@ class BosEventTooLarge(BosSseError):
             f"An SSE event exceeded the maximum event size of {limit} bytes; "
             "raise max_event_bytes (a bos Connection's 'Largest event (MiB)' field, max_event_mib) if "
             "results this large are expected."
+        )
+
+
+class BosAnswerTooLarge(BosProtocolError):
+    """An answer held whole (the handshake, tools/list, contexts, a plain call) exceeded its small bound."""
+
+    def __init__(self, method: str, limit: int) -> None:
+        self.method = method
+        self.limit = limit
+        size = f"{limit // 1048576} MiB" if limit % 1048576 == 0 else f"{limit} bytes"
+        super().__init__(
+            f"BOS answered {method} with more than {size}; an answer other than a "
+            "federated read's result is held and decoded whole, so it is refused above this bound (a broken "
+            "or hostile server). Large data comes through a federated read, whose result is streamed."
         )
 
 

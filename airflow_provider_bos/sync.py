@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosError, BosResultError
-from airflow_provider_bos.redaction import redact
+from airflow_provider_bos.redaction import redact, redacted_prefix
 from airflow_provider_bos.wire import (
     FederatedRead,
     KnownWireHashes,
@@ -105,7 +105,10 @@ def contradiction_message(result: StreamingRead) -> str | None:
 
 def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | Any = log) -> dict[str, Any]:
     """Audit fields of a validated final result (status from :func:`run_status`)."""
-    if result.context is not None:
+    # The run is labelled with the context the read asked for (noted by on_context): a result
+    # stating another one is a contradiction (the run is partial), never a new label, or a server
+    # could file the run, and steer what a full read retires, under another context.
+    if result.context is not None and run.context_handle is None:
         run.context_handle = result.context.context_handle
     status = run_status(result)
     for warning in result.warnings:
@@ -128,7 +131,12 @@ def failure_message(exc: BaseException) -> str:
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         return f"{type(exc).__name__}: the task was interrupted"
     limit = 2000 if isinstance(exc, BosError) else 500
-    return redact(f"{type(exc).__name__}: {str(exc)[:limit]}")
+    text = str(exc)
+    # Redacted before the cut: a secret across it is taken whole, so no prefix of it survives
+    # (the masker and redact() match whole secrets only).
+    shown = redacted_prefix(text, limit)
+    cut = "…" if len(redact(text)) > len(shown) else ""
+    return f"{type(exc).__name__}: {shown}{cut}"
 
 
 def _audit_failure(

@@ -260,12 +260,17 @@ class BosHook(BaseHook):
                 http_client=http_client,
                 timeout=cfg.timeout,
                 stream_idle_timeout=cfg.stream_idle_timeout,
-                max_event_bytes=cfg.max_event_bytes,
+                max_event_bytes=self._max_event_bytes(),
                 operation_deadline_s=cfg.operation_deadline,
             )
             session.connect()
             self._session = session
         return self._session
+
+    def _max_event_bytes(self) -> int:
+        """The bound of a federated read's result: the Connection's 'Largest event' (the Admin -> BOS
+        page's hook reads no result, and keeps every answer at the small bound)."""
+        return self.config.max_event_bytes
 
     def _new_http_client(self, timeout: float) -> httpx.Client:
         """The session's HTTP client (the Admin -> BOS page's hook narrows where it may connect)."""

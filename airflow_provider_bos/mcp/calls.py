@@ -80,6 +80,9 @@ class CallOptions:
     make_consumer: Callable[[str], Consumer] | None = None
     #: Set: the final frame's records are streamed (``federated_read(stream_records=True)``).
     final_style: ToolStyle | None = None
+    #: The answer is a federated read's result: bounded by ``max_event_bytes``, not the small
+    #: ``max_answer_bytes`` of every other answer (which is held and decoded whole).
+    read_result: bool = False
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from typing import Any
 import httpx
 
 from airflow_provider_bos.exceptions import (
+    BosAnswerTooLarge,
     BosDeadlineExceeded,
+    BosEventTooLarge,
     BosHttpError,
     BosIncompleteStreamError,
     BosProtocolError,
@@ -52,7 +54,13 @@ from airflow_provider_bos.mcp.retry import RetryableTransportError, RetryPolicy,
 from airflow_provider_bos.mcp.source_results import SourceResultsTracker
 from airflow_provider_bos.models import PROTOCOL_2026
 
-__all__ = ["HttpExchange", "Reply", "set_read_timeout", "observations_of"]
+__all__ = ["HttpExchange", "Reply", "set_read_timeout", "observations_of", "DEFAULT_MAX_ANSWER_BYTES"]
+
+#: The bound of every answer held and decoded whole: the handshake, tools/list, the contexts, a
+#: plain call. A JSON answer of tiny objects decodes to about 34 times its size, so this stays a
+#: few MiB whatever ``max_event_bytes`` (the bound of a federated read's result, which is scanned
+#: record by record) allows.
+DEFAULT_MAX_ANSWER_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -72,6 +80,7 @@ class HttpExchange:
     stream_idle_timeout: float
     retry: RetryPolicy
     max_event_bytes: int
+    max_answer_bytes: int
     stream_threshold_bytes: int
     client_info: dict[str, Any]
     protocol_version: str | None
@@ -157,6 +166,10 @@ class HttpExchange:
 
     def _attempt(self, method: str, params: dict[str, Any] | None, options: CallOptions) -> Reply:
         deadline, make_consumer, final_style = options.deadline, options.make_consumer, options.final_style
+        # Only a read's result may be large; anything else is held and decoded whole (a JSON
+        # answer of tiny objects decodes to ~34x its size), so it gets the small bound.
+        read_result = options.read_result
+        limit = self.max_event_bytes if read_result else self.max_answer_bytes
         if deadline is not None and deadline.reached():
             raise BosDeadlineExceeded(
                 f"The {method} deadline of {deadline.seconds}s passed before the request was sent."
@@ -193,16 +206,18 @@ class HttpExchange:
                         length = declared_length(response)
                         if length is None or length > self.stream_threshold_bytes:  # scanned as it arrives
                             call = StreamedCall(method, request_id, deadline, observations_of(consumer), self._cancel)
-                            frame = JsonBodyFrame(response, call, final_style, max_event_bytes=self.max_event_bytes,
+                            frame = JsonBodyFrame(response, call, final_style, max_event_bytes=limit,
+                                                  max_whole_bytes=self.max_answer_bytes,
                                                   release=self._release, read_timeout=self.timeout)
                             body = frame.start()
                             if body is None:
                                 handed_over = True
                                 return Reply(None, request_id, streamed=False, stream=frame)
                         else:
-                            body = self._read_body(response, method, deadline)
+                            body = self._read_body(response, method, deadline, read_result=read_result)
                         return Reply(self._decode_json(body, method), request_id, streamed=False, raw=body)
-                    return Reply(self._read_json(response, method, deadline), request_id, streamed=False)
+                    body = self._read_body(response, method, deadline, read_result=read_result)
+                    return Reply(self._decode_json(body, method), request_id, streamed=False)
                 except BosIncompleteStreamError as exc:
                     if deadline is not None and deadline.passed() and not isinstance(exc, BosReadCancelled):
                         raise deadline.error(method) from exc
@@ -212,10 +227,15 @@ class HttpExchange:
                 call = StreamedCall(method, request_id, deadline, observations_of(consumer), self._cancel,
                                     idle_timeout=self.stream_idle_timeout)
                 events = ResponseEvents(response, call, consumer, final_style=final_style,
-                                        max_event_bytes=self.max_event_bytes,
+                                        max_event_bytes=limit,
                                         stream_threshold=self.stream_threshold_bytes, reconnect=self._reconnect)
                 try:
-                    start = events.until_final()
+                    try:
+                        start = events.until_final()
+                    except BosEventTooLarge:
+                        if read_result:
+                            raise
+                        raise BosAnswerTooLarge(method, limit) from None
                     if start.scanner is not None:
                         handed_over = True
                         stream = FinalFrameStream(events, start.scanner, finished=start.finished)
@@ -240,22 +260,22 @@ class HttpExchange:
     def _raise_for_status(self, response: httpx.Response, method: str) -> None:
         raise_for_status(response, method, self.url, in_session=self._session_id is not None and not self.stateless)
 
-    def _read_json(self, response: httpx.Response, method: str, deadline: Deadline | None) -> Any:
-        return self._decode_json(self._read_body(response, method, deadline), method)
-
-    def _read_body(self, response: httpx.Response, method: str, deadline: Deadline | None) -> bytes:
-        """The whole body, at most ``max_event_bytes`` (the bound an SSE event has), by the deadline
-        (checked per chunk: a body trickled within the HTTP timeout cannot outlive it)."""
-        limit = self.max_event_bytes
+    def _read_body(self, response: httpx.Response, method: str, deadline: Deadline | None, *,
+                   read_result: bool) -> bytes:
+        """The whole body, by the deadline (checked per chunk: a body trickled within the HTTP
+        timeout cannot outlive it), within the bound an SSE event of the same answer has: a read's
+        result ``max_event_bytes``, any other answer ``max_answer_bytes``."""
+        limit = self.max_event_bytes if read_result else self.max_answer_bytes
+        too_large = body_too_large if read_result else BosAnswerTooLarge
         length = declared_length(response)
         if length is not None and length > limit:
-            raise body_too_large(method, limit)
+            raise too_large(method, limit)
         try:
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
                 if len(body) > limit:
-                    raise body_too_large(method, limit)
+                    raise too_large(method, limit)
                 if deadline is not None and deadline.reached():
                     raise deadline.error(method)
             return bytes(body)

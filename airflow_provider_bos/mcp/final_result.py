@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
@@ -215,6 +215,27 @@ class StreamingFinalResult(FinalResult):
             return getattr(final, name)
         return object.__getattribute__(self, name)
 
+    def materialised(self) -> FinalResult:
+        """Consume the records into validated :class:`FederatedRecord` objects: the whole result.
+
+        What ``federated_read(stream_records=False)`` returns. The records come from the scanner one
+        at a time, so a hostile frame of tiny objects fails at its first bad record instead of being
+        decoded whole first. A frame that restarts (a resumed stream) is taken again from its start.
+        """
+        where = "structuredContent.result" if self.tool_style == "execute" else "structuredContent"
+        source: Iterable[Any] | None = self.records
+        records: list[FederatedRecord] = []
+        with self:
+            while source is not None:
+                try:
+                    records = list(_validate_records(source, where))
+                    source = None
+                except BosFinalFrameRestarted as restart:
+                    source = restart.records
+        final = self._final
+        assert final is not None  # the records were consumed to the end
+        return replace(final, records=records)
+
     @property
     def complete(self) -> bool:
         """True once every record was consumed and the frame validated."""
@@ -250,6 +271,10 @@ class FinalResultParser:
     ``tool_style`` says where the records are: ``"direct"`` (``structuredContent.result`` /
     ``.metadata``) or ``"execute"`` (``structuredContent.result.result`` / ``.result.metadata``,
     context in ``structuredContent.context`` and ``_meta["bos/context"]``).
+
+    ``requested_context``: the handle a ``bos_execute`` read asked for. A result stating another
+    context contradicts the request (a server relabelling the run): the result is kept, its
+    contradiction makes the run partial, and the read stays labelled with the requested handle.
     """
 
     def __init__(
@@ -259,6 +284,7 @@ class FinalResultParser:
         tool_style: ToolStyle,
         observations: SourceResultsTracker | None = None,
         streamed: bool = False,
+        requested_context: str | None = None,
     ) -> None:
         if tool_style not in ("execute", "direct"):
             raise ValueError("tool_style must be 'execute' or 'direct'")
@@ -266,6 +292,7 @@ class FinalResultParser:
         self.tool_style: ToolStyle = tool_style
         self.observations = observations if observations is not None else SourceResultsTracker(request_id)
         self.streamed = streamed
+        self.requested_context = requested_context
 
     def parse_data(self, data: str | bytes) -> FinalResult:
         """Parse the final frame from its JSON text (an SSE ``data`` payload or a JSON body)."""
@@ -352,6 +379,10 @@ class FinalResultParser:
         else:
             records = []
         mismatches, contradictions = self._cross_check(metadata, is_error, record_count)
+        relabelled = self._context_mismatch(context)
+        if relabelled is not None:
+            mismatches.append(relabelled)
+            contradictions.append(relabelled)
         warnings.extend(mismatches)
         for warning in warnings:
             logger.warning("BOS read %s: %s", self.request_id, warning)
@@ -369,6 +400,14 @@ class FinalResultParser:
             warnings=warnings,
             contradictions=contradictions,
         )
+
+    def _context_mismatch(self, context: BosContext | None) -> str | None:
+        """The contradiction of a result stating another context than the one requested, or None."""
+        requested = self.requested_context
+        if context is None or requested is None or context.context_handle == requested:
+            return None
+        return (f"The result states context {_handle(context.context_handle)} but the read asked for "
+                f"{_handle(requested)}; the run keeps the requested context and retires nothing.")
 
     def _cross_check(
         self, metadata: ReadMetadata, is_error: bool, record_count: int
@@ -430,7 +469,7 @@ class FinalResultParser:
         return warnings, contradictions
 
 
-def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedRecord]:
+def _validate_records(raw_records: Iterable[Any], where: str) -> Iterator[FederatedRecord]:
     for index, raw in enumerate(raw_records):
         if not isinstance(raw, Mapping):
             raise BosResultError(f"Record {index} at {where}.result is not an object.")
@@ -442,6 +481,11 @@ def _validate_records(raw_records: list[Any], where: str) -> Iterator[FederatedR
             raise BosResultError(
                 f"Record {index} at {where}.result is malformed: {describe_validation_error(exc)}"
             ) from None
+
+
+def _handle(handle: str) -> str:
+    """A server-supplied context handle as a message may show it: printable and cut."""
+    return printable(repr(handle), limit=120)
 
 
 def _context(raw: Any, where: str) -> BosContext | None:

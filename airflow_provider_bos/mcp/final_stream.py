@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosResultError
+from airflow_provider_bos.exceptions import BosAnswerTooLarge, BosFinalFrameRestarted, BosResultError
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, check_record, value_bound
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser, StreamingFinalResult
-from airflow_provider_bos.mcp.http_status import body_read_failed, body_too_large
+from airflow_provider_bos.mcp.http_status import body_read_failed
 from airflow_provider_bos.mcp.jsonrpc import dumps
 from airflow_provider_bos.mcp.source_results import ToolStyle
 
@@ -152,11 +152,13 @@ class JsonBodyFrame(_HandedOverFrame):
     """
 
     def __init__(self, response: httpx.Response, call: StreamedCall, tool_style: ToolStyle, *,
-                 max_event_bytes: int, release: Callable[[httpx.Response], None],
+                 max_event_bytes: int, max_whole_bytes: int, release: Callable[[httpx.Response], None],
                  read_timeout: float | None = None) -> None:
         self._call = call
         self.scanner = FinalFrameScanner(tool_style=tool_style, max_value_bytes=value_bound(max_event_bytes))
-        self._limit = max_event_bytes  # the most a body read whole may hold
+        # The most a body read whole (an error, bytes that are not a response) may hold: it is
+        # decoded whole, so it has the small bound of any answer, not the result's.
+        self._limit = max_whole_bytes
         self._let_go = lambda: release(response)
         self._read_timeout = read_timeout  # only for the message of a read timeout
         self._chunks: Iterator[bytes] = response.iter_bytes()
@@ -184,7 +186,7 @@ class JsonBodyFrame(_HandedOverFrame):
         while len(head) <= limit and (chunk := self._next_chunk()) is not None:
             head += chunk
         if len(head) > limit:
-            raise body_too_large(self._call.method, limit)
+            raise BosAnswerTooLarge(self._call.method, limit)
         return bytes(head)
 
     def _next_chunk(self) -> bytes | None:

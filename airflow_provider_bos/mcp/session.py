@@ -57,7 +57,7 @@ from airflow_provider_bos.mcp.eras import (
     probe_verdict,
 )
 from airflow_provider_bos.mcp.event_stream import Reconnect
-from airflow_provider_bos.mcp.exchange import HttpExchange, Reply
+from airflow_provider_bos.mcp.exchange import DEFAULT_MAX_ANSWER_BYTES, HttpExchange, Reply
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
 from airflow_provider_bos.mcp.final_stream import (
     memory_result,
@@ -85,7 +85,7 @@ from airflow_provider_bos.models import (
     BosContext,
 )
 
-__all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS"]
+__all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS", "DEFAULT_MAX_ANSWER_BYTES"]
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +149,7 @@ class McpSession(HttpExchange):
         client_name: str = "airflow-provider-bos",
         stream_threshold_bytes: int = DEFAULT_STREAM_THRESHOLD,
         operation_deadline_s: float = DEFAULT_OPERATION_DEADLINE,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         if era not in ERAS:
             raise BosConfigurationError(
@@ -171,6 +172,12 @@ class McpSession(HttpExchange):
         if max_event_bytes <= 0:
             raise BosConfigurationError(f"max_event_bytes must be a positive number of bytes, not {max_event_bytes!r}.")
         self.max_event_bytes = max_event_bytes
+        if max_answer_bytes <= 0:
+            raise BosConfigurationError(
+                f"max_answer_bytes must be a positive number of bytes, not {max_answer_bytes!r}."
+            )
+        # Every answer but a read's result; never above the event bound.
+        self.max_answer_bytes = min(max_answer_bytes, max_event_bytes)
         # Below the bound, or a small max_event_bytes would refuse the events streaming exists for.
         self.stream_threshold_bytes = min(stream_threshold_bytes, max_event_bytes // 2)
         self.client_info = {"name": client_name, "version": __version__}
@@ -335,6 +342,10 @@ class McpSession(HttpExchange):
         and handed to ``on_progress`` in wire order; an exception from the callback ends the read.
         ``deadline_s`` bounds the whole operation (retries and keepalive-only stalls included).
 
+        The final frame is scanned record by record in both modes: with ``stream_records=False``
+        its records are built into ``FederatedRecord`` objects one at a time (nothing larger than
+        the stream threshold is decoded whole), and the whole result is returned.
+
         ``stream_records=True``: return as soon as the final frame starts, with a
         :class:`StreamingFinalResult` whose ``records`` is a one-shot iterator of plain dicts
         pulled from the still-open response in constant memory; end-of-frame attributes
@@ -357,8 +368,10 @@ class McpSession(HttpExchange):
             else:
                 style = "direct" if via == "direct" else "execute"
             page_context = None
+            requested: str | None = None
             if style == "execute":
                 handle = resolve_context_handle(context_handle, contexts=lambda: self._get_contexts(deadline))
+                requested = handle
                 params: dict[str, Any] = {
                     "name": "bos_execute",
                     "arguments": {"context_handle": handle, "tool_name": tool_name, "arguments": arguments},
@@ -381,17 +394,21 @@ class McpSession(HttpExchange):
                 consumers.append(_ReadConsumer(SourceResultsTracker(request_id), on_progress, page_context))
                 return consumers[-1]
 
-            options = CallOptions(deadline, make_consumer, final_style=style if stream_records else None)
+            # The final frame is always scanned record by record: a result held whole (stream_records
+            # False) is built from the scanned records, so no answer larger than the stream
+            # threshold is decoded whole (JSON of tiny objects decodes to ~34x its size).
+            options = CallOptions(deadline, make_consumer, final_style=style, read_result=True)
             reply = self._call("tools/call", params, options)
             tracker = consumers[-1].tracker if consumers else SourceResultsTracker(reply.request_id)
             parser = FinalResultParser(
-                reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in
+                reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in,
+                requested_context=requested,
             )
-            if not stream_records:
-                return parser.parse_message(reply.message)
             if reply.stream is not None:
-                return streaming_result(reply.stream, parser)
-            return memory_result(reply.message, reply.raw, parser)
+                result = streaming_result(reply.stream, parser)
+            else:
+                result = memory_result(reply.message, reply.raw, parser)
+            return result if stream_records else result.materialised()
 
     # --- internals: operations -----------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import httpx
 from airflow_provider_bos.auth.discovery import discover
 from airflow_provider_bos.exceptions import BosTransportError
 from airflow_provider_bos.hooks.bos import BosHook
+from airflow_provider_bos.mcp.exchange import DEFAULT_MAX_ANSWER_BYTES
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.plugins.outbound import Deadline, OutboundPolicy, page_client
 
@@ -32,6 +33,11 @@ class PageHook(BosHook):
 
     def _new_http_client(self, timeout: float) -> httpx.Client:
         return page_client(self._policy, self._deadline, timeout=timeout)
+
+    def _max_event_bytes(self) -> int:
+        # The API server reads only small answers (handshake, contexts): the Connection's 'Largest
+        # event' is for a task's read result and must not raise what the page holds and decodes.
+        return DEFAULT_MAX_ANSWER_BYTES
 
 
 def _verify_resource(resource_url: str, policy: OutboundPolicy, deadline: Deadline) -> None:

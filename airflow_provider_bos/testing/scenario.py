@@ -176,6 +176,8 @@ class FaultSpec(_Strict):
       ``"result_count_mismatch"`` claims one record more in ``result_count`` than the result holds;
       ``"unfinished_source"`` never sends the first source's terminal notification, and the final
       result still claims ``complete``.
+    - ``final_context_handle``: a ``bos_execute`` result names this context (its
+      ``structuredContent.context`` and ``_meta["bos/context"]``) instead of the one the read asked for.
     - ``unstorable_final_records``: the final result ends with two records that are well-formed
       on the wire but that no warehouse table can store (a 600-character ``record_ref``, a
       ``display_name`` that is an object); ``result_count`` counts them.
@@ -199,6 +201,7 @@ class FaultSpec(_Strict):
     wire_mode: bool = False
     final_error: dict | None = None
     final_id_override: str | int | None = None
+    final_context_handle: str | None = None
     malformed_final: bool = False
     unstorable_final_records: bool = False
     final_contradiction: Literal[

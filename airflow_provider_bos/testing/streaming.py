@@ -93,6 +93,8 @@ def final_frame_pieces(read: Any, *, request_id: Any, style: str, context: dict[
     """
     nl = "\n" if newlines else ""
     frame_id = faults.final_id_override if faults.final_id_override is not None else request_id
+    if faults.final_context_handle is not None:  # a server relabelling the read's context
+        context = {**context, "context_handle": faults.final_context_handle}
     head = '{"jsonrpc":"2.0",' + nl + '"id":' + _dumps_compact(frame_id) + "," + nl
     if faults.final_error is not None:
         yield head + '"error":' + _dumps_compact(faults.final_error) + "}"

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosEventTooLarge
+from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.hooks.bos import BosConnectionConfig, BosHook
 from airflow_provider_bos.testing.scenario import large_scenario, load_scenario
 
@@ -50,9 +50,11 @@ def test_the_stream_idle_timeout_defaults_to_300s_and_reaches_the_session(bos_se
         assert hook.get_conn().stream_idle_timeout == 45.0
 
 
-def test_the_largest_event_field_bounds_what_a_read_holds_whole(bos_server, bos_conn, monkeypatch) -> None:
-    """``max_event_mib`` reaches the session: an answer held whole (stream_records=False) over it fails
-    with the error naming the field, while the same read streamed (nothing held whole) passes."""
+def test_the_largest_event_field_reaches_the_session_and_no_read_result_is_held_whole(
+        bos_server, bos_conn, monkeypatch) -> None:
+    """``max_event_mib`` reaches the session; a read's result is scanned record by record whether the
+    caller streams its records or holds them (stream_records=False), so a result larger than the
+    field passes both ways: only one event, record or value of it may not exceed the field."""
     assert BosConnectionConfig.from_connection(_conn()).max_event_bytes == 512 * 1024 * 1024
     assert BosConnectionConfig.from_connection(_conn(extra_dejson={
         "client_id": "c", "extra__bos__max_event_mib": "1.5"})).max_event_bytes == 1536 * 1024
@@ -62,9 +64,8 @@ def test_the_largest_event_field_bounds_what_a_read_holds_whole(bos_server, bos_
     monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
     with BosHook() as hook:
         assert hook.get_conn().max_event_bytes == 1024 * 1024
-        with pytest.raises(BosEventTooLarge, match=r"Largest event .MiB.") as failed:
-            hook.federated_read("people.search", {})
-        assert failed.value.limit == 1024 * 1024
+        held = hook.federated_read("people.search", {})
+        assert len(held.records) == 4_000 and held.completeness == "complete"
     with BosHook() as hook:
         streamed = hook.federated_read("people.search", {}, stream_records=True)
         assert sum(1 for _ in streamed.records) == 4_000 and streamed.completeness == "complete"

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from airflow_provider_bos.exceptions import (
+    BosAnswerTooLarge,
     BosAuthError,
     BosConfigurationError,
     BosDeadlineExceeded,
@@ -555,17 +556,20 @@ def test_a_json_reply_read_whole_is_bounded_like_an_event() -> None:
         fake.queue("tools/list", answer)
         fake.queue("tools/call", lambda b: ok(b["id"], final_result([record(f"bos:person:{i}") for i in range(100)])))
         with make(fake, max_event_bytes=10_000) as session:
-            with pytest.raises(BosProtocolError, match=r"over the maximum size of 10000 bytes.*max_event_bytes"):
+            # Not a read's result: the answer bound, never above max_event_bytes.
+            with pytest.raises(BosAnswerTooLarge, match=r"tools/list with more than 10000 bytes"):
                 session.list_tools()
-            with pytest.raises(BosProtocolError, match="over the maximum size"):
-                read(session)  # a materialised read (stream_records=False) holds its whole body
+            # A read's result held whole (stream_records=False) is built from its scanned records:
+            # no body is held whole, so it passes under a bound below its size.
+            assert len(read(session).records) == 100
     fake = FakeBos()
     fake.queue("tools/call", lambda b: httpx.Response(
         200, headers={"content-type": "application/json"}, stream=_IterStream(
             iter([json.dumps({"jsonrpc": "2.0", "id": b["id"],
                               "error": {"code": -1, "message": "x" * 20_000}}).encode()]))))
     with make(fake, max_event_bytes=10_000) as session:
-        with pytest.raises(BosProtocolError, match="over the maximum size"):  # scanned, then read whole: bounded too
+        # Scanned, then read whole (not a response): decoded whole, so it has the answer bound.
+        with pytest.raises(BosAnswerTooLarge, match="more than 10000 bytes"):
             read(session, stream_records=True)
         assert [t["name"] for t in session.list_tools()] == ["search_people"]  # under the bound: as before
 
@@ -638,7 +642,7 @@ def test_a_compressed_json_answer_is_measured_decoded() -> None:
         fake.queue("tools/call", lambda b, sized=sized: gzipped_json(
             {"jsonrpc": "2.0", "id": b["id"], "result": final_result(records)}, sized=sized))
         with make(fake, max_event_bytes=50_000, stream_threshold_bytes=20_000) as session:
-            with pytest.raises(BosProtocolError, match="over the maximum size of 50000 bytes"):
+            with pytest.raises(BosAnswerTooLarge, match="more than 50000 bytes"):
                 session.list_tools()
             result = read(session, stream_records=True)
             assert result.use_known_wire_hashes(WireHashSet([]))  # scanned: its decoded size is over the threshold
@@ -674,7 +678,7 @@ def test_a_json_body_that_never_says_what_it_is_is_bounded() -> None:
     fake.queue("tools/call", lambda b: httpx.Response(200, headers={"content-type": "application/json"},
                                                       stream=_IterStream(whitespace())))
     with make(fake, max_event_bytes=10_000, stream_threshold_bytes=0) as session:
-        with pytest.raises(BosProtocolError, match="over the maximum size"):
+        with pytest.raises(BosAnswerTooLarge, match="more than 10000 bytes"):  # not a result: the answer bound
             read(session, stream_records=True)
     assert len(pulled) <= 3
 
@@ -788,11 +792,17 @@ def test_on_progress_exception_propagates_and_stops_reading() -> None:
 
 
 def test_oversized_event_is_a_typed_error() -> None:
+    # A read's final event larger than max_event_bytes is scanned record by record (held whole or
+    # not); an event that cannot be scanned (not a message event) is held, and bounded.
+    final = {"jsonrpc": "2.0", "id": None, "result": final_result([record("a")] * 50)}
     fake = FakeBos()
-    fake.queue("tools/call", streamed(lambda rid: sse(
-        {"jsonrpc": "2.0", "id": rid, "result": final_result([record("a")] * 50)})))
-    with make(fake, max_event_bytes=1000) as session, pytest.raises(Exception) as excinfo:
-        read(session)
+    fake.queue("tools/call", streamed(lambda rid: sse({**final, "id": rid})))
+    fake.queue("tools/call", streamed(lambda rid: sse("event: other\ndata: " + "x" * 2000 + "\n\n",
+                                                     {**final, "id": rid})))
+    with make(fake, max_event_bytes=1000) as session:
+        assert len(read(session).records) == 50
+        with pytest.raises(Exception) as excinfo:
+            read(session)
     assert type(excinfo.value).__name__ == "BosEventTooLarge"
 
 
