@@ -15,24 +15,18 @@
 Every path encodes each record before it reaches a COPY or a batch; with ``rejects`` (a
 :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders refuse goes
 there instead of failing the run (the ``try`` costs nothing until a record is refused).
-
-With :data:`PIPELINE_DEPTH` > 0, reading and encoding run on a producer thread while the calling
-thread writes (a :class:`~.pipeline.Pipeline`, where the dialect allows it: ``load_thread``). Off
-by default: on the bench's 2-core machine it bought nothing end to end (11 interleaved rounds,
-bench/README.md), the client being CPU-bound in one interpreter.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import suppress
 from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
-from airflow_provider_bos.warehouse.pipeline import Pipeline
 from airflow_provider_bos.warehouse.records import (
     json_column_values,
     json_document_values,
@@ -47,17 +41,12 @@ if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.rejects import Rejects
 
 __all__ = [
-    "COPY_LOAD", "PIPELINE_DEPTH", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "load_direct", "load_direct_rows",
+    "COPY_LOAD", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "load_direct", "load_direct_rows",
     "settle_direct", "stage_records",
 ]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
 _COPY_BLOCK = 2048
-#: Blocks (COPY blocks or executemany chunks) a producer thread may have ready before the writer
-#: takes them, bounding the memory a load holds (~2.7 MB per COPY block at ~1.3 KB per record);
-#: 0 (the default): no producer thread, records are read and encoded in the calling thread between
-#: writes. 2 was measured against 0 (bench ``BENCH_PIPELINE_DEPTH``): no difference on 2 cores.
-PIPELINE_DEPTH = 0
 # Staged rows a direct load holds in memory before it pauses the target's COPY to stage them (~2 MB;
 # at a million records the filter's ~1.5% false positives alone would otherwise hold ~10 MB).
 _PENDING_LIMIT = 2_000
@@ -145,18 +134,11 @@ def _send(copy: Any, lines: list[bytes]) -> int:
     return count
 
 
-def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    items = iter(items)
     while chunk := list(islice(items, size)):
         yield chunk
-
-
-def _batches(items: Iterable[Any], size: int, *, thread: bool = True) -> AbstractContextManager[Iterable[list[Any]]]:
-    """``items`` in lists of ``size``: pulled and encoded on a producer thread (see :mod:`.pipeline`)
-    unless ``thread`` is False (the dialect's ``load_thread``) or :data:`PIPELINE_DEPTH` is 0.
-    Leaving the context stops and joins that thread."""
-    if not thread or PIPELINE_DEPTH <= 0:
-        return nullcontext(_chunks(iter(items), size))
-    return Pipeline(items, batch=size, depth=PIPELINE_DEPTH)
 
 
 # --- staging --------------------------------------------------------------------------------------
@@ -178,17 +160,14 @@ def stage_records(
         raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
         assert raw is not None  # None only for a closed connection, not one inside a transaction
         lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
-        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out, \
-                _batches(lines, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
-            for block in blocks:
+        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+            for block in _chunks(lines, _COPY_BLOCK):
                 received += _send(out, block)
         return received
     insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
-    with _batches(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size,
-                  thread=tx.dialect.load_thread) as chunks:
-        for chunk in chunks:
-            tx.conn.exec_driver_sql(insert, chunk)
-            received += len(chunk)
+    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size):
+        tx.conn.exec_driver_sql(insert, chunk)
+        received += len(chunk)
     return received
 
 
@@ -366,20 +345,19 @@ def load_direct(
         target = _TargetCopy(cursor, copy.copy_target(tx.table, tx.schema), tx.destination_table)
         try:
             target.start()
-            with _batches(items, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
-                for block in blocks:
-                    lines: list[bytes] = []
-                    for item in block:
-                        if type(item) is bytes:
-                            lines.append(item)
-                            continue
-                        target.send(lines)
-                        loaded += target.end()
-                        with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
-                            out.write(item.text)
-                        staged += item.rows
-                        target.start()
+            for block in _chunks(items, _COPY_BLOCK):
+                lines: list[bytes] = []
+                for item in block:
+                    if type(item) is bytes:
+                        lines.append(item)
+                        continue
                     target.send(lines)
+                    loaded += target.end()
+                    with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+                        out.write(item.text)
+                    staged += item.rows
+                    target.start()
+                target.send(lines)
             loaded += target.end()
         except BaseException as exc:
             target.abort(exc)

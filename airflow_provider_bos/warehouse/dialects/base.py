@@ -105,11 +105,6 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     # An empty target (under the writers' lock) is loaded directly: COPY into the table itself
     # (PostgresDialect.copy_target) or executemany of :meth:`insert_target` (loads.load_direct_rows).
     direct_load = True
-    # Records are read and encoded on a producer thread while the connection writes (loads._batches).
-    # Pays only where the driver's writes barely need the GIL (psycopg's COPY: few large socket
-    # writes); a driver that encodes in Python (PyMySQL) or a database in this process (SQLite)
-    # contends with the producer for the GIL instead (both measured slower, see bench/README.md).
-    load_thread = False
     # Any DDL commits the open transaction (Snowflake): staging is dropped after the run's commit.
     ddl_commits = False
     # Rows per staging/insert chunk at most (a statement-size limit), None: the writer's batch_size.
