@@ -338,23 +338,6 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         return (f"{t}.{h} = {s}.{h} AND ({s}.{obs} > {t}.{obs} OR ({s}.{obs} = {t}.{obs} AND "
                 f"{self._hash_differs(f'{t}.{w}', f'{s}.{w}')}))")
 
-    def stage_value(self, row: Any, seq: int, wire_hash: str | None = None) -> tuple[Any, ...]:
-        """The column-staged tuple of a :class:`~.records.RecordRow`, in :data:`STAGE_COLUMNS` order."""
-        return (
-            row.record_ref,
-            row.display_name,
-            row.email,
-            row.phone,
-            row.lifecycle,
-            row.identity_match,
-            row.attributes,
-            row.sources,
-            self.bind_timestamp(row.observed_at),
-            row.record_hash,
-            wire_hash,
-            seq,
-        )
-
     @staticmethod
     def known_value(record_ref: str, wire_hash: str, seq: int) -> tuple[Any, ...]:
         """The column-staged tuple of a known row (:data:`STAGE_COLUMNS` order)."""
