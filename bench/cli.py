@@ -396,16 +396,9 @@ def _median(rows: list[Row]) -> Row:
 
 
 def _note_cpu_split(row: Row, result: dict[str, Any]) -> None:
-    """PostgreSQL's CPU and the load pipeline's per-thread CPU, when the sync reported them."""
-    parts = []
+    """PostgreSQL's CPU, when the sync reported it."""
     if result.get("db_cpu_seconds") is not None:
-        parts.append(f"postgres cpu {result['db_cpu_seconds']:.2f} s")
-    for stats in result.get("pipeline") or []:
-        parts.append(f"producer (read+encode) cpu {stats['producer_cpu_s']:.2f} s, writer cpu "
-                     f"{stats['writer_cpu_s']:.2f} s, writer waited {stats['writer_starved_s']:.2f} s, "
-                     f"producer waited {stats['producer_blocked_s']:.2f} s")
-    if parts:
-        _add_note(row, "; ".join(parts))
+        _add_note(row, f"postgres cpu {result['db_cpu_seconds']:.2f} s")
 
 
 def _ratio_range(numerators: list[Row], denominators: list[Row], *, seconds: bool = False) -> str:

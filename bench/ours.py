@@ -7,11 +7,10 @@ raises :class:`Unavailable` and the bench prints "not available yet" for the row
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,28 +71,6 @@ def _load_core() -> _Core:
     except Exception as exc:  # ImportError, or a half-written module failing at import time
         raise Unavailable(f"not available yet ({type(exc).__name__}: {exc})") from exc
     return _Core(McpSession, WarehouseWriter, SyncRunInfo, hash_arguments)
-
-
-class _PipelineStats(logging.Handler):
-    """Collects the load pipeline's per-thread CPU split (``warehouse.pipeline`` logs it at DEBUG)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.stats: list[dict[str, float]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        stats = record.args[0] if isinstance(record.args, tuple) and record.args else None
-        if stats is not None and hasattr(stats, "producer_cpu_s"):
-            self.stats.append(asdict(stats))
-
-
-def _pipeline_depth() -> None:
-    """``BENCH_PIPELINE_DEPTH`` (an A/B switch): producer-thread blocks ahead, 0 for no thread."""
-    depth = os.environ.get("BENCH_PIPELINE_DEPTH")
-    if depth:
-        from airflow_provider_bos.warehouse import loads
-
-        loads.PIPELINE_DEPTH = int(depth)
 
 
 def _reconcile() -> Any:
@@ -170,11 +147,6 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         run = core.SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="bench", tool_name=tool,
                                arguments_hash=core.hash_arguments(arguments))
         marks: dict[str, float] = {}
-        _pipeline_depth()
-        pipeline = _PipelineStats()
-        pipeline_log = logging.getLogger("airflow_provider_bos.warehouse.pipeline")
-        pipeline_log.addHandler(pipeline)
-        pipeline_log.setLevel(logging.DEBUG)
         db_cpu_start = _postgres_cpu_s() if engine.dialect.name == "postgresql" else None
         start, cpu_start = time.perf_counter(), time.process_time()
         with core.McpSession(mcp_url, auth=BearerAuth(token), http_client=client, timeout=120.0) as session:
@@ -183,7 +155,6 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         seconds = time.perf_counter() - start
         cpu_seconds = time.process_time() - cpu_start
         db_cpu_end = _postgres_cpu_s() if db_cpu_start is not None else None
-        pipeline_log.removeHandler(pipeline)
     finally:
         client.close()
         engine.dispose()
@@ -196,10 +167,8 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
         # This process's CPU time in the timed part (the client's share; the database and the feed
         # run in other processes): steadier than wall time on a shared 2-core machine.
         "cpu_seconds": cpu_seconds,
-        # PostgreSQL's CPU in the timed part (all local postgres processes), and the load pipeline's
-        # per-thread split (producer: read + encode; writer: COPY / batches), when it ran.
+        # PostgreSQL's CPU in the timed part (all local postgres processes).
         "db_cpu_seconds": (db_cpu_end - db_cpu_start) if db_cpu_start is not None and db_cpu_end is not None else None,
-        "pipeline": pipeline.stats,
         # Until the final frame is streamed into the warehouse, the FinalResult arrives only after
         # the whole frame is parsed, so this splits read from write; afterwards it is ~ first byte.
         "to_final_result_s": marks.get("final_result", start) - start,

@@ -30,12 +30,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 
-from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse.loads import SeenKeys
-from airflow_provider_bos.warehouse.records import json_column_values, record_to_row
+from airflow_provider_bos.warehouse.loads import SeenKeys, encoded
+from airflow_provider_bos.warehouse.records import column_values
 from airflow_provider_bos.warehouse.stage_dir import run_stage_directory
 from airflow_provider_bos.warehouse.transaction import RunTransaction
-from airflow_provider_bos.wire import KnownRecord
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
@@ -83,19 +81,10 @@ def _keyed_lines(
     the line is a claim's (key, wire hash and position only)."""
     keep = kept.keep if kept is not None else None
     stamps: dict[datetime, bytes] = {}  # a result shares a few thousand observation times at most
-    for seq, record in enumerate(records):
-        if type(record) is KnownRecord:
+    for seq, record, values in encoded(records, column_values, default_obs, rejects):
+        if values is None:
             if keep is None or not keep(record, seq):
                 yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq), True
-            continue
-        try:
-            values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
-            if values is None:
-                values = record_to_row(record, default_observed_at=default_obs).column_values()
-        except BosWarehouseError as exc:
-            if rejects is None:
-                raise
-            rejects.add(record, exc)
             continue
         ref, parts, observed, record_hash, _ = values
         stamp = stamps.get(observed)

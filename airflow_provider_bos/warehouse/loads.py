@@ -12,33 +12,22 @@
   file of :mod:`.file_load` beside it. A database that loads another way adds a strategy there,
   not a branch here.
 
-Every path encodes each record before it reaches a COPY or a batch; with ``rejects`` (a
-:class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders refuse goes
-there instead of failing the run (the ``try`` costs nothing until a record is refused).
-
-With :data:`PIPELINE_DEPTH` > 0, reading and encoding run on a producer thread while the calling
-thread writes (a :class:`~.pipeline.Pipeline`, where the dialect allows it: ``load_thread``). Off
-by default: on the bench's 2-core machine it bought nothing end to end (11 interleaved rounds,
-bench/README.md), the client being CPU-bound in one interpreter.
+Every path, :mod:`.file_load`'s too, encodes its records in one loop, :func:`encoded`: with
+``rejects`` (a :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders
+refuse goes there instead of failing the run (the ``try`` costs nothing until a record is refused).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import AbstractContextManager, nullcontext, suppress
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from datetime import datetime
 from itertools import islice
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import CopyDialect
-from airflow_provider_bos.warehouse.pipeline import Pipeline
-from airflow_provider_bos.warehouse.records import (
-    json_column_values,
-    json_document_values,
-    record_to_row,
-    row_fields,
-)
+from airflow_provider_bos.warehouse.records import column_values, document_values, row_values
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 
@@ -47,17 +36,12 @@ if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.rejects import Rejects
 
 __all__ = [
-    "COPY_LOAD", "PIPELINE_DEPTH", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "load_direct", "load_direct_rows",
+    "COPY_LOAD", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "encoded", "load_direct", "load_direct_rows",
     "settle_direct", "stage_records",
 ]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
 _COPY_BLOCK = 2048
-#: Blocks (COPY blocks or executemany chunks) a producer thread may have ready before the writer
-#: takes them, bounding the memory a load holds (~2.7 MB per COPY block at ~1.3 KB per record);
-#: 0 (the default): no producer thread, records are read and encoded in the calling thread between
-#: writes. 2 was measured against 0 (bench ``BENCH_PIPELINE_DEPTH``): no difference on 2 cores.
-PIPELINE_DEPTH = 0
 # Staged rows a direct load holds in memory before it pauses the target's COPY to stage them (~2 MB;
 # at a million records the filter's ~1.5% false positives alone would otherwise hold ~10 MB).
 _PENDING_LIMIT = 2_000
@@ -136,6 +120,30 @@ def keys_distinct(tx: RunTransaction, seen: SeenKeys) -> bool:
     return len(staged) == len(suspects) and all(n == 1 for n in staged.values())
 
 
+def encoded(
+    records: Iterable[Any], encode: Callable[[Any, datetime | None], tuple[Any, ...]], default_obs: datetime | None,
+    rejects: Rejects | None,
+) -> Iterator[tuple[int, Any, tuple[Any, ...] | None]]:
+    """``(seq, record, encode(record, default_obs))`` of each record, ``seq`` its position in the
+    result; a :class:`KnownRecord` (a claim: nothing to encode) comes with ``None``.
+
+    A record ``encode`` refuses (:class:`BosWarehouseError`) goes to ``rejects`` and is left out;
+    without ``rejects`` the error is raised.
+    """
+    for seq, record in enumerate(records):
+        if type(record) is KnownRecord:
+            yield seq, record, None
+            continue
+        try:
+            values = encode(record, default_obs)
+        except BosWarehouseError as exc:
+            if rejects is None:
+                raise
+            rejects.add(record, exc)
+        else:
+            yield seq, record, values
+
+
 def _send(copy: Any, lines: list[bytes]) -> int:
     """Write ``lines`` to a COPY in one block and empty the list; return how many were sent."""
     count = len(lines)
@@ -145,18 +153,11 @@ def _send(copy: Any, lines: list[bytes]) -> int:
     return count
 
 
-def _chunks(items: Iterator[Any], size: int) -> Iterator[list[Any]]:
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    items = iter(items)
     while chunk := list(islice(items, size)):
         yield chunk
-
-
-def _batches(items: Iterable[Any], size: int, *, thread: bool = True) -> AbstractContextManager[Iterable[list[Any]]]:
-    """``items`` in lists of ``size``: pulled and encoded on a producer thread (see :mod:`.pipeline`)
-    unless ``thread`` is False (the dialect's ``load_thread``) or :data:`PIPELINE_DEPTH` is 0.
-    Leaving the context stops and joins that thread."""
-    if not thread or PIPELINE_DEPTH <= 0:
-        return nullcontext(_chunks(iter(items), size))
-    return Pipeline(items, batch=size, depth=PIPELINE_DEPTH)
 
 
 # --- staging --------------------------------------------------------------------------------------
@@ -178,17 +179,14 @@ def stage_records(
         raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
         assert raw is not None  # None only for a closed connection, not one inside a transaction
         lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
-        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out, \
-                _batches(lines, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
-            for block in blocks:
+        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+            for block in _chunks(lines, _COPY_BLOCK):
                 received += _send(out, block)
         return received
     insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
-    with _batches(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size,
-                  thread=tx.dialect.load_thread) as chunks:
-        for chunk in chunks:
-            tx.conn.exec_driver_sql(insert, chunk)
-            received += len(chunk)
+    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size):
+        tx.conn.exec_driver_sql(insert, chunk)
+        received += len(chunk)
     return received
 
 
@@ -201,53 +199,23 @@ def _documents(
     A known record: (record_ref, None, None, None, wire hash, seq), unless ``kept`` keeps it.
     """
     keep = kept.keep if kept is not None else None
-    for seq, record in enumerate(records):
-        if type(record) is KnownRecord:
-            if keep is None or not keep(record, seq):
-                yield (record.record_ref, None, None, None, record.wire_hash, seq)
-            continue
-        wire_hash = getattr(record, "wire_hash", None)
-        try:
-            if getattr(record, "from_json", False):
-                values = json_document_values(record, default_obs)
-                if values is not None:
-                    yield (*values, wire_hash, seq)
-                    continue
-            row = record_to_row(record, default_observed_at=default_obs)
-        except BosWarehouseError as exc:
-            if rejects is None:
-                raise
-            rejects.add(record, exc)
-            continue
-        yield (row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash, wire_hash, seq)
+    for seq, record, values in encoded(records, document_values, default_obs, rejects):
+        if values is not None:
+            yield (*values, getattr(record, "wire_hash", None), seq)
+        elif keep is None or not keep(record, seq):
+            yield (record.record_ref, None, None, None, record.wire_hash, seq)
 
 
 def _rows(
     tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, rejects: Rejects | None = None,
 ) -> Iterator[tuple[Any, ...]]:
     """Column-staged tuples (:data:`~.dialects.STAGE_COLUMNS` order)."""
-    d = tx.dialect
-    stage_value, known_value, bind_ts = d.stage_value, d.known_value, d.bind_timestamp
-    for seq, record in enumerate(records):
-        if type(record) is KnownRecord:
+    known_value, bind_ts = tx.dialect.known_value, tx.dialect.bind_timestamp
+    for seq, record, fields in encoded(records, row_values, default_obs, rejects):
+        if fields is None:
             yield known_value(record.record_ref, record.wire_hash, seq)
-            continue
-        wire_hash = getattr(record, "wire_hash", None)
-        try:
-            if getattr(record, "from_json", False):
-                # JSON-decoded wire records (the streamed final frame): straight to the staged tuple.
-                values = json_column_values(record, default_obs)
-                if values is not None:
-                    fields = row_fields(record, values)
-                    yield (*fields[:8], bind_ts(fields[8]), fields[9], wire_hash, seq)
-                    continue
-            row = record_to_row(record, default_observed_at=default_obs)
-        except BosWarehouseError as exc:
-            if rejects is None:
-                raise
-            rejects.add(record, exc)
-            continue
-        yield stage_value(row, seq, wire_hash)
+        else:
+            yield (*fields[:8], bind_ts(fields[8]), fields[9], getattr(record, "wire_hash", None), seq)
 
 
 # --- the direct load of an empty table --------------------------------------------------------------
@@ -268,26 +236,17 @@ def _direct_items(
     and after the last record, a :class:`_Staged` block of them (in order: the writer ends the
     target's COPY to stage it).
 
-    One loop per record (encoding, the key filter of :class:`SeenKeys` tested and set inline, the
-    line): each generator layer cost ~0.2 us per record.
+    The key filter of :class:`SeenKeys` is tested and set inline, not through :meth:`SeenKeys.watch`:
+    each generator layer cost ~0.2 us per record.
     """
     line = copy.target_lines(synced_at=synced_at, run_id=tx.run_id).line
     seen = SeenKeys()
     bits, mask = seen.bits, seen.BITS - 1
     pending: list[tuple[Any, ...]] = []  # document-staged tuples (see _documents)
-    for seq, record in enumerate(records):
-        if type(record) is KnownRecord:
+    for seq, record, values in encoded(records, column_values, default_obs, rejects):
+        if values is None:
             # A claim on a stored row, yet the table was empty under the lock: that row is gone.
             raise tx.unverified(1)
-        try:
-            values = json_column_values(record, default_obs) if getattr(record, "from_json", False) else None
-            if values is None:
-                values = record_to_row(record, default_observed_at=default_obs).column_values()
-        except BosWarehouseError as exc:
-            if rejects is None:
-                raise
-            rejects.add(record, exc)
-            continue
         ref, parts, observed, record_hash, document = values
         wire_hash = getattr(record, "wire_hash", None)
         h = hash(ref) & mask
@@ -366,20 +325,19 @@ def load_direct(
         target = _TargetCopy(cursor, copy.copy_target(tx.table, tx.schema), tx.destination_table)
         try:
             target.start()
-            with _batches(items, _COPY_BLOCK, thread=tx.dialect.load_thread) as blocks:
-                for block in blocks:
-                    lines: list[bytes] = []
-                    for item in block:
-                        if type(item) is bytes:
-                            lines.append(item)
-                            continue
-                        target.send(lines)
-                        loaded += target.end()
-                        with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
-                            out.write(item.text)
-                        staged += item.rows
-                        target.start()
+            for block in _chunks(items, _COPY_BLOCK):
+                lines: list[bytes] = []
+                for item in block:
+                    if type(item) is bytes:
+                        lines.append(item)
+                        continue
                     target.send(lines)
+                    loaded += target.end()
+                    with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+                        out.write(item.text)
+                    staged += item.rows
+                    target.start()
+                target.send(lines)
             loaded += target.end()
         except BaseException as exc:
             target.abort(exc)

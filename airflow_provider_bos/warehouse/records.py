@@ -22,7 +22,8 @@ One check, two encoders:
   (:func:`json_document_values`, document staging) or column by column
   (:func:`json_column_values`, the direct load and column staging). Where its output could
   differ (a tiny float, a str subclass, a value orjson refuses) it answers None and the record
-  takes :func:`record_to_row`.
+  takes :func:`record_to_row`. :func:`document_values`, :func:`column_values` and
+  :func:`row_values` make that choice for any record: the loads' encoders.
 """
 
 from __future__ import annotations
@@ -47,12 +48,15 @@ __all__ = [
     "MAX_RECORD_REF_LENGTH",
     "RecordRow",
     "canonical_json",
+    "column_values",
+    "document_values",
     "hash_arguments",
     "json_column_values",
     "json_document_values",
     "parse_timestamp",
     "record_to_row",
     "row_fields",
+    "row_values",
 ]
 
 MAX_RECORD_REF_LENGTH = 512
@@ -407,6 +411,36 @@ def row_fields(data: Mapping[str, Any], values: tuple[Any, ...]) -> tuple[Any, .
         observed,
         record_hash,
     )
+
+
+def document_values(record: Any, default_observed_at: datetime | None) -> tuple[Any, ...]:
+    """:func:`json_document_values`'s tuple for any record (document staging's encoder)."""
+    if getattr(record, "from_json", False):
+        values = json_document_values(record, default_observed_at)
+        if values is not None:
+            return values
+    row = record_to_row(record, default_observed_at=default_observed_at)
+    return row.record_ref, row.document.encode("utf-8"), row.observed_at, row.record_hash
+
+
+def column_values(record: Any, default_observed_at: datetime | None) -> tuple[Any, ...]:
+    """:func:`json_column_values`'s tuple for any record (the direct load's and the staged file's encoder)."""
+    if getattr(record, "from_json", False):
+        values = json_column_values(record, default_observed_at)
+        if values is not None:
+            return values
+    return record_to_row(record, default_observed_at=default_observed_at).column_values()
+
+
+def row_values(record: Any, default_observed_at: datetime | None) -> tuple[Any, ...]:
+    """:class:`RecordRow`'s fields of any record, as :func:`row_fields` gives them (column staging's encoder)."""
+    if getattr(record, "from_json", False):
+        values = json_column_values(record, default_observed_at)
+        if values is not None:
+            return row_fields(record, values)
+    row = record_to_row(record, default_observed_at=default_observed_at)
+    return (row.record_ref, row.display_name, row.email, row.phone, row.lifecycle, row.identity_match,
+            row.attributes, row.sources, row.observed_at, row.record_hash)
 
 
 def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -> RecordRow:

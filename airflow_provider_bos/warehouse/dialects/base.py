@@ -105,11 +105,6 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     # An empty target (under the writers' lock) is loaded directly: COPY into the table itself
     # (PostgresDialect.copy_target) or executemany of :meth:`insert_target` (loads.load_direct_rows).
     direct_load = True
-    # Records are read and encoded on a producer thread while the connection writes (loads._batches).
-    # Pays only where the driver's writes barely need the GIL (psycopg's COPY: few large socket
-    # writes); a driver that encodes in Python (PyMySQL) or a database in this process (SQLite)
-    # contends with the producer for the GIL instead (both measured slower, see bench/README.md).
-    load_thread = False
     # Any DDL commits the open transaction (Snowflake): staging is dropped after the run's commit.
     ddl_commits = False
     # Rows per staging/insert chunk at most (a statement-size limit), None: the writer's batch_size.
@@ -342,23 +337,6 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         h, w, obs = q("_bos_record_hash"), q(WIRE_HASH_COLUMN), q("_bos_observed_at")
         return (f"{t}.{h} = {s}.{h} AND ({s}.{obs} > {t}.{obs} OR ({s}.{obs} = {t}.{obs} AND "
                 f"{self._hash_differs(f'{t}.{w}', f'{s}.{w}')}))")
-
-    def stage_value(self, row: Any, seq: int, wire_hash: str | None = None) -> tuple[Any, ...]:
-        """The column-staged tuple of a :class:`~.records.RecordRow`, in :data:`STAGE_COLUMNS` order."""
-        return (
-            row.record_ref,
-            row.display_name,
-            row.email,
-            row.phone,
-            row.lifecycle,
-            row.identity_match,
-            row.attributes,
-            row.sources,
-            self.bind_timestamp(row.observed_at),
-            row.record_hash,
-            wire_hash,
-            seq,
-        )
 
     @staticmethod
     def known_value(record_ref: str, wire_hash: str, seq: int) -> tuple[Any, ...]:

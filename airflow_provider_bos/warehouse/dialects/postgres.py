@@ -36,8 +36,6 @@ class PostgresDialect(WarehouseDialect):
         self.document_staging = self.uses_copy
         # An empty target is loaded into the table itself while the records stream in (the direct
         # load: by COPY, or by executemany without it), not staged and merged after the last one.
-        # Records are read and encoded on a producer thread while COPY blocks are sent (loads._batches).
-        self.load_thread = self.uses_copy
         self.load_strategy = "copy" if self.uses_copy else "executemany"
 
     def _temp_suffix(self) -> str:
