@@ -554,57 +554,42 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
             if _ok(raw):
                 _add_note(other, f"{other.rate / raw.rate:.2f}x the COPY into an empty table")
         _judge(other, [other, merge], correct=correct, fast=fast, quick=config.quick)
+    judged = is_pg or dialect == "duckdb"
     if second is not None:
         goal = P3_DUCKDB_SPEEDUP if dialect == "duckdb" else P3_SPEEDUP
-        second.goal = f">={goal:.0f}x faster, 0 rewritten"
-        speedup = rewritten = None
-        claimed = False
-        if _ok(second):
-            counts = second.raw["counts"]
-            rewritten = counts.get("inserted", 0) + counts.get("updated", 0)
-            known = second.raw.get("known_records")
-            claimed = known == second.records
-            _add_note(second, f"{known} of {second.records} records came to the writer as wire-hash claims"
-                      + ("" if claimed else " (the re-run did not take the claims path for every record)"))
-            if _ok(first):
-                speedup = first.seconds / second.seconds
-            rounds = _ratio_range(firsts, seconds, seconds=True)
-            second.check = (f"{speedup:.2f}x faster{rounds}, " if speedup else "") + f"{rewritten} rewritten"
-            if _ok(raw):
-                second.vs_copy = second.rate / raw.rate
-        if is_pg or dialect == "duckdb":
-            second.target = "P3"
-            _judge(second, [first, second], correct=rewritten == 0 and claimed,
-                   fast=speedup is not None and speedup >= goal, quick=config.quick)
+        _judge_rerun(config, second, first, firsts, seconds, goal=goal, judged=judged, raw=raw, what="records")
     if restamped is not None:
-        _judge_restamped(config, restamped, first, firsts, restamps, judged=is_pg or dialect == "duckdb")
+        _judge_rerun(config, restamped, first, firsts, restamps, goal=P3_RESTAMPED_SPEEDUP, judged=judged,
+                     what="re-stamped records")
     if churned is not None:
         _judge_churn(config, churned, restamped, churns, restamps, is_pg=is_pg)
     return first
 
 
-def _judge_restamped(config: Config, restamped: Row, first: Row | None, firsts: list[Row], restamps: list[Row], *,
-                     judged: bool) -> None:
-    """A re-run in which nobody changed but BOS re-stamped every observed_at: at least
-    P3_RESTAMPED_SPEEDUP times faster than the first run, nothing rewritten, every record a claim."""
-    restamped.goal = f">={P3_RESTAMPED_SPEEDUP:.0f}x faster, 0 rewritten"
+def _judge_rerun(config: Config, rerun: Row, first: Row | None, firsts: list[Row], reruns: list[Row], *,
+                 goal: float, judged: bool, what: str, raw: Row | None = None) -> None:
+    """A re-run in which nobody changed (byte-identical, or every observed_at moved): at least ``goal``
+    times faster than the first run, nothing rewritten, every record a wire-hash claim."""
+    rerun.goal = f">={goal:.0f}x faster, 0 rewritten"
     speedup = rewritten = None
     claimed = False
-    if _ok(restamped):
-        counts = restamped.raw["counts"]
+    if _ok(rerun):
+        counts = rerun.raw["counts"]
         rewritten = counts.get("inserted", 0) + counts.get("updated", 0)
-        known = restamped.raw.get("known_records")
-        claimed = known == restamped.records
-        _add_note(restamped, f"{known} of {restamped.records} re-stamped records came to the writer as wire-hash "
-                             "claims" + ("" if claimed else " (not every record took the claims path)"))
+        known = rerun.raw.get("known_records")
+        claimed = known == rerun.records
+        _add_note(rerun, f"{known} of {rerun.records} {what} came to the writer as wire-hash claims"
+                  + ("" if claimed else " (the re-run did not take the claims path for every record)"))
         if _ok(first):
-            speedup = first.seconds / restamped.seconds
-        rounds = _ratio_range(firsts, restamps, seconds=True)
-        restamped.check = (f"{speedup:.2f}x faster{rounds}, " if speedup else "") + f"{rewritten} rewritten"
+            speedup = first.seconds / rerun.seconds
+        rounds = _ratio_range(firsts, reruns, seconds=True)
+        rerun.check = (f"{speedup:.2f}x faster{rounds}, " if speedup else "") + f"{rewritten} rewritten"
+        if _ok(raw):
+            rerun.vs_copy = rerun.rate / raw.rate
     if judged:
-        restamped.target = "P3"
-        _judge(restamped, [first, restamped], correct=rewritten == 0 and claimed,
-               fast=speedup is not None and speedup >= P3_RESTAMPED_SPEEDUP, quick=config.quick)
+        rerun.target = "P3"
+        _judge(rerun, [first, rerun], correct=rewritten == 0 and claimed,
+               fast=speedup is not None and speedup >= goal, quick=config.quick)
 
 
 def _judge_churn(config: Config, churned: Row, second: Row | None, churns: list[Row], seconds: list[Row], *,
