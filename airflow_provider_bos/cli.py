@@ -2,6 +2,7 @@
 
     airflow-provider-bos connect --conn-id bos_default --resource https://dfsm.ai/mcp/apps/bos/platform
     airflow-provider-bos token-store show --conn-id bos_default
+    airflow-provider-bos token-store reseal [--token-store-conn-id ID | --token-store-url URL]
     airflow-provider-bos erase --conn-id warehouse --table bos_records --record-ref <ref> [...]
 
 ``connect`` discovers the authorization server, registers a public client (unless ``--client-id``),
@@ -9,6 +10,10 @@ prints the sign-in URL (and opens a browser when there is one), receives the cal
 127.0.0.1 listener (or, with ``--redirect-uri``, reads the callback URL you paste), validates it,
 exchanges the code, stores the grant in the token store, and prints the Airflow Connection to
 create. Secrets are shown as ``***`` unless ``--show-secrets``.
+
+``token-store reseal`` (an admin's command, once after upgrading from a release that wrote
+``enc:v1:`` rows) re-seals every such row of a store to the row it is in, in one transaction; the
+store refuses ``enc:v1:`` rows on read until then.
 
 Airflow is imported lazily and only here (for ``--token-store-conn-id``, ``--save-connection`` and
 Airflow's Fernet key); the ``auth`` core never imports it.
@@ -352,6 +357,35 @@ def _cmd_token_store_show(args: argparse.Namespace, out: TextIO, stdin: TextIO) 
     return 0
 
 
+def _cmd_token_store_reseal(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
+    cipher = airflow_fernet_cipher()
+    if cipher is None:
+        raise BosConfigurationError(
+            "Re-sealing needs Airflow's [core] fernet_key (the key the enc:v1 rows were written with); "
+            "none is configured here."
+        )
+    store, label = token_store_for(url=args.token_store_url, conn_id=args.token_store_conn_id, cipher=cipher)
+    try:
+        report = store.reseal_legacy()
+    finally:
+        store.dispose()
+    print(f"Token store {label}, table {store.table_name}:", file=out)
+    if not report.resealed and not report.refused:
+        print("  no row of the earlier format (enc:v1); nothing to do.", file=out)
+    for key, resource, endpoint in report.resealed:
+        print(f"  re-sealed {key!r}: resource {resource}, token endpoint {endpoint}", file=out)
+    for key, reason in report.refused:
+        print(f"  NOT re-sealed {key!r}: {reason} (airflow-provider-bos connect --conn-id {key})", file=out)
+    if report.resealed:
+        print(
+            "Check that each re-sealed row names the resource and token endpoint its Connection should: "
+            "a row a table writer moved a token into before this command ran looks like any other.",
+            file=out,
+        )
+    out.flush()
+    return 1 if report.refused else 0
+
+
 def _add_store_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -401,12 +435,20 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--auto-follow", action="store_true", help=argparse.SUPPRESS)
     connect.set_defaults(handler=_cmd_connect)
 
-    store = commands.add_parser("token-store", help="Inspect the token store.")
+    store = commands.add_parser(
+        "token-store", help="Inspect the token store, or re-seal its rows of the earlier format."
+    )
     store_commands = store.add_subparsers(dest="store_command", required=True)
     show = store_commands.add_parser("show", help="Print a grant's non-secret status.")
     show.add_argument("--conn-id", default="bos_default")
     _add_store_options(show)
     show.set_defaults(handler=_cmd_token_store_show)
+    reseal = store_commands.add_parser(
+        "reseal",
+        help="Re-seal every row of the earlier format (enc:v1) to its row, in one step (admin, once after upgrading).",
+    )
+    _add_store_options(reseal)
+    reseal.set_defaults(handler=_cmd_token_store_reseal)
 
     from airflow_provider_bos.cli_erase import add_erase_parser
 

@@ -61,10 +61,19 @@ def get_provider_info() -> dict[str, object]:
                         "example": "bos.internal.example.com,127.0.0.1",
                         "default": "",
                     },
+                    "token_store_conn_ids": {
+                        "description": "Comma-separated Airflow connection ids the page may open as token "
+                        "stores (a bos Connection's token_store_conn_id), for users who may read them. Any "
+                        "other id is refused unless allow_token_store_urls is True.",
+                        "version_added": "0.2.0",
+                        "type": "string",
+                        "example": "bos_token_store",
+                        "default": "",
+                    },
                     "allow_token_store_urls": {
-                        "description": "Let the page open token stores given as a database URL "
-                        "(token_store_url) from a Connection's extras. Off: only Airflow connections the "
-                        "user may read, or the default SQLite store.",
+                        "description": "Let the page open token stores the operator did not list: a database "
+                        "URL (token_store_url) from a Connection's extras, or a connection not in "
+                        "token_store_conn_ids. Off: only the listed connections and the default SQLite store.",
                         "version_added": "0.2.0",
                         "type": "boolean",
                         "example": "True",

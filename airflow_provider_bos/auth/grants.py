@@ -15,12 +15,8 @@ token endpoint (the one the caller discovered for that resource), checked on eve
 encrypted row's tokens are sealed to those columns and its key (:mod:`.sealed`), so a table writer
 cannot move them to a row that points elsewhere.
 
-Rows of the earlier unbound format (``enc:v1:``, ``StoredGrant.legacy``) are trusted once, to be
-migrated: only when their columns match the Connection exactly and no other row holds the same
-ciphertext; their access token is not used (it may be a copy) and their refresh token is spent at
-once on a refresh whose result is written sealed. Rotation then makes every copy of the old tokens
-worthless at BOS. (A copy made before the upgrade, into a row whose original was deleted, is the
-residual case: an operator who cannot rule that out reconnects every Connection after upgrading.)
+Rows of the earlier unbound format (``enc:v1:``) are refused by the store (a table writer could have
+moved them); the admin command ``airflow-provider-bos token-store reseal`` re-seals them.
 A Connection password that cannot be a token (``***``, empty) or whose seed the row has already
 consumed never replaces the stored grant.
 Everything in a token response is validated and normalised before the row is written, so the
@@ -341,10 +337,10 @@ class OAuthGrantAuth(httpx.Auth):
         """A usable access token; ``rejected`` is one the server just refused with 401."""
         with self._lock:
             grant = self._grant or self._load_or_seed()
-            if rejected is None and not grant.legacy and grant.access_token_valid(margin_s=self._margin_for(grant)):
+            if rejected is None and grant.access_token_valid(margin_s=self._margin_for(grant)):
                 assert grant.access_token is not None
                 return grant.access_token
-            if rejected is not None and not grant.legacy and grant.access_token and grant.access_token != rejected:
+            if rejected is not None and grant.access_token and grant.access_token != rejected:
                 # Another thread already replaced the token the server refused.
                 return grant.access_token
             grant = self._refresh(grant, rejected=rejected)
@@ -441,7 +437,7 @@ class OAuthGrantAuth(httpx.Auth):
                 )
             self._bound(current)
             moved = current.generation != seen.generation or current.access_token != seen.access_token
-            if moved and not current.legacy and current.access_token != rejected and current.access_token_valid():
+            if moved and current.access_token != rejected and current.access_token_valid():
                 return None  # somebody else refreshed: reuse, do not refresh again
             if not current.refresh_token:
                 raise BosReconnectRequired(
@@ -469,7 +465,6 @@ class OAuthGrantAuth(httpx.Auth):
                 scope=tokens.scope or current.scope,
                 generation=current.generation + 1,
                 updated_at=time.time(),
-                legacy=False,  # written sealed
             )
 
         try:
@@ -487,7 +482,7 @@ class OAuthGrantAuth(httpx.Auth):
         current = self._store.load(self._key)
         if follow_moved and current is not None and current.generation != generation:
             self._bound(current)
-            if not current.legacy and current.access_token_valid():
+            if current.access_token_valid():
                 return current
             # The moved row's access token is already stale: one more locked refresh from it.
             self._grant = current

@@ -10,8 +10,10 @@ and every read checks that payload against the row it was read from: a sealed to
 in the row, column and target it was written for.
 
 Formats: ``enc:v2:<base64 ciphertext of the payload>`` (written by this module);
-``enc:v1:<base64 ciphertext of the bare token>`` is the earlier unbound format, read only so that
-:mod:`.token_store` can migrate it (see :attr:`Unsealed.legacy`).
+``enc:v1:<base64 ciphertext of the bare token>`` is the earlier unbound format. A v1 value says
+nothing about the row it belongs to, so a table writer could move it into a row of their own:
+:func:`unseal` refuses it (:class:`LegacyTokenError`), and only the admin command ``airflow-provider-bos
+token-store reseal`` reads it (:func:`unseal_legacy`), to re-seal every such row in one step.
 """
 
 from __future__ import annotations
@@ -23,11 +25,20 @@ from typing import Any, Protocol, runtime_checkable
 
 from airflow_provider_bos.exceptions import BosTokenBindingError, BosTokenStoreError
 
-__all__ = ["Cipher", "RowBinding", "Unsealed", "seal", "unseal", "SEALED_PREFIX", "LEGACY_PREFIX"]
+__all__ = [
+    "LEGACY_PREFIX", "RESEAL_COMMAND", "SEALED_PREFIX", "Cipher", "LegacyTokenError", "RowBinding", "seal", "unseal",
+    "unseal_legacy",
+]
 
 SEALED_PREFIX = "enc:v2:"
 LEGACY_PREFIX = "enc:v1:"
 _VERSION = 2
+#: The admin command that re-seals every ``enc:v1:`` row of a store (see :mod:`airflow_provider_bos.cli`).
+RESEAL_COMMAND = "airflow-provider-bos token-store reseal"
+
+
+class LegacyTokenError(BosTokenStoreError):
+    """A column holds a token of the earlier unbound format (``enc:v1:``), which is no longer read."""
 
 
 @runtime_checkable
@@ -54,14 +65,6 @@ class RowBinding:
         return [name for name in names if getattr(self, name) != getattr(other, name)]
 
 
-@dataclass(frozen=True)
-class Unsealed:
-    """A token read from a column; ``legacy``: it came from the unbound ``enc:v1:`` format."""
-
-    token: str
-    legacy: bool = False
-
-
 def seal(cipher: Cipher, binding: RowBinding, column: str, token: str) -> str:
     """``token`` encrypted together with ``binding`` and ``column``: the stored column value."""
     payload = {
@@ -77,14 +80,25 @@ def seal(cipher: Cipher, binding: RowBinding, column: str, token: str) -> str:
     return SEALED_PREFIX + base64.urlsafe_b64encode(cipher.encrypt(plaintext)).decode("ascii")
 
 
-def unseal(cipher: Cipher, stored: str, binding: RowBinding, column: str) -> Unsealed:
+def legacy_refusal(key: str, column: str) -> LegacyTokenError:
+    return LegacyTokenError(
+        f"The token store row {key!r} ({column}) holds a token of the earlier unbound format (enc:v1), "
+        "which is no longer read: such a token is bound to no row, so whoever can write the table could "
+        f"have moved it there. An admin re-seals every such row once with `{RESEAL_COMMAND}` (with the "
+        "store's --token-store-url or --token-store-conn-id, and Airflow's [core] fernet_key); "
+        "reconnecting the Connection replaces the row too."
+    )
+
+
+def unseal(cipher: Cipher, stored: str, binding: RowBinding, column: str) -> str:
     """The token in ``stored`` when it was sealed for exactly ``binding`` and ``column``.
 
     Raises :class:`BosTokenBindingError` when it was sealed for another row, column or target (a
-    value copied or altered in the table), :class:`BosTokenStoreError` when it cannot be decrypted.
+    value copied or altered in the table), :class:`LegacyTokenError` for the earlier unbound format,
+    :class:`BosTokenStoreError` when it cannot be decrypted.
     """
     if stored.startswith(LEGACY_PREFIX):
-        return Unsealed(_decrypt(cipher, stored[len(LEGACY_PREFIX):], binding.key, column), legacy=True)
+        raise legacy_refusal(binding.key, column)
     if not stored.startswith(SEALED_PREFIX):
         raise BosTokenStoreError(f"The token store row {binding.key!r} ({column}) has an unknown format.")
     payload = _payload(_decrypt(cipher, stored[len(SEALED_PREFIX):], binding.key, column), binding.key, column)
@@ -103,7 +117,14 @@ def unseal(cipher: Cipher, stored: str, binding: RowBinding, column: str) -> Uns
             "neither used nor sent anywhere.",
             conn_id=binding.key,
         )
-    return Unsealed(payload["token"])
+    return str(payload["token"])
+
+
+def unseal_legacy(cipher: Cipher, stored: str, key: str, column: str) -> str:
+    """The bare token of an ``enc:v1:`` value: for the reseal command only, which binds it to its row."""
+    if not stored.startswith(LEGACY_PREFIX):
+        raise BosTokenStoreError(f"The token store row {key!r} ({column}) is not of the earlier format.")
+    return _decrypt(cipher, stored[len(LEGACY_PREFIX):], key, column)
 
 
 def _decrypt(cipher: Cipher, text: str, key: str, column: str) -> str:

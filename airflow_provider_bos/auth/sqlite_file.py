@@ -3,20 +3,29 @@
 The default store is ``$AIRFLOW_HOME/bos_token_store.db`` (``0600`` in a ``0700`` directory when it
 creates them). pysqlite's own transaction handling is replaced so that ``BEGIN IMMEDIATE`` can be
 asked for per connection (the execution option :data:`SQLITE_BEGIN_OPTION`).
+
+A reader that must change nothing (the Admin -> BOS page) opens the file with
+:func:`read_only_sqlite_engine` instead: SQLite's ``mode=ro``, so no file, directory, journal or
+table is created and no permission is changed; a path that does not exist is simply not opened.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from sqlalchemy import event
+from sqlalchemy import create_engine, event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import NullPool
 
-__all__ = ["ensure_private_sqlite_file", "default_token_store_url", "configure_sqlite", "SQLITE_BEGIN_OPTION",
-           "DEFAULT_FILE_NAME"]
+from airflow_provider_bos.exceptions import BosConfigurationError
+
+__all__ = ["ensure_private_sqlite_file", "default_token_store_url", "default_token_store_path", "configure_sqlite",
+           "read_only_sqlite_engine", "SQLITE_BEGIN_OPTION", "DEFAULT_FILE_NAME"]
 
 DEFAULT_FILE_NAME = "bos_token_store.db"
 #: The execution option naming the BEGIN mode of a connection's next transaction.
@@ -43,14 +52,44 @@ def ensure_private_sqlite_file(path: str | os.PathLike[str]) -> Path:
     return file
 
 
+def default_token_store_path() -> Path:
+    """``$AIRFLOW_HOME/bos_token_store.db`` (``~/airflow`` without AIRFLOW_HOME), not created."""
+    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
+    return home / DEFAULT_FILE_NAME
+
+
 def default_token_store_url() -> str:
     """``sqlite:///$AIRFLOW_HOME/bos_token_store.db`` (``~/airflow`` without AIRFLOW_HOME), created 0600.
 
     Right for a single machine only; see the module docstring for shared deployments.
     """
-    home = Path(os.environ.get("AIRFLOW_HOME") or Path.home() / "airflow").expanduser()
-    file = ensure_private_sqlite_file(home / DEFAULT_FILE_NAME)
+    file = ensure_private_sqlite_file(default_token_store_path())
     return f"sqlite:///{file}"
+
+
+def read_only_sqlite_engine(path: str | os.PathLike[str], *, busy_timeout_s: float) -> Engine | None:
+    """An engine that only reads the SQLite file at ``path`` (``mode=ro``); ``None`` when there is no
+    such file. A path that exists but is not a regular file (a FIFO, a device, a directory) is refused
+    rather than opened: opening one could block or read something that is no database."""
+    file = Path(path).expanduser()
+    try:
+        mode = file.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise BosConfigurationError(
+            f"The SQLite token store {str(file)!r} cannot be read ({type(exc).__name__})."
+        ) from None
+    if not stat.S_ISREG(mode):
+        raise BosConfigurationError(f"The SQLite token store {str(file)!r} is not a regular file.")
+    uri = f"file:{quote(str(file.resolve()))}?mode=ro"
+
+    def connect() -> sqlite3.Connection:
+        return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool, hide_parameters=True)
+    configure_sqlite(engine)
+    return engine
 
 
 def configure_sqlite(engine: Engine) -> None:

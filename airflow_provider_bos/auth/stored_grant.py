@@ -60,7 +60,6 @@ class StoredGrant:
     seed_fingerprint: str | None
     updated_at: float
     consumed_seeds: frozenset[str] = frozenset()  # sha256 of every seed this row ever used
-    legacy: bool = False  # its tokens were read from the earlier unbound format (enc:v1:)
 
     def __repr__(self) -> str:
         return (

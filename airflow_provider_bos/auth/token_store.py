@@ -26,9 +26,21 @@ ciphertext copied into another row or under altered columns is refused); without
 ``raw:<token>``. A store opened without the key refuses encrypted rows rather than mis-reading them,
 and a store opened with a key refuses ``raw:`` rows (whoever wrote them did not hold the key).
 
-Rows of the earlier unbound format (``enc:v1:``, each token encrypted alone) are read with
-:attr:`StoredGrant.legacy` set, and only while no other row holds the same ciphertext (a copy is
-refused in both rows); :mod:`.grants` then trusts such a row once, migrating it: see there.
+Rows of the earlier unbound format (``enc:v1:``, each token encrypted alone) are refused on read
+(:class:`~.sealed.LegacyTokenError`): such a ciphertext names no row, so a table writer could move
+it into a row of their own. :meth:`SqlTokenStore.reseal_legacy` (the admin command
+``airflow-provider-bos token-store reseal``) re-seals every such row to the row it is in, in one
+transaction, and refuses a ciphertext that is in more than one place (a copy).
+
+Keys are compared exactly. A new table on MySQL/MariaDB is created ``utf8mb4_bin`` (the default
+collations compare case-insensitively: ``bos_prod`` would read and overwrite ``Bos_Prod``'s row);
+an existing table whose key column is not binary is converted once (or, when the store's user may
+not ALTER it, refused with the statement to run), and on every dialect the row a query returns is
+used only when its key is exactly the one asked for.
+
+Read-only stores (``read_only=True``, for the Admin -> BOS page): nothing is created or changed: a
+SQLite file is opened ``mode=ro`` (a missing file is an empty store, never created, never chmod-ed),
+and a missing table is an empty store (no ``CREATE TABLE``).
 
 Seeds: the row remembers ``sha256`` of every refresh token it was ever seeded from
 (``consumed_seeds``). A seed it has consumed never replaces the row again (an old Connection, a
@@ -36,8 +48,9 @@ stale secrets cache), and a value that cannot be a token (``***``, empty) is ref
 a never-seen seed (a real reconnect) replaces the row.
 
 Why this module is above ~500 lines: every method is one locked transaction on the same row, and
-its three dialect branches (row lock, lock-wait restore, upsert) and the seed/binding checks must be
-read together to see that no path writes half a grant. What does not hold the lock lives beside it:
+its three dialect branches (row lock, lock-wait restore, upsert), the seed/binding checks, the
+exact-key check and the one-step reseal must be read together to see that no path writes half a
+grant or another key's row. What does not hold the lock lives beside it:
 the row as a value (:mod:`.stored_grant`), the sealing of its tokens (:mod:`.sealed`) and the
 SQLite file (:mod:`.sqlite_file`).
 """
@@ -48,21 +61,32 @@ import logging
 import math
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, make_url
 
-from airflow_provider_bos.auth.sealed import LEGACY_PREFIX, SEALED_PREFIX, Cipher, RowBinding, seal, unseal
+from airflow_provider_bos.auth.sealed import (
+    LEGACY_PREFIX,
+    SEALED_PREFIX,
+    Cipher,
+    RowBinding,
+    seal,
+    unseal,
+    unseal_legacy,
+)
 from airflow_provider_bos.auth.sqlite_file import (
     DEFAULT_FILE_NAME,
     SQLITE_BEGIN_OPTION,
     configure_sqlite,
+    default_token_store_path,
     default_token_store_url,
     ensure_private_sqlite_file,
+    read_only_sqlite_engine,
 )
 from airflow_provider_bos.auth.stored_grant import (
     MAX_TOKEN_CHARS,
@@ -85,8 +109,11 @@ __all__ = [
     "DEFAULT_TABLE",
     "MAX_TOKEN_CHARS",
     "Cipher",
+    "ResealReport",
     "SqlTokenStore",
     "StoredGrant",
+    "TokenStoreDatabaseError",
+    "default_token_store_path",
     "default_token_store_url",
     "ensure_private_sqlite_file",
     "refresh_token_fingerprint",
@@ -103,10 +130,30 @@ _ROW_LOCKING_BACKENDS = frozenset({"sqlite", "postgresql", "mysql", "mariadb"})
 _ADDED_COLUMNS = {"consumed_seeds": "TEXT"}
 # Commit attempts for a rotated grant (the old refresh token is already spent at the server).
 _ROTATED_COMMIT_ATTEMPTS = 4
+# MySQL/MariaDB: the table's character set and binary collation (as the warehouse tables have): keys
+# that differ only in case are different rows.
+_MYSQL_TABLE_OPTIONS: dict[str, Any] = {
+    "mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin",
+}
+_TOKEN_COLUMNS = ("access_token", "refresh_token")
+
+
+@dataclass(frozen=True)
+class ResealReport:
+    """What :meth:`SqlTokenStore.reseal_legacy` did: the rows re-sealed (key, resource, token endpoint)
+    and the rows it refused, with why (a reconnect replaces them)."""
+
+    resealed: tuple[tuple[str, str, str], ...]
+    refused: tuple[tuple[str, str], ...]
 
 
 class _RetryInsert(Exception):
     """Two workers inserted the same missing row at once; take the lock again."""
+
+
+class TokenStoreDatabaseError(BosTokenStoreError):
+    """The store's database failed; the message carries the driver's own text (for logs and the CLI,
+    not for a page whose user chose the database)."""
 
 
 class SqlTokenStore:
@@ -125,12 +172,16 @@ class SqlTokenStore:
         cipher: Cipher | None = None,
         busy_timeout_s: float = 60.0,
         lock_timeout_s: float = 60.0,
+        read_only: bool = False,
     ) -> None:
         if not _IDENTIFIER.match(table):
             raise BosConfigurationError(f"Token store table name {table!r} is not a plain SQL identifier.")
         self._cipher = cipher
         self._lock_timeout_s = lock_timeout_s
+        self._read_only = read_only
+        self._absent = False  # a read-only SQLite store whose file does not exist
         url = engine_or_url.url if isinstance(engine_or_url, Engine) else make_url(engine_or_url)
+        self._label = url.render_as_string(hide_password=True)
         self._dialect_name = url.get_backend_name()
         if self._dialect_name not in _ROW_LOCKING_BACKENDS:
             raise BosConfigurationError(
@@ -148,11 +199,17 @@ class SqlTokenStore:
                 raise BosConfigurationError(
                     "The token store must be durable: an in-memory SQLite database is not."
                 )
-            ensure_private_sqlite_file(database)
-            self._engine = sa.create_engine(
-                url, connect_args={"timeout": busy_timeout_s}, hide_parameters=True
-            )
-            configure_sqlite(self._engine)
+            if read_only:
+                reader = read_only_sqlite_engine(database, busy_timeout_s=busy_timeout_s)
+                self._absent = reader is None
+                # A missing file is an empty store: an engine that is never connected stands in.
+                self._engine = reader or sa.create_engine("sqlite://", poolclass=sa.pool.NullPool)
+            else:
+                ensure_private_sqlite_file(database)
+                self._engine = sa.create_engine(
+                    url, connect_args={"timeout": busy_timeout_s}, hide_parameters=True
+                )
+                configure_sqlite(self._engine)
             self._owns_engine = True
         elif isinstance(engine_or_url, Engine):
             self._engine = engine_or_url
@@ -176,6 +233,7 @@ class SqlTokenStore:
             sa.Column("seed_fingerprint", sa.String(64), nullable=True),
             sa.Column("updated_at", sa.Double, nullable=False),
             sa.Column("consumed_seeds", sa.Text, nullable=True),
+            **_MYSQL_TABLE_OPTIONS,
         )
         self._table_ready = False
 
@@ -193,6 +251,10 @@ class SqlTokenStore:
     def encrypted(self) -> bool:
         return self._cipher is not None
 
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
     def dispose(self) -> None:
         """Release pooled connections (only of an engine this store created)."""
         if self._owns_engine:
@@ -200,18 +262,48 @@ class SqlTokenStore:
 
     def __repr__(self) -> str:
         return (
-            f"SqlTokenStore({self._engine.url.render_as_string(hide_password=True)!r}, "
-            f"table={self._table.name!r}, encrypted={self.encrypted})"
+            f"SqlTokenStore({self._label!r}, table={self._table.name!r}, encrypted={self.encrypted}"
+            f"{', read-only' if self._read_only else ''})"
         )
 
     def _fail(self, action: str, exc: BaseException) -> BosTokenStoreError:
         orig = getattr(exc, "orig", None) or exc
         # Only the driver's message, trimmed: SQLAlchemy's own text would include bound parameters.
         first_line = str(orig).splitlines()[0] if str(orig) else ""
-        return BosTokenStoreError(
-            f"Token store {action} failed on {self._engine.url.render_as_string(hide_password=True)} "
+        return TokenStoreDatabaseError(
+            f"Token store {action} failed on {self._label} "
             f"(table {self._table.name}): {type(orig).__name__}: {excerpt(first_line, 160)}"
         )
+
+    def _refuse_write(self) -> None:
+        if self._read_only:
+            raise BosTokenStoreError(
+                f"The token store {self._label} (table {self._table.name}) is opened read-only here."
+            )
+
+    def _exact(self, row: Any, key: str) -> Any:
+        """``row`` when its key is exactly ``key``: a database whose key column compares keys as
+        equal that are not (a case-insensitive collation) must not hand one Connection another's row."""
+        if row is None:
+            return None
+        found = row._mapping["key"]
+        if found != key:
+            raise BosTokenStoreError(
+                f"The token store answered the row {found!r} when asked for {key!r}: its key column "
+                f"(table {self._table.name}) treats different keys as equal, and that row is neither used "
+                f"nor changed. {self._collation_fix()}"
+            )
+        return row
+
+    def _collation_fix(self) -> str:
+        if self._dialect_name in ("mysql", "mariadb"):
+            return f"Run, as a user who may alter the table: {self.binary_key_statement()}"
+        return "Give the key column a binary (case-sensitive) collation."
+
+    def binary_key_statement(self) -> str:
+        """The MySQL/MariaDB statement that gives an existing table binary keys."""
+        table = self._engine.dialect.identifier_preparer.quote_identifier(self._table.name)
+        return f"ALTER TABLE {table} CONVERT TO CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;"
 
     @contextmanager
     def _writing(self) -> Iterator[Connection]:
@@ -230,6 +322,7 @@ class SqlTokenStore:
         """Create the table if it does not exist (safe when several workers race to do it)."""
         if self._table_ready:
             return
+        self._refuse_write()
         try:
             with self._writing() as conn:
                 self._table.create(conn, checkfirst=True)
@@ -242,7 +335,49 @@ class SqlTokenStore:
             if not exists:
                 raise self._fail("table creation", exc) from None
         self._add_missing_columns()
+        self._ensure_binary_keys()
         self._table_ready = True
+
+    def _key_collation(self) -> str | None:
+        try:
+            with self._engine.connect() as conn:
+                return conn.execute(
+                    sa.text(
+                        "SELECT COLLATION_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+                        "AND TABLE_NAME = :table AND COLUMN_NAME = 'key'"
+                    ),
+                    {"table": self._table.name},
+                ).scalar()
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("collation check", exc) from None
+
+    def _ensure_binary_keys(self) -> None:
+        """MySQL/MariaDB: a table made by an earlier release has the database's default collation,
+        which compares keys case-insensitively; convert it to ``utf8mb4_bin`` (once, safe when several
+        workers race), or refuse the store with the statement to run."""
+        if self._dialect_name not in ("mysql", "mariadb"):
+            return
+        collation = self._key_collation()
+        if collation is None or collation.lower().endswith("_bin"):
+            return
+        statement = self.binary_key_statement()
+        try:
+            with self._engine.begin() as conn:
+                conn.exec_driver_sql(statement.rstrip(";"))
+        except sa.exc.SQLAlchemyError as exc:
+            now = self._key_collation()
+            if now is None or not now.lower().endswith("_bin"):
+                orig = getattr(exc, "orig", None) or exc
+                raise BosTokenStoreError(
+                    f"The token store table {self._table.name} compares its keys case-insensitively "
+                    f"(collation {collation}), so one Connection id could read another's grant; converting it "
+                    f"failed ({type(orig).__name__}). Run, as a user who may alter the table: {statement}"
+                ) from None
+        logger.warning(
+            "Token store table %s: key collation %s converted to utf8mb4_bin (keys are case-sensitive).",
+            self._table.name,
+            collation,
+        )
 
     def _add_missing_columns(self) -> None:
         """Bring a table made by an older release up to date: add the columns it lacks (nullable,
@@ -274,12 +409,11 @@ class SqlTokenStore:
             return _RAW_PREFIX + value
         return seal(self._cipher, binding, column, value)
 
-    def _decode(self, binding: RowBinding, column: str, stored: str | None) -> tuple[str | None, bool]:
-        """The token in a column and whether it was of the legacy format."""
+    def _decode(self, binding: RowBinding, column: str, stored: str | None) -> str | None:
+        """The token in a column (refused unless it was written for this row, column and target)."""
         key = binding.key
         if stored is None:
-            return None, False
-        legacy = False
+            return None
         if stored.startswith(_RAW_PREFIX):
             if self._cipher is not None:
                 raise BosTokenStoreError(
@@ -293,35 +427,30 @@ class SqlTokenStore:
                     f"The token store row {key!r} is encrypted ({column}); open the store with the same "
                     "Fernet key (Airflow's [core] fernet_key) to read it."
                 )
-            unsealed = unseal(self._cipher, stored, binding, column)
-            value, legacy = unsealed.token, unsealed.legacy
+            value = unseal(self._cipher, stored, binding, column)
         else:
             raise BosTokenStoreError(f"The token store row {key!r} ({column}) has an unknown format.")
         register_secret(value)
-        return value, legacy
+        return value
 
-    def _row_to_grant(self, row: Any, conn: Connection, *, tolerant: bool = False) -> StoredGrant:
+    def _row_to_grant(self, row: Any, *, tolerant: bool = False) -> StoredGrant:
         """The row as a grant; ``tolerant`` leaves tokens that cannot be read as None (for a
         re-seed, which replaces them anyway)."""
         m = row._mapping
         binding = RowBinding(m["key"], m["client_id"], m["resource"], m["token_endpoint"])
         tokens: dict[str, str | None] = {}
-        legacy = False
         try:
-            for column in ("access_token", "refresh_token"):
+            for column in _TOKEN_COLUMNS:
                 try:
-                    tokens[column], old_format = self._decode(binding, column, m[column])
+                    tokens[column] = self._decode(binding, column, m[column])
                 except BosTokenStoreError:
                     if not tolerant:
                         raise
-                    tokens[column], old_format = None, False
-                legacy = legacy or old_format
-            if legacy:
-                self._check_legacy_unique(conn, m)
+                    tokens[column] = None
         except BosTokenBindingError:
             if not tolerant:
                 raise
-            tokens, legacy = {"access_token": None, "refresh_token": None}, False
+            tokens = {"access_token": None, "refresh_token": None}
         consumed = set((m.get("consumed_seeds") or "").split())
         if m["seed_fingerprint"]:
             consumed.add(m["seed_fingerprint"])  # rows from before consumed_seeds existed
@@ -338,27 +467,7 @@ class SqlTokenStore:
             seed_fingerprint=m["seed_fingerprint"],
             updated_at=float(m["updated_at"]),
             consumed_seeds=frozenset(consumed),
-            legacy=legacy,
         )
-
-    def _check_legacy_unique(self, conn: Connection, m: Any) -> None:
-        """A legacy (unbound) ciphertext is trusted only in one row: held by two, it was copied, and
-        neither row can say which is its own."""
-        ciphertexts = [m[column] for column in ("access_token", "refresh_token")
-                       if m[column] and m[column].startswith(LEGACY_PREFIX)]
-        table = self._table
-        copies = conn.execute(
-            sa.select(sa.func.count()).select_from(table).where(
-                table.c.key != m["key"],
-                sa.or_(table.c.access_token.in_(ciphertexts), table.c.refresh_token.in_(ciphertexts)),
-            )
-        ).scalar_one()
-        if copies:
-            raise BosTokenBindingError(
-                f"The token store row {m['key']!r} holds a token of the earlier unbound format that is also in "
-                "another row: it was copied, and is neither used nor sent anywhere.",
-                conn_id=m["key"],
-            )
 
     def _values(self, grant: StoredGrant) -> dict[str, Any]:
         return {
@@ -405,10 +514,11 @@ class SqlTokenStore:
                         conn.exec_driver_sql(
                             f"SET SESSION innodb_lock_wait_timeout = {max(1, round(self._lock_timeout_s))}"
                         )
-                    row = conn.execute(
-                        sa.select(self._table).where(self._table.c.key == key).with_for_update()
-                    ).first()
-                    yield conn, (self._row_to_grant(row, conn, tolerant=tolerant) if row is not None else None)
+                    row = self._exact(
+                        conn.execute(sa.select(self._table).where(self._table.c.key == key).with_for_update()).first(),
+                        key,
+                    )
+                    yield conn, (self._row_to_grant(row, tolerant=tolerant) if row is not None else None)
             finally:
                 if previous_wait is not None:
                     self._restore_lock_wait(conn, previous_wait)
@@ -528,15 +638,29 @@ class SqlTokenStore:
 
     # --- public API --------------------------------------------------------------------------
 
-    def load(self, key: str) -> StoredGrant | None:
-        """The current row, without a lock (a consistent snapshot)."""
-        self.ensure_table()
+    def _read_row(self, key: str) -> Any:
+        """The row of ``key`` as stored (exactly that key), or None; creates nothing when read-only."""
+        if self._read_only:
+            if self._absent or not self._table_present():
+                return None
+        else:
+            self.ensure_table()
         try:
             with self._engine.connect() as conn, conn.begin():
-                row = conn.execute(sa.select(self._table).where(self._table.c.key == key)).first()
-                return self._row_to_grant(row, conn) if row is not None else None
+                return self._exact(conn.execute(sa.select(self._table).where(self._table.c.key == key)).first(), key)
         except sa.exc.SQLAlchemyError as exc:
             raise self._fail("read", exc) from None
+
+    def _table_present(self) -> bool:
+        try:
+            return sa.inspect(self._engine).has_table(self._table.name)
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("schema check", exc) from None
+
+    def load(self, key: str) -> StoredGrant | None:
+        """The current row, without a lock (a consistent snapshot)."""
+        row = self._read_row(key)
+        return self._row_to_grant(row) if row is not None else None
 
     def refresh_locked(
         self,
@@ -558,7 +682,7 @@ class SqlTokenStore:
 
     def save(self, grant: StoredGrant) -> StoredGrant:
         """Write ``grant`` as the row for ``grant.key`` unconditionally (under the lock)."""
-        stamped = replace(grant, updated_at=time.time(), legacy=False)  # written sealed
+        stamped = replace(grant, updated_at=time.time())
         self._run_locked(grant.key, lambda _current: stamped)
         return stamped
 
@@ -632,13 +756,85 @@ class SqlTokenStore:
         self.ensure_table()
         try:
             with self._writing() as conn:
-                return conn.execute(sa.delete(self._table).where(self._table.c.key == key)).rowcount > 0
+                where = self._table.c.key == key
+                found = conn.execute(sa.select(self._table.c.key).where(where)).scalars().all()
+                if any(name != key for name in found):  # another key the column takes for equal
+                    raise BosTokenStoreError(
+                        f"Not deleting the token store row {key!r}: the key column treats other keys as equal "
+                        f"to it. {self._collation_fix()}"
+                    )
+                return conn.execute(sa.delete(self._table).where(where)).rowcount > 0
         except sa.exc.SQLAlchemyError as exc:
             raise self._fail("delete", exc) from None
 
     def raw_row(self, key: str) -> dict[str, Any] | None:
-        """The row exactly as stored (ciphertext included): for diagnostics and tests."""
-        self.ensure_table()
-        with self._engine.connect() as conn, conn.begin():
-            row = conn.execute(sa.select(self._table).where(self._table.c.key == key)).first()
+        """The row exactly as stored (ciphertext included): for diagnostics, the page and tests."""
+        row = self._read_row(key)
         return dict(row._mapping) if row is not None else None
+
+    def reseal_legacy(self) -> ResealReport:
+        """Re-seal every row that still holds tokens of the earlier unbound format (``enc:v1:``), in
+        one transaction holding every such row's lock (SQLite: the write lock).
+
+        Each such token is bound to the row it is in now. A ciphertext found in more than one place
+        (two rows, or both columns) was copied: neither row can say which is its own, so those rows
+        are left as they are (refused on read; a reconnect replaces them) and reported. So are rows
+        whose tokens the configured key cannot decrypt.
+        """
+        if self._cipher is None:
+            raise BosConfigurationError(
+                "Re-sealing needs the Fernet key the tokens were encrypted with (Airflow's [core] fernet_key)."
+            )
+        self.ensure_table()
+        table = self._table
+        legacy = sa.or_(*(table.c[column].like(f"{LEGACY_PREFIX}%") for column in _TOKEN_COLUMNS))
+        resealed: list[tuple[str, str, str]] = []
+        refused: list[tuple[str, str]] = []
+        try:
+            with self._writing() as conn:
+                query = sa.select(table).where(legacy).order_by(table.c.key)
+                if self._dialect_name != "sqlite":
+                    query = query.with_for_update()
+                rows = [row._mapping for row in conn.execute(query)]
+                places = Counter(
+                    m[column]
+                    for m in rows
+                    for column in _TOKEN_COLUMNS
+                    if str(m[column] or "").startswith(LEGACY_PREFIX)
+                )
+                for m in rows:
+                    values = self._resealed_values(m, places, refused)
+                    if values is None:
+                        continue
+                    conn.execute(
+                        sa.update(table)
+                        .where(table.c.key == m["key"], table.c.generation == m["generation"])
+                        .values(**values)
+                    )
+                    resealed.append((m["key"], m["resource"], m["token_endpoint"]))
+        except sa.exc.SQLAlchemyError as exc:
+            raise self._fail("re-seal", exc) from None
+        for key, resource, _endpoint in resealed:
+            logger.info("Token store row %r (%s): re-sealed to its row.", key, resource)
+        return ResealReport(tuple(resealed), tuple(refused))
+
+    def _resealed_values(
+        self, m: Any, places: Counter[str], refused: list[tuple[str, str]]
+    ) -> dict[str, str] | None:
+        assert self._cipher is not None
+        binding = RowBinding(m["key"], m["client_id"], m["resource"], m["token_endpoint"])
+        values: dict[str, str] = {}
+        for column in _TOKEN_COLUMNS:
+            stored = m[column]
+            if not str(stored or "").startswith(LEGACY_PREFIX):
+                continue
+            if places[stored] > 1:
+                refused.append((m["key"], "its token is also in another row or column (a copy); reconnect it"))
+                return None
+            try:
+                token = unseal_legacy(self._cipher, stored, m["key"], column)
+            except BosTokenStoreError:
+                refused.append((m["key"], "the configured Fernet key cannot decrypt it; reconnect it"))
+                return None
+            values[column] = seal(self._cipher, binding, column, token)
+        return values

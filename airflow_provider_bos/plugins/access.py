@@ -11,7 +11,7 @@ from typing import Any
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.plugins.pending import ConnectTarget
-from airflow_provider_bos.plugins.settings import token_store_urls_allowed
+from airflow_provider_bos.plugins.stores import require_store_allowed
 
 __all__ = ["check_token_store", "is_authorized"]
 
@@ -33,20 +33,14 @@ def is_authorized(user: Any, conn_id: str, method: str) -> bool:
 def check_token_store(user: Any, target: ConnectTarget) -> None:
     """Refuse a token store ``user`` may not use, before it is opened.
 
-    A store named by an Airflow connection needs read access to that connection (its credentials
-    are what the page would use); a store given as a SQL URL in the Connection's extra is opened
-    only when ``[bos] allow_token_store_urls`` is set. The default SQLite store is always allowed.
+    The operator's gate first (:func:`.stores.require_store_allowed`: the default SQLite store, a
+    connection listed in ``[bos] token_store_conn_ids``, anything else only with ``[bos]
+    allow_token_store_urls``); then a store named by an Airflow connection needs the user's read
+    access to that connection (its credentials are what the page would use).
     """
-    if target.token_store_conn_id:
-        if not is_authorized(user, target.token_store_conn_id, "GET"):
-            raise BosConfigurationError(
-                f"You may not use the token store connection {target.token_store_conn_id!r} (Airflow's "
-                "auth manager does not let you read it); ask an admin for access or name another one."
-            )
-        return
-    if target.token_store_url and not token_store_urls_allowed():
+    require_store_allowed(target)
+    if target.token_store_conn_id and not is_authorized(user, target.token_store_conn_id, "GET"):
         raise BosConfigurationError(
-            f"Connection {target.conn_id!r} names its token store by a SQL URL (extra token_store_url); "
-            "the API server opens such stores only when [bos] allow_token_store_urls is True. Use "
-            "token_store_conn_id (an Airflow connection) instead."
+            f"You may not use the token store connection {target.token_store_conn_id!r} (Airflow's "
+            "auth manager does not let you read it); ask an admin for access or name another one."
         )

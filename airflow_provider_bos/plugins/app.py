@@ -12,8 +12,12 @@ Routes (all behind Airflow's auth manager: connection *edit* permission, and per
 POSTs need the page's CSRF token (and a same-origin ``Origin`` when sent); the callback is bound to
 its pending sign-in (state, single use, expiry) and to the user who started it. Every request the
 page makes to BOS follows :mod:`.outbound` (allowed hosts, public addresses, one deadline per action);
-token stores are opened only as :func:`.access.check_token_store` allows. Responses forbid framing
+token stores are opened only as :func:`.access.check_token_store` allows, read-only to list them,
+and their databases are dialled under the same host policy (:mod:`.stores`); the page never shows a
+database driver's error text (:func:`.grant_status.store_error_text`). Responses forbid framing
 and carry a strict Content-Security-Policy; the callback's query never reaches the access log.
+What the page logs of a request (its path, a resource URL, an error) is escaped to printable text.
+The "Connected" notice is shown only for a Connection the user may edit, when the callback signed it.
 """
 
 from __future__ import annotations
@@ -29,12 +33,25 @@ from fastapi import Depends, FastAPI, Form, HTTPException, Request, status
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosError, BosTransportError
+from airflow_provider_bos.auth.urls import parse_url
+from airflow_provider_bos.exceptions import (
+    BosConfigurationError,
+    BosError,
+    BosTokenStoreError,
+    BosTransportError,
+)
 from airflow_provider_bos.plugins import connections as airflow_conns
 from airflow_provider_bos.plugins.access import check_token_store, is_authorized
 from airflow_provider_bos.plugins.checks import check_contexts, probe
-from airflow_provider_bos.plugins.csrf import csrf_token, csrf_valid, page_csrf_key, same_origin
-from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status
+from airflow_provider_bos.plugins.csrf import (
+    csrf_token,
+    csrf_valid,
+    notice_token,
+    notice_valid,
+    page_csrf_key,
+    same_origin,
+)
+from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status, store_error_text
 from airflow_provider_bos.plugins.headers import PageHeadersMiddleware
 from airflow_provider_bos.plugins.outbound import Deadline, OutboundPolicy, page_client
 from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, message_page, status_page
@@ -44,8 +61,9 @@ from airflow_provider_bos.plugins.settings import (
     outbound_policy,
     test_connection_mode,
 )
+from airflow_provider_bos.plugins.stores import open_page_store
 from airflow_provider_bos.plugins.web_connect import begin_web_connect, finish_web_connect
-from airflow_provider_bos.redaction import add_secret_sink
+from airflow_provider_bos.redaction import add_secret_sink, printable
 
 if TYPE_CHECKING:
     pass
@@ -56,6 +74,20 @@ URL_PREFIX = "/bos"
 log = logging.getLogger(__name__)
 # Airflow's own rule for connection ids (airflow.utils.helpers.validate_key).
 _CONN_ID = re.compile(r"^[\w.-]{1,250}$")
+# The most of one request-supplied value a log line carries.
+_LOG_LIMIT = 500
+
+
+def _loggable(value: object) -> str:
+    """``value`` as a log line may carry it: secrets redacted, control and format characters escaped
+    (no forged lines, no terminal escapes), cut to :data:`_LOG_LIMIT`."""
+    return printable(str(value), limit=_LOG_LIMIT)
+
+
+def _shown(exc: BosError) -> str:
+    """What the page shows of an error: a token store's failure generically (its text may be a
+    database driver's, about a database the Connection's editor chose), anything else as it is."""
+    return store_error_text(exc) if isinstance(exc, BosTokenStoreError) else str(exc)
 
 
 # --- request helpers ------------------------------------------------------------------------------
@@ -143,12 +175,16 @@ def _status_of(conn: Any, user: Any, *, probed: bool, policy: OutboundPolicy, de
         )
     try:
         check_token_store(user, target)
-        store = airflow_conns.open_token_store(target)
+        store = open_page_store(target, read_only=True, policy=policy, deadline=deadline)
         try:
             row = store.raw_row(conn.conn_id)
         finally:
             store.dispose()
     except Exception as exc:  # noqa: BLE001 - an unreadable store is shown, not raised
+        log.warning(
+            "BOS page: the token store of %r could not be read: %s: %s",
+            conn.conn_id, type(exc).__name__, _loggable(exc),
+        )
         return grant_status(
             conn.conn_id,
             target.resource_url,
@@ -222,19 +258,21 @@ def create_app() -> FastAPI:
         code = (
             status.HTTP_502_BAD_GATEWAY if isinstance(exc, BosTransportError) else status.HTTP_400_BAD_REQUEST
         )
-        log.warning("BOS page: %s failed: %s", request.url.path, exc)
-        return _html(message_page("BOS request failed", str(exc), home=_home(request)), code)
+        log.warning("BOS page: %s failed: %s", _loggable(request.url.path), _loggable(exc))
+        return _html(message_page("BOS request failed", _shown(exc), home=_home(request)), code)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> Response:
-        log.error("BOS page: %s failed with %s", request.url.path, type(exc).__name__, exc_info=exc)
+        log.error("BOS page: %s failed with %s", _loggable(request.url.path), type(exc).__name__, exc_info=exc)
         message = f"Unexpected {type(exc).__name__}; the API server log has the details."
         return _html(message_page("Internal error", message, home=_home(request)), 500)
 
     edit = Depends(requires_access_connection(method="PUT"))
 
     @app.get("/", dependencies=[edit], response_class=HTMLResponse)
-    def index(request: Request, user: GetUserDep, connected: str | None = None) -> HTMLResponse:
+    def index(
+        request: Request, user: GetUserDep, connected: str | None = None, sig: str | None = None
+    ) -> HTMLResponse:
         conns = [c for c in airflow_conns.bos_connections() if is_authorized(user, c.conn_id, "PUT")]
         mode = test_connection_mode()
         policy, deadline = outbound_policy(), Deadline()  # one deadline for every probe of this view
@@ -246,16 +284,29 @@ def create_app() -> FastAPI:
 
         with ThreadPoolExecutor(max_workers=min(8, max(1, len(conns)))) as pool:
             statuses = list(pool.map(status_of, conns))
-        notice = f"Connected {connected!r}: the grant is in the token store." if connected else None
+        notice = None
+        # Only a notice the callback signed for this user, about a Connection this page lists: a
+        # link cannot put text of its choosing into the success notice.
+        if connected and notice_valid(str(user.get_id()), connected, sig, key=page_csrf_key()) and any(
+            conn.conn_id == connected for conn in conns
+        ):
+            notice = f"Connected {connected!r}: the grant is in the token store."
         csrf = csrf_token(str(user.get_id()), key=page_csrf_key())
         return _html(status_page(statuses, csrf=csrf, home=_home(request), notice=notice, check_mode=mode))
 
     def _start(request: Request, user: Any, target: ConnectTarget) -> RedirectResponse:
+        try:  # validated before it reaches a log line (it is whatever the form or the Connection said)
+            parse_url(target.resource_url)
+        except ValueError:
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST,
+                "The MCP resource URL must be an absolute http(s) URL without spaces or control characters.",
+            ) from None
         log.info(
             "BOS connect started for %r by user %r (resource %s)",
             target.conn_id,
             user.get_id(),
-            target.resource_url,
+            _loggable(target.resource_url),
         )
         check_token_store(user, target)
         with page_client(outbound_policy(), Deadline()) as client:
@@ -317,18 +368,23 @@ def create_app() -> FastAPI:
             _authorize(user, target.conn_id, "PUT")
             check_token_store(user, target)
 
-        with page_client(outbound_policy(), Deadline()) as client:
+        policy, deadline = outbound_policy(), Deadline()
+
+        def open_store(target: ConnectTarget) -> Any:
+            return open_page_store(target, read_only=False, policy=policy, deadline=deadline)
+
+        with page_client(policy, deadline) as client:
             try:
                 target, outcome, grant = finish_web_connect(
                     str(request.url),
                     user_id=str(user.get_id()),
                     pending=_pending_store(),
-                    open_token_store=airflow_conns.open_token_store,
+                    open_token_store=open_store,
                     http_client=client,
                     authorize=authorize,
                 )
             except BosError as exc:
-                log.warning("BOS connect failed for user %r: %s", user.get_id(), exc)
+                log.warning("BOS connect failed for user %r: %s", user.get_id(), _loggable(exc))
                 raise
         airflow_conns.save_connected(target, outcome)
         log.info(
@@ -339,8 +395,9 @@ def create_app() -> FastAPI:
             grant.generation,
         )
         home = _home(request)
+        signed = notice_token(str(user.get_id()), target.conn_id, key=page_csrf_key())
         return RedirectResponse(
-            f"{home}?{httpx.QueryParams(connected=target.conn_id)}", status_code=status.HTTP_303_SEE_OTHER
+            f"{home}?{httpx.QueryParams(connected=target.conn_id, sig=signed)}", status_code=status.HTTP_303_SEE_OTHER
         )
 
     @app.post("/connections/{connection_id:path}/check", dependencies=[edit, CsrfDep], response_class=HTMLResponse)

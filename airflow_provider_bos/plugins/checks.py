@@ -4,7 +4,9 @@ Both first run discovery against the Connection's resource URL through the guard
 it succeeds the endpoint is not a verified BOS resource, and what the page shows about it is only
 discovery's own error (which never repeats a body or a redirect target). Only then does the hook
 open a session, so an API key is sent only to an endpoint that passed discovery, and errors of a
-verified BOS resource are shown as they are.
+verified BOS resource are shown as they are. The hook's token store is opened as the page opens
+stores (:mod:`.stores`: only an allowed one, its database dialled under the page's host policy and
+deadline), to write: a probe may refresh the grant.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.exchange import DEFAULT_MAX_ANSWER_BYTES
 from airflow_provider_bos.models import BosContext
 from airflow_provider_bos.plugins.outbound import Deadline, OutboundPolicy, page_client
+from airflow_provider_bos.plugins.pending import ConnectTarget
+from airflow_provider_bos.plugins.stores import open_page_store
 
 __all__ = ["PageHook", "check_contexts", "probe"]
 
@@ -38,6 +42,13 @@ class PageHook(BosHook):
         # The API server reads only small answers (handshake, contexts): the Connection's 'Largest
         # event' is for a task's read result and must not raise what the page holds and decodes.
         return DEFAULT_MAX_ANSWER_BYTES
+
+    def _token_store(self) -> Any:
+        cfg = self.config
+        target = ConnectTarget(cfg.conn_id, cfg.resource_url, cfg.token_store_conn_id, cfg.token_store_url)
+        store = open_page_store(target, read_only=False, policy=self._policy, deadline=self._deadline)
+        self._resources.append(store.dispose)
+        return store
 
 
 def _verify_resource(resource_url: str, policy: OutboundPolicy, deadline: Deadline) -> None:

@@ -2,7 +2,8 @@
 
 A connected Connection is written from the CLI's own :func:`~airflow_provider_bos.cli.connection_document`
 minus the secret: the token store row is the source of truth, so the password is cleared (a stale
-refresh token left there would re-seed the row with a rotated, dead token).
+refresh token left there would re-seed the row with a rotated, dead token). The page opens token
+stores through :mod:`.stores`, never as the CLI does.
 """
 
 from __future__ import annotations
@@ -10,13 +11,11 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_provider_bos.auth.connect import ConnectOutcome
-from airflow_provider_bos.auth.token_store import SqlTokenStore
-from airflow_provider_bos.cli import connection_document, save_bos_connection, token_store_for
+from airflow_provider_bos.cli import connection_document, save_bos_connection
 from airflow_provider_bos.hooks.bos import extra_of, resource_url_of
-from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 from airflow_provider_bos.plugins.pending import ConnectTarget
 
-__all__ = ["bos_connections", "extra_of", "open_token_store", "save_connected", "target_of"]
+__all__ = ["bos_connections", "extra_of", "save_connected", "target_of", "token_store_label"]
 
 
 def bos_connections() -> list[Any]:
@@ -53,14 +52,6 @@ def target_of(conn: Any) -> ConnectTarget:
         token_store_conn_id=extra.get("token_store_conn_id"),
         token_store_url=extra.get("token_store_url"),
     )
-
-
-def open_token_store(target: ConnectTarget) -> SqlTokenStore:
-    """The store the hook uses for this Connection (same rules and Fernet key as the CLI)."""
-    store, _label = token_store_for(
-        url=target.token_store_url, conn_id=target.token_store_conn_id, cipher=airflow_fernet_cipher()
-    )
-    return store
 
 
 def token_store_label(target: ConnectTarget) -> str:

@@ -6,6 +6,11 @@ and the expiry. Another site cannot compute it, another user's token does not fi
 depend on the session credential: it works without a session cookie
 (``simple_auth_manager_all_admins``) and keeps working when the auth manager re-issues the JWT.
 A POST must carry it and, when the browser sends an ``Origin``, come from this server's origin.
+
+The same construction, under another purpose, signs the page's "Connected" notice
+(:func:`notice_token`): the callback redirects to ``?connected=<id>&sig=<token>``, and the page shows
+the notice only for a token it issued to this user for that Connection id in the last
+:data:`NOTICE_TTL_S` seconds, so a link cannot put text of its choosing into the page's success notice.
 """
 
 from __future__ import annotations
@@ -17,17 +22,45 @@ import time
 from airflow_provider_bos.auth.pkce import b64url
 from airflow_provider_bos.auth.urls import parse_url
 
-__all__ = ["CSRF_TTL_S", "csrf_token", "csrf_valid", "page_csrf_key", "same_origin"]
+__all__ = [
+    "CSRF_TTL_S", "NOTICE_TTL_S", "csrf_token", "csrf_valid", "notice_token", "notice_valid", "page_csrf_key",
+    "same_origin",
+]
 
 CSRF_TTL_S = 12 * 3600.0
+NOTICE_TTL_S = 600.0
 _PURPOSE = b"airflow-provider-bos/ui/csrf/v2"
+_NOTICE_PURPOSE = b"airflow-provider-bos/ui/connected-notice/v1"
 _VERSION = "v2"
 
 
-def _mac(key: bytes, user_id: str, expires: int) -> str:
-    subkey = hmac.new(key, _PURPOSE, hashlib.sha256).digest()
+def _mac(key: bytes, user_id: str, expires: int, *, purpose: bytes = _PURPOSE, subject: str | None = None) -> str:
+    subkey = hmac.new(key, purpose, hashlib.sha256).digest()
     message = f"{len(user_id)}:{user_id}:{expires}".encode()
+    if subject is not None:
+        message += f":{len(subject)}:{subject}".encode()
     return b64url(hmac.new(subkey, message, hashlib.sha256).digest())
+
+
+def notice_token(user_id: str, conn_id: str, *, key: bytes, now: float | None = None) -> str:
+    """What the callback signs for the "Connected" notice: ``<expiry>.<mac>`` of user, Connection id
+    and expiry (:data:`NOTICE_TTL_S`)."""
+    expires = int((time.time() if now is None else now) + NOTICE_TTL_S)
+    return f"{expires}.{_mac(key, user_id, expires, purpose=_NOTICE_PURPOSE, subject=conn_id)}"
+
+
+def notice_valid(user_id: str, conn_id: str, submitted: str | None, *, key: bytes, now: float | None = None) -> bool:
+    if not submitted:
+        return False
+    expires_text, _, mac = submitted.partition(".")
+    if not expires_text.isdigit() or not mac:
+        return False
+    expires = int(expires_text)
+    current = time.time() if now is None else now
+    if expires < current or expires > current + NOTICE_TTL_S:
+        return False
+    expected = _mac(key, user_id, expires, purpose=_NOTICE_PURPOSE, subject=conn_id)
+    return hmac.compare_digest(expected.encode(), mac.encode())
 
 
 def csrf_token(user_id: str, *, key: bytes, now: float | None = None) -> str:

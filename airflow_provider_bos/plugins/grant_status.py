@@ -4,6 +4,11 @@ The row says when the grant was connected or last refreshed, its generation and 
 expiry. Whether BOS still honours it only a request can tell (a revoked grant looks like any other
 row): :func:`grant_status` takes the outcome of such a probe, made by the caller through the same
 hook a task uses.
+
+What it shows of a token store's failure is :func:`store_error_text`: the page's own refusals and
+the store's own findings (a row sealed for another row, a row of the earlier format), never a
+database driver's text: the store is a database the Connection's editor may have chosen, and the
+driver's answer (refused, timed out, not PostgreSQL...) would tell them what listens where.
 """
 
 from __future__ import annotations
@@ -11,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_bos.exceptions import BosError, BosReconnectRequired
+from airflow_provider_bos.auth.sealed import LegacyTokenError
+from airflow_provider_bos.exceptions import (
+    BosConfigurationError,
+    BosError,
+    BosReconnectRequired,
+    BosTokenBindingError,
+    BosTokenStoreError,
+)
 
 __all__ = [
     "API_KEY_MODE",
@@ -20,8 +32,10 @@ __all__ = [
     "NOT_PROBED",
     "RECONNECT_NEEDED",
     "UNAVAILABLE",
+    "STORE_UNREADABLE",
     "GrantStatus",
     "grant_status",
+    "store_error_text",
 ]
 
 CONNECTED = "connected"
@@ -29,10 +43,20 @@ NOT_CONNECTED = "not connected"
 RECONNECT_NEEDED = "reconnect needed"
 API_KEY_MODE = "API key mode"
 UNAVAILABLE = "check failed"
+STORE_UNREADABLE = "The token store could not be read; the API server's log has the details."
 NOT_PROBED = (
     "From the token store only: the page checks grants with BOS when Airflow's [core] test_connection "
     "is Enabled."
 )
+
+
+def store_error_text(exc: BaseException) -> str:
+    """What the page shows of a token store's failure (see the module docstring)."""
+    if isinstance(exc, (BosTokenBindingError, LegacyTokenError)):
+        return str(exc)
+    if isinstance(exc, BosConfigurationError):  # the page's own refusals (gates, host policy, settings)
+        return str(exc)
+    return STORE_UNREADABLE
 
 
 @dataclass(frozen=True)
@@ -67,7 +91,7 @@ def grant_status(
     if auth_type == "api_key":
         return GrantStatus(conn_id, resource, API_KEY_MODE, "The Connection holds a BOS identity API key.")
     if store_error is not None:
-        detail = str(store_error) if isinstance(store_error, BosError) else type(store_error).__name__
+        detail = store_error_text(store_error)
         return GrantStatus(
             conn_id, resource, UNAVAILABLE, f"Token store unreadable: {detail}", token_store=token_store
         )
@@ -96,7 +120,10 @@ def grant_status(
             **facts,
         )
     if probe_error is not None:
-        detail = str(probe_error) if isinstance(probe_error, BosError) else type(probe_error).__name__
+        if isinstance(probe_error, BosTokenStoreError):  # the probe opens the store too
+            detail = store_error_text(probe_error)
+        else:
+            detail = str(probe_error) if isinstance(probe_error, BosError) else type(probe_error).__name__
         return GrantStatus(conn_id, resource, UNAVAILABLE, detail, **facts)
     if not probed:
         return GrantStatus(conn_id, resource, CONNECTED, NOT_PROBED, **facts)

@@ -21,7 +21,8 @@ from cryptography.fernet import Fernet
 
 from airflow_provider_bos.auth.discovery import discover
 from airflow_provider_bos.auth.grants import OAuthGrantAuth
-from airflow_provider_bos.auth.token_store import SqlTokenStore
+from airflow_provider_bos.auth.sealed import LegacyTokenError
+from airflow_provider_bos.auth.token_store import ResealReport, SqlTokenStore
 from airflow_provider_bos.exceptions import BosReconnectRequired, BosTokenBindingError, BosTokenStoreError
 from airflow_provider_bos.mcp import McpSession
 
@@ -180,41 +181,69 @@ def legacy_row(store: SqlTokenStore, cipher: Fernet, bos_server: Any, key: str) 
     return grant
 
 
-def test_a_legacy_row_is_migrated_on_first_use_by_a_refresh_and_sealed(
+def test_a_legacy_row_is_refused_until_an_admin_reseals_it(
         bos_server: Any, shared_store: SqlTokenStore, cipher: Fernet) -> None:
     grant = legacy_row(shared_store, cipher, bos_server, VICTIM)
     auth = OAuthGrantAuth(shared_store, VICTIM, token_endpoint=discover(bos_server.mcp_url).token_endpoint,
                           client_id=grant["client_id"], resource=bos_server.mcp_url)
-    token = auth.access_token()
-    # Its access token is not used (it could be a copy); its refresh token is spent at once.
-    assert token != grant["access_token"] and bos_server.counters.refreshes == 1
+    with pytest.raises(LegacyTokenError, match="airflow-provider-bos token-store reseal") as caught:
+        auth.access_token()
+    assert bos_server.counters.refreshes == 0
+    assert grant["refresh_token"] not in str(caught.value) and grant["access_token"] not in str(caught.value)
+    report = shared_store.reseal_legacy()
+    assert [key for key, _resource, _endpoint in report.resealed] == [VICTIM] and report.refused == ()
     row = shared_store.raw_row(VICTIM)
     assert row["access_token"].startswith("enc:v2:") and row["refresh_token"].startswith("enc:v2:")
-    assert auth.access_token() == token and bos_server.counters.refreshes == 1  # migrated once
+    assert auth.access_token() == grant["access_token"] and bos_server.counters.refreshes == 0  # re-sealed, not spent
+    assert shared_store.reseal_legacy() == ResealReport((), ())  # nothing left to do
 
 
-def test_a_legacy_ciphertext_found_in_two_rows_is_used_in_neither(
+def test_a_legacy_ciphertext_moved_into_another_row_is_never_sent_anywhere(
         bos_server_factory: Callable[..., Any], shared_store: SqlTokenStore, cipher: Fernet) -> None:
+    """A writer without the key moves (not copies) a victim's v1 tokens into a row of their own,
+    pointed at their own server: the ciphertext is in one row only, so no copy check can see it."""
     victim_server = bos_server_factory(scenario="complete")
     attacker_server = bos_server_factory(scenario="complete")
     victim_grant = legacy_row(shared_store, cipher, victim_server, VICTIM)
     connected(attacker_server, shared_store, ATTACKER)
     copy_tokens(shared_store, VICTIM, ATTACKER)
+    with shared_store.engine.begin() as conn:  # the move: the victim's row no longer holds them
+        conn.execute(sa.text(f"UPDATE {shared_store.table_name} SET access_token = NULL, refresh_token = NULL "
+                             "WHERE key = :k"), {"k": VICTIM})
     attacker_row = shared_store.raw_row(ATTACKER)
     wire = Wire()
     attacker_auth = OAuthGrantAuth(shared_store, ATTACKER,
                                    token_endpoint=discover(attacker_server.mcp_url).token_endpoint,
                                    client_id=attacker_row["client_id"], resource=attacker_server.mcp_url,
                                    http_client=wire.client)
-    with pytest.raises(BosTokenBindingError, match="also in another row"):
+    with pytest.raises(LegacyTokenError, match="token-store reseal"):
         attacker_auth.access_token()
+    with pytest.raises(LegacyTokenError):
+        attacker_auth.access_token(rejected="anything")  # a forced refresh: nothing goes to the token endpoint
     assert not wire.carries(victim_grant["access_token"], victim_grant["refresh_token"])
     assert attacker_server.counters.refreshes == 0
-    victim_auth = OAuthGrantAuth(shared_store, VICTIM, token_endpoint=discover(victim_server.mcp_url).token_endpoint,
-                                 client_id=victim_grant["client_id"], resource=victim_server.mcp_url)
-    with pytest.raises(BosTokenBindingError, match="also in another row"):
-        victim_auth.access_token()
     wire.client.close()
+
+
+def test_a_legacy_ciphertext_found_in_two_rows_is_resealed_in_neither(
+        bos_server_factory: Callable[..., Any], shared_store: SqlTokenStore, cipher: Fernet) -> None:
+    victim_server = bos_server_factory(scenario="complete")
+    attacker_server = bos_server_factory(scenario="complete")
+    victim_grant = legacy_row(shared_store, cipher, victim_server, VICTIM)
+    connected(attacker_server, shared_store, ATTACKER)
+    copy_tokens(shared_store, VICTIM, ATTACKER)
+    before = {key: shared_store.raw_row(key) for key in (VICTIM, ATTACKER)}
+    report = shared_store.reseal_legacy()
+    assert report.resealed == () and sorted(key for key, _why in report.refused) == [ATTACKER, VICTIM]
+    assert all("another row" in why for _key, why in report.refused)
+    assert {key: shared_store.raw_row(key) for key in (VICTIM, ATTACKER)} == before  # left as they were
+    for key, server, client_id in ((VICTIM, victim_server, victim_grant["client_id"]),
+                                   (ATTACKER, attacker_server, before[ATTACKER]["client_id"])):
+        auth = OAuthGrantAuth(shared_store, key, token_endpoint=discover(server.mcp_url).token_endpoint,
+                              client_id=client_id, resource=server.mcp_url)
+        with pytest.raises(LegacyTokenError):
+            auth.access_token()
+    assert victim_server.counters.refreshes == attacker_server.counters.refreshes == 0
 
 
 def test_a_reconnect_replaces_a_row_that_fails_its_check(bos_server: Any, shared_store: SqlTokenStore) -> None:

@@ -428,21 +428,32 @@ def test_sealed_tokens_copied_into_another_row_are_refused_on_every_database(mak
     assert store.load("bos_default").refresh_token == "rt-seed-0001"
 
 
-def test_a_legacy_ciphertext_is_read_once_unique_and_refused_when_copied(make_store) -> None:
+def test_a_legacy_ciphertext_is_refused_on_read_and_resealed_by_the_admin_command(make_store) -> None:
     import base64
 
-    from airflow_provider_bos.exceptions import BosTokenBindingError
+    from airflow_provider_bos.auth.sealed import LegacyTokenError
 
     cipher = Fernet(Fernet.generate_key())
     store = make_store(cipher=cipher)
     _seed(store, access_token="at-legacy-0001")
+    store.seed("bos_copied", refresh_token="rt-other-0001", **SEED)
+    store.seed("bos_other_key", refresh_token="rt-other-0002", **SEED)
     legacy = ["enc:v1:" + base64.urlsafe_b64encode(cipher.encrypt(t.encode())).decode()
               for t in ("at-legacy-0001", "rt-seed-0001")]
     _set_tokens(store, "bos_default", *legacy)
+    with pytest.raises(LegacyTokenError, match="token-store reseal"):
+        store.load("bos_default")
+    copied = ["enc:v1:" + base64.urlsafe_b64encode(cipher.encrypt(b"rt-copied-0001")).decode()] * 2
+    _set_tokens(store, "bos_copied", *copied)  # one ciphertext in both columns: a copy
+    foreign = Fernet(Fernet.generate_key())
+    _set_tokens(store, "bos_other_key", "enc:v1:" + base64.urlsafe_b64encode(foreign.encrypt(b"at-x-0001")).decode(),
+                None)  # written with another key
+    report = store.reseal_legacy()
+    assert [key for key, *_ in report.resealed] == ["bos_default"]
+    assert dict(report.refused).keys() == {"bos_copied", "bos_other_key"}
     loaded = store.load("bos_default")
-    assert loaded.legacy and (loaded.access_token, loaded.refresh_token) == ("at-legacy-0001", "rt-seed-0001")
-    store.seed("bos_other", refresh_token="rt-other-0001", **SEED)
-    _set_tokens(store, "bos_other", *legacy)
-    for key in ("bos_default", "bos_other"):
-        with pytest.raises(BosTokenBindingError, match="also in another row"):
+    assert (loaded.access_token, loaded.refresh_token, loaded.generation) == ("at-legacy-0001", "rt-seed-0001", 1)
+    assert all(value.startswith("enc:v2:") for value in _tokens_of(store, "bos_default"))
+    for key in ("bos_copied", "bos_other_key"):
+        with pytest.raises(LegacyTokenError):
             store.load(key)

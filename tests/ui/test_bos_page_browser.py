@@ -79,9 +79,9 @@ def test_connect_check_sync_revoke_and_reconnect_in_the_browser(
     page.locator("#conn_id").fill(CONN_ID)
     page.locator("#resource_url").fill(reference_server.mcp_url)
     page.locator('button[data-action="connect-new"]').click()
-    page.wait_for_url(re.compile(r"/bos/\?connected=bos_default$"), timeout=60_000)
+    page.wait_for_url(re.compile(r"/bos/\?connected=bos_default&sig=\d+\.[\w-]+$"), timeout=60_000)
     assert _state(page, CONN_ID) == "connected"
-    assert "Connected 'bos_default'" in page.locator(".notice").inner_text()
+    assert "Connected 'bos_default'" in page.locator(".notice").inner_text()  # the callback signed it
     page.screenshot(path=str(artifacts / "03-connected.png"))
 
     # Check: discovery + bos_get_context shows the contexts the grant can read.
@@ -133,7 +133,7 @@ def test_connect_check_sync_revoke_and_reconnect_in_the_browser(
     # Reconnect: a new grant, a higher generation, connected again.
     before = store.load(CONN_ID)
     page.locator(f'tr[data-conn-id="{CONN_ID}"] button[data-action="connect"]').click()
-    page.wait_for_url(re.compile(r"/bos/\?connected=bos_default$"), timeout=60_000)
+    page.wait_for_url(re.compile(r"/bos/\?connected=bos_default&sig=\d+\.[\w-]+$"), timeout=60_000)
     assert _state(page, CONN_ID) == "connected"
     after = store.load(CONN_ID)
     assert after is not None and before is not None and after.generation > before.generation
@@ -176,7 +176,8 @@ def _connect_over_http(api_server, reference_server, conn_id: str) -> None:
         while not location.startswith(api_server.base_url):
             location = httpx.URL(location).join(browser.get(location).headers["location"]).__str__()
         done = airflow_ui.get(location.removeprefix(api_server.base_url))
-        assert done.status_code == 303 and done.headers["location"] == f"/bos/?connected={conn_id}", done.text
+        assert done.status_code == 303, done.text
+        assert re.fullmatch(rf"/bos/\?connected={re.escape(conn_id)}&sig=\d+\.[\w-]+", done.headers["location"])
 
 
 def _without_client(extra: dict) -> dict:
@@ -334,7 +335,7 @@ def _connect_and_check_in(page, base_url: str, reference_server, conn_id: str, a
     page.locator("#conn_id").fill(conn_id)
     page.locator("#resource_url").fill(reference_server.mcp_url)
     page.locator('button[data-action="connect-new"]').click()
-    page.wait_for_url(re.compile(rf"/bos/\?connected={conn_id}$"), timeout=60_000)
+    page.wait_for_url(re.compile(rf"/bos/\?connected={conn_id}&sig=\d+\.[\w-]+$"), timeout=60_000)
     assert _state(page, conn_id) == "connected"
     page.screenshot(path=str(artifacts / "connected.png"))
     page.locator(f'tr[data-conn-id="{conn_id}"] button[data-action="check"]').click()

@@ -299,7 +299,9 @@ def test_url_form_token_stores_are_not_opened_on_the_api_server(
 
         monkeypatch.setenv("AIRFLOW__BOS__ALLOW_TOKEN_STORE_URLS", "True")
         html = password_page.get("/bos/", headers=admin).text
-        assert "allow_token_store_urls" not in html and created.exists()  # the operator allowed it
+        # The operator allowed it: opened, but read-only (a missing file is "not connected", not created).
+        assert "allow_token_store_urls" not in html and 'data-state="not connected"' in html
+        assert not created.exists()
     finally:
         delete_connections("bos_url_store")
 
@@ -308,7 +310,8 @@ def test_connect_refuses_a_token_store_connection_the_user_may_not_read(
     password_page, admin, deny, monkeypatch
 ) -> None:
     monkeypatch.setenv("AIRFLOW__BOS__ALLOWED_HOSTS", "127.0.0.1")
-    deny({("GET", "finance_db")})
+    monkeypatch.setenv("AIRFLOW__BOS__TOKEN_STORE_CONN_IDS", "finance_db")  # the operator allows it ...
+    deny({("GET", "finance_db")})  # ... but this user may not read it
     with local_server(answer(401)) as server:
         csrf = csrf_of(password_page.get("/bos/", headers=admin).text)
         form = {"conn_id": "bos_store_theft", "resource_url": server.base_url + "/mcp",
