@@ -26,6 +26,8 @@ def huge_event_conn(bos_server, tmp_path, monkeypatch):
         "extra": {"client_id": grant["client_id"], "token_store_url": f"sqlite:///{tmp_path / 'tokens.db'}",
                   "max_event_mib": 16 * 1024},
     }))
+    # A store named by URL: the page opens it only when the operator allows such stores.
+    monkeypatch.setenv("AIRFLOW__BOS__ALLOW_TOKEN_STORE_URLS", "True")
 
 
 def test_the_page_ignores_the_largest_event_field(bos_server, huge_event_conn) -> None:
