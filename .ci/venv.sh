@@ -18,9 +18,11 @@ pip_install() {
     "${pip[@]}" install --quiet "$@"
     return
   fi
-  # `pip download` takes no -e: the editable project is named by its path there.
+  # `pip download` takes no install options: the editable project is named by its path there.
   local download=() arg
-  for arg in "$@"; do [ "$arg" = "-e" ] || download+=("$arg"); done
+  for arg in "$@"; do
+    case "$arg" in -e|--editable|-U|--upgrade|--no-compile) ;; *) download+=("$arg") ;; esac
+  done
   wheelhouse_add "$python" "${download[@]}"
   "${pip[@]}" install --quiet --no-index --find-links "$BOS_WHEELHOUSE" "$@"
 }
