@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import signal
@@ -106,16 +107,71 @@ def _resolve_scenario(scenario: Scenario | str) -> Scenario:
 
 
 class _Uvicorn(uvicorn.Server):
+    """uvicorn in a background thread that stops as soon as :meth:`request_exit` is called.
+
+    Stock uvicorn notices ``should_exit`` on a 0.1 s tick and then sleeps another fixed 0.1 s before
+    it waits, in 0.1 s steps, for open connections to close: about 0.2 s per stop, paid by every test
+    that starts a reference server. Here the exit wakes the main loop at once and the drain polls
+    every few milliseconds; the drain is still graceful (in-flight responses finish, up to
+    ``timeout_graceful_shutdown``, then their tasks are cancelled) and the app's lifespan shutdown runs.
+    """
+
+    _DRAIN_POLL_S = 0.005
+
     def __init__(self, config: uvicorn.Config, started: threading.Event) -> None:
         super().__init__(config)
         self._started_event = started
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._exit_requested: asyncio.Event | None = None
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._exit_requested = asyncio.Event()
         await super().startup(sockets=sockets)
         self._started_event.set()
 
     def install_signal_handlers(self) -> None:  # the embedding thread/CLI owns signals
         pass
+
+    def request_exit(self) -> None:
+        """Stop serving (from any thread): wakes the main loop now rather than at its next tick."""
+        self.should_exit = True
+        loop, event = self._loop, self._exit_requested
+        if loop is not None and event is not None and not loop.is_closed():
+            # RuntimeError: the loop closed in between, so the server has already stopped.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(event.set)
+
+    async def main_loop(self) -> None:
+        assert self._exit_requested is not None
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864000
+            # uvicorn's 0.1 s tick (the Date header, limits), cut short by request_exit().
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit_requested.wait(), timeout=0.1)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for sock in sockets or []:
+            sock.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle keep-alive connections close now, busy ones after their response
+        try:
+            await asyncio.wait_for(self._drain(), timeout=self.config.timeout_graceful_shutdown)
+        except TimeoutError:
+            for task in self.server_state.tasks:
+                task.cancel(msg="Task cancelled, timeout graceful shutdown exceeded")
+        if not self.force_exit:
+            await self.lifespan.shutdown()
+
+    async def _drain(self) -> None:
+        # uvicorn's connection and task sets have no event to await: a poll of a few milliseconds.
+        while self.server_state.connections or self.server_state.tasks:  # noqa: ASYNC110
+            await asyncio.sleep(self._DRAIN_POLL_S)
+        for server in self.servers:
+            await server.wait_closed()
 
 
 class BosReferenceServer:
@@ -259,8 +315,8 @@ class BosReferenceServer:
             self._sock.close()
             return
         assert self._uvicorn is not None
-        self._uvicorn.should_exit = True
-        self.mcp.shutdown()
+        self.mcp.shutdown()  # end stalls and keepalive waits first, so the drain does not wait on them
+        self._uvicorn.request_exit()
         self._thread.join(timeout=10)
         self._thread = None
         self._sock.close()

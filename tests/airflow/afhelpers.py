@@ -5,7 +5,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
+
+# The end-to-end smoke of one test per file on every dialect (tests/airflow/conftest.py): SQLite in
+# the fast tier; PostgreSQL, MariaDB and DuckDB in the full tier (tests/conftest.py). Each dialect's
+# SQL is proven in tests/warehouse; the smoke proves the Airflow side of it (the connection type, the
+# engine the hook builds, a whole DAG run landing and auditing on that database).
+every_dialect = pytest.mark.parametrize(
+    "warehouse_url",
+    ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), pytest.param("mysql", marks=pytest.mark.mysql),
+     "duckdb"],
+    indirect=True,
+)
 
 
 def task_states(dag_run: Any) -> dict[str, str]:

@@ -1,4 +1,10 @@
-"""Fixtures for end-to-end Airflow runs: connections as env vars, a DAG loader, run inspection."""
+"""Fixtures for end-to-end Airflow runs: connections as env vars, a DAG loader, run inspection.
+
+The warehouse of a DAG run here is SQLite unless a test parametrizes ``warehouse_url`` itself: the
+dialect matrix lives in tests/warehouse (each dialect's SQL, on all four, in the fast tier). A file
+where the dialect matters end to end keeps one smoke per server dialect (``every_dialect`` in
+afhelpers.py: its PostgreSQL, MariaDB and DuckDB runs are in the full tier, see tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -23,6 +29,12 @@ def connection_json_for_url(url: str) -> str:
     conn_type = "postgres" if backend == "postgresql" else "mysql"
     return json.dumps({"conn_type": conn_type, "host": u.host, "port": u.port, "login": u.username,
                        "password": u.password or "", "schema": u.database})
+
+
+@pytest.fixture(params=["sqlite"])
+def warehouse_url(request: pytest.FixtureRequest) -> str:
+    """SQLite (a test that parametrizes ``warehouse_url`` indirectly picks its own dialects)."""
+    return str(request.getfixturevalue(f"{request.param}_url"))
 
 
 @pytest.fixture()

@@ -4,6 +4,10 @@ every read (as the contract's example does) -> the operator in dag.test() -> a d
 Scenario ``people_over_time`` (see tests/airflow/test_identities_over_time.py): day 1 230 people; day 2
 20 merges of 40 day-1 records and 10 leavers; day 3 a split, a joiner, 3 changes; day 4 partial. The
 expected sets come from the server's own planner (``expected_final``, ``day_changes``).
+
+The DAG runs are on SQLite (the fast tier); the same behaviours' SQL is proven on every dialect in
+tests/warehouse/test_content_changes.py. The re-stamped re-read is this file's smoke on every dialect
+(the server dialects and DuckDB in the full tier).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from afhelpers import audit_rows, table_dump, task_states, xcom_summary
+from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_summary
 
 from airflow_provider_bos.testing.federation import day_changes, expected_final
 from airflow_provider_bos.testing.scenario import load_scenario
@@ -59,6 +63,7 @@ def current(env: dict[str, Any]) -> set[str]:
     return {ref for ref, (deleted, _) in lifecycle(env).items() if deleted is None}
 
 
+@every_dialect
 def test_a_re_read_that_only_moved_observations_rewrites_nothing(days, run_dag) -> None:
     first = run_day(days, run_dag, 1, **FULL)
     assert task_states(first) == {"sync": "success", "check": "success"}

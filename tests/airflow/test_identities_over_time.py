@@ -3,6 +3,12 @@
 Scenario ``people_over_time``: day 1 230 people; day 2 20 people merged from 40 day-1 records and
 10 leavers (200 records); day 3 one merge split back, a joiner, changes (202); day 4 partial. The
 expected sets come from the server's own planner (``expected_final``, ``day_changes``).
+
+The DAG runs are on SQLite (the fast tier): they prove the operator's sync modes, the sensor's
+verdicts and the counts in XCom and the audit row. Retiring, superseding, splits, the guard, stale
+backfills and history are proven on every dialect in tests/warehouse (test_reconcile.py,
+test_history.py). The four-day full sync is this file's smoke on every dialect (the server dialects
+and DuckDB in the full tier).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from afhelpers import audit_rows, task_states, xcom_summary
+from afhelpers import audit_rows, every_dialect, task_states, xcom_summary
 
 from airflow_provider_bos.testing.federation import day_changes, expected_final
 from airflow_provider_bos.testing.scenario import load_scenario
@@ -57,6 +63,7 @@ def run_day(env: dict[str, Any], run_dag: Any, day: int, **settings: str) -> Any
     return run_dag("bos_test_days", "bos_test_days.py", **settings)
 
 
+@every_dialect
 def test_a_full_sync_over_four_days_retires_leavers_and_follows_merges_and_splits(days, run_dag) -> None:
     settings = {"BOS_TEST_SYNC_MODE": "full", "BOS_TEST_HISTORY": "1"}
     first = run_day(days, run_dag, 1, **settings)

@@ -1,7 +1,13 @@
 """End to end: reference server -> BosFederatedReadOperator in a real dag.test() -> a real database.
 
 Each test runs the test DAG ``bos_test_sync`` (tests/airflow/dags/bos_test_sync.py) against the
-reference BOS server over loopback HTTP, into SQLite, PostgreSQL and MariaDB.
+reference BOS server over loopback HTTP, into SQLite (the fast tier). What each proves end to end is
+the Airflow side: the task and sensor outcome, XCom, the audit row, the table, through the real
+operator. The same behaviours' SQL is proven on SQLite, PostgreSQL, MariaDB and DuckDB in
+tests/warehouse (test_upsert.py: exact counts, identical re-runs, older observations, rollback;
+test_known_records.py: known-record claims on a re-run; test_quarantine.py: fail or quarantine;
+test_audit.py: failed and partial audit rows). ``test_identity_merge_lands_exactly_the_final_records``
+is this file's smoke on every dialect (the server dialects in the full tier).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from afhelpers import audit_rows, table_dump, task_states, xcom_summary
+from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_summary
 
 from airflow_provider_bos.testing.federation import plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
@@ -34,6 +40,7 @@ def table_refs(engine: sa.Engine, table: str) -> set[str]:
         return set(conn.execute(sa.text(f"SELECT record_ref FROM {table}")).scalars())
 
 
+@every_dialect
 def test_identity_merge_lands_exactly_the_final_records(bos_airflow, run_dag) -> None:
     server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
     scenario = load_scenario("identity_merge")
@@ -165,7 +172,6 @@ def test_older_observation_never_overwrites_newer_data(bos_airflow, run_dag) -> 
     assert table_dump(engine, table) == before
 
 
-@pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("protocol", ["2025-11-25", "2026-07-28", "auto"])
 @pytest.mark.parametrize(("tool", "via"), [("search_people", "direct"), ("people.search", "execute"),
                                            ("people.search", "auto")])

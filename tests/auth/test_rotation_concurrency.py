@@ -4,6 +4,12 @@ Refresh tokens rotate with reuse detection on the server: any refresh made with 
 refresh token revokes the grant. With the row lock and re-read, there must be no reuse at all,
 also when half of the workers still hold the Connection from before a reconnect (its refresh token
 long spent) while the other half hold the new one.
+
+This file is the concurrency proof of token rotation at the auth level (the end-to-end one is the
+deployment test; tests/airflow/test_concurrent_hooks.py only adds the hooks' side). The fast tier
+runs it on the SQLite file store; the full tier (marker ``full``) on PostgreSQL and MariaDB and after
+a reconnect too. Each store's row lock itself is proven on every dialect in the fast tier by
+test_token_store.py (``test_a_second_locker_waits_for_the_first``).
 """
 
 from __future__ import annotations
@@ -128,25 +134,30 @@ def test_eight_processes_on_the_sqlite_file_store(bos_server, tmp_path: Path) ->
     run_rotation(bos_server, f"sqlite:///{tmp_path / 'bos_token_store.db'}")
 
 
+@pytest.mark.full
 @pytest.mark.postgres
 def test_eight_processes_on_postgres(bos_server, postgres_url: str) -> None:
     run_rotation(bos_server, postgres_url)
 
 
+@pytest.mark.full
 @pytest.mark.mysql
 def test_eight_processes_on_mariadb(bos_server, mysql_url: str) -> None:
     run_rotation(bos_server, mysql_url, target=SHORT_TARGET)
 
 
+@pytest.mark.full
 def test_old_and_new_connections_after_a_reconnect_on_the_sqlite_file_store(bos_server, tmp_path: Path) -> None:
     run_rotation(bos_server, f"sqlite:///{tmp_path / 'bos_token_store.db'}", after_reconnect=True, target=SHORT_TARGET)
 
 
+@pytest.mark.full
 @pytest.mark.postgres
 def test_old_and_new_connections_after_a_reconnect_on_postgres(bos_server, postgres_url: str) -> None:
     run_rotation(bos_server, postgres_url, after_reconnect=True, target=SHORT_TARGET)
 
 
+@pytest.mark.full
 @pytest.mark.mysql
 def test_old_and_new_connections_after_a_reconnect_on_mariadb(bos_server, mysql_url: str) -> None:
     run_rotation(bos_server, mysql_url, after_reconnect=True, target=SHORT_TARGET)

@@ -3,6 +3,9 @@
 A DAG that maps reads over several tables starts them together against a new warehouse: every
 task calls ``ensure_tables`` for its own records table and the one audit table they share. Here N
 processes wait at a barrier and then do exactly that, for several rounds, on every dialect.
+
+Rounds of a race (marker ``repeats``): SQLite in the fast tier, every dialect in the full tier. The
+DDL each dialect runs for a first run is proven in the fast tier by test_ddl.py and test_schema.py.
 """
 
 from __future__ import annotations
@@ -12,9 +15,12 @@ import traceback
 import uuid
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
+
+pytestmark = pytest.mark.repeats
 
 PROCESSES = 8
 ROUNDS = 6

@@ -404,6 +404,9 @@ def check_random_result(engine, direct, reference, copies, result) -> None:
     assert names == winners(records)
 
 
+# 40 generated results (marker ``repeats``): on SQLite in the fast tier, on every dialect in the full
+# tier; the example-based tests of this file prove each dialect's direct load in the fast tier.
+@pytest.mark.repeats
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(result=results())
 def test_random_results_with_duplicates_load_like_the_staged_path(direct, reference, engine, copies, result):
