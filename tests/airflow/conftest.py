@@ -93,3 +93,18 @@ def bos_airflow_audit(bos_airflow: dict[str, Any], monkeypatch: pytest.MonkeyPat
     yield env
     with env["engine"].begin() as conn:
         conn.execute(sa.text(f"DROP TABLE IF EXISTS {audit}"))
+
+
+@pytest.fixture()
+def days(bos_airflow_audit: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """``bos_airflow_audit`` serving the builtin ``people_over_time`` scenario (its days: joins, merges,
+    splits, leavers, a partial day); the history and lineage tables dropped afterwards."""
+    from airflow_provider_bos.testing.scenario import load_scenario
+    from airflow_provider_bos.warehouse.schema import companion_table_name
+
+    env = bos_airflow_audit
+    env["server"].set_scenario(load_scenario("people_over_time"))
+    yield env
+    with env["engine"].begin() as conn:
+        for suffix in ("lineage", "history"):
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {companion_table_name(env['table'], suffix)}"))

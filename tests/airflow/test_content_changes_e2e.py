@@ -11,7 +11,6 @@ full tier (their SQL is also proven on every dialect in tests/warehouse/test_con
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -29,16 +28,6 @@ pytestmark = pytest.mark.airflow
 
 SCENARIO = "people_over_time"
 FULL = {"BOS_TEST_SYNC_MODE": "full", "BOS_TEST_HISTORY": "1"}
-
-
-@pytest.fixture()
-def days(bos_airflow_audit: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    env = bos_airflow_audit
-    env["server"].set_scenario(load_scenario(SCENARIO))
-    yield env
-    with env["engine"].begin() as conn:
-        for suffix in ("lineage", "history"):
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {companion_table_name(env['table'], suffix)}"))
 
 
 def run_day(env: dict[str, Any], run_dag: Any, day: int, **settings: str) -> Any:

@@ -13,7 +13,6 @@ and DuckDB in the full tier).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,16 +26,6 @@ from airflow_provider_bos.warehouse.schema import companion_table_name
 pytestmark = pytest.mark.airflow
 
 SCENARIO = "people_over_time"
-
-
-@pytest.fixture()
-def days(bos_airflow_audit: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    env = bos_airflow_audit
-    env["server"].set_scenario(load_scenario(SCENARIO))
-    yield env
-    with env["engine"].begin() as conn:
-        for suffix in ("lineage", "history"):
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {companion_table_name(env['table'], suffix)}"))
 
 
 def rows(env: dict[str, Any]) -> dict[str, dict[str, Any]]:
