@@ -2,19 +2,19 @@
 
 - :func:`stage_records`: every record into the run's staging table, by COPY of document-staged
   rows (PostgreSQL with psycopg 3) or by chunked ``executemany`` of column-staged rows.
-- :func:`load_direct` (COPY), :func:`load_direct_rows` (``executemany``, the dialects without
-  COPY) and :func:`settle_direct`: an empty target (locked) is loaded into the table itself as the
-  records arrive; a possible repeat of a record_ref goes to staging and is merged after the last
-  record.
+- :func:`load_direct` (COPY) and :func:`load_direct_rows` (``executemany``, the dialects without
+  COPY): an empty target (locked) is loaded into the table itself as the records arrive; a possible
+  repeat of a record_ref goes to staging and is merged after the last record (:mod:`.settle`).
 - :class:`SeenKeys`: the key filter both use (which record_refs a load has seen).
-- :class:`LoadStrategy`: how a dialect's rows travel (its ``load_strategy`` names one of
-  :data:`~.strategies.LOAD_STRATEGIES`): :data:`COPY_LOAD` and :data:`ROWS_LOAD` here, the staged
-  file of :mod:`.file_load` beside it. A database that loads another way adds a strategy there,
-  not a branch here.
+- :class:`Loader`: how a dialect's rows travel (its ``capabilities.loader``): :data:`COPY_LOADER`
+  and :data:`ROWS_LOADER` here, the staged file of :mod:`.file_load` beside it. A database that
+  loads another way adds a loader there, not a branch here.
 
 Every path, :mod:`.file_load`'s too, encodes its records in one loop, :func:`encoded`: with
 ``rejects`` (a :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders
 refuse goes there instead of failing the run (the ``try`` costs nothing until a record is refused).
+Imports nothing of the dialects or the transaction at run time: each dialect's capabilities name
+their loader.
 """
 
 from __future__ import annotations
@@ -23,21 +23,20 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from datetime import datetime
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse.dialects import CopyDialect
 from airflow_provider_bos.warehouse.records import column_values, document_values, row_values
-from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
+    from airflow_provider_bos.warehouse.dialects import PostgresDialect
     from airflow_provider_bos.warehouse.rejects import Rejects
+    from airflow_provider_bos.warehouse.transaction import RunTransaction
 
 __all__ = [
-    "COPY_LOAD", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "encoded", "load_direct", "load_direct_rows",
-    "settle_direct", "stage_records",
+    "COPY_LOADER", "ROWS_LOADER", "Loader", "SeenKeys", "encoded", "load_direct", "load_direct_rows", "stage_records",
 ]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
@@ -164,7 +163,7 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 
 def stage_records(
-    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, copy: CopyDialect | None,
+    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, copy: PostgresDialect | None,
     batch_size: int, seen: SeenKeys, kept: KeptClaims | None = None, rejects: Rejects | None = None,
 ) -> int:
     """Stream the records into ``tx``'s staging table; return how many were staged.
@@ -229,8 +228,8 @@ class _Staged(NamedTuple):
 
 
 def _direct_items(
-    tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
-    rejects: Rejects | None,
+    tx: RunTransaction, copy: PostgresDialect, records: Iterable[Any], default_obs: datetime | None,
+    synced_at: datetime, rejects: Rejects | None,
 ) -> Iterator[bytes | _Staged]:
     """The direct load's COPY lines for the target, and, every ``_PENDING_LIMIT`` possible repeats
     and after the last record, a :class:`_Staged` block of them (in order: the writer ends the
@@ -305,14 +304,14 @@ class _TargetCopy:
 
 
 def load_direct(
-    tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
-    rejects: Rejects | None = None,
+    tx: RunTransaction, copy: PostgresDialect, records: Iterable[Any], default_obs: datetime | None,
+    synced_at: datetime, rejects: Rejects | None = None,
 ) -> tuple[int, int]:
     """COPY the records into the (empty, locked) target as they arrive; return (loaded, staged).
 
     A record whose record_ref may already have been loaded by this run (a duplicate, or a rare
     false positive of :class:`SeenKeys`) goes to staging instead, to be merged after the last
-    record (:func:`settle_direct`); so the target holds each record_ref's FIRST copy and staging
+    record (:mod:`.settle`); so the target holds each record_ref's FIRST copy and staging
     every later one. Staged rows wait (as COPY text, at most ``_PENDING_LIMIT``) while the target's
     COPY runs (one COPY at a time per connection); then that COPY is ended, they are staged, and a
     new one starts with the next block.
@@ -354,9 +353,9 @@ def load_direct_rows(
     chunks of ``batch_size``, as the records arrive; return (loaded, staged).
 
     As :func:`load_direct`: a record whose record_ref may already have been loaded goes to staging
-    (column-staged, ``executemany``) and is merged by :func:`settle_direct`. No staging copy and no
+    (column-staged, ``executemany``) and is merged by :mod:`.settle`. No staging copy and no
     merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/README.md).
-    SQLite does not use it (measured slower there, see ``SqliteDialect.direct_load``).
+    SQLite does not use it (measured slower there, see ``SqliteDialect.capabilities``).
     """
     d = tx.dialect
     insert_target = d.insert_target(tx.table, tx.schema).sql
@@ -390,31 +389,12 @@ def load_direct_rows(
     return loaded, staged
 
 
-def settle_direct(tx: RunTransaction, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:
-    """Counts of a direct load; merges what it staged (later copies of record_refs, see load_direct).
-
-    The table was empty under the lock, so every row in it is this run's: a staged record_ref
-    found there is a duplicate. The merge's guard (stored observed_at not newer, content
-    differs) lets the staged copy replace the loaded one exactly when dedupe would have picked
-    it: it is later in the result, so it wins ties.
-    """
-    if staged == 0:
-        return UpsertCounts(inserted=loaded)
-    source, _ = tx.dedupe(staged, parse_json=False)
-    new, updated, _, _ = tx.classify(source)
-    inserted = loaded + new
-    tx.merge(source, synced_at=synced_at, new_only=False, inserted=new, updated=updated)
-    if tx.dialect.wire_hash_column:
-        tx.exec(tx.dialect.adopt_later_copies(source, tx.table, tx.schema))
-    return UpsertCounts(inserted=inserted, duplicates=loaded + staged - inserted)
+# --- the loaders ---------------------------------------------------------------------------------
 
 
-# --- the strategies ------------------------------------------------------------------------------
-
-
-class LoadStrategy(Protocol):
-    """How one dialect's rows reach the database: staged (every dialect) and, where the dialect's
-    ``direct_load`` allows it, straight into an empty locked target."""
+class Loader(Protocol):
+    """How one dialect's rows reach the database: staged (every dialect) and, where its capabilities'
+    ``direct_load`` allow it, straight into an empty locked target."""
 
     #: What the writer's log and ``staging_method`` say (``"copy"``, ``"executemany"``, ...).
     name: str
@@ -444,18 +424,16 @@ class _CopyLoad:
 
     def stage(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
               seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None) -> int:
-        copy: CopyDialect = tx.dialect  # type: ignore[assignment]
-        return stage_records(tx, records, default_obs, copy=copy, batch_size=batch_size, seen=seen, kept=kept,
-                             rejects=rejects)
+        return stage_records(tx, records, default_obs, copy=cast("PostgresDialect", tx.dialect),
+                             batch_size=batch_size, seen=seen, kept=kept, rejects=rejects)
 
     def load_direct(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None,
                     synced_at: datetime, *, batch_size: int, rejects: Rejects | None) -> tuple[int, int]:
-        copy: CopyDialect = tx.dialect  # type: ignore[assignment]
-        return load_direct(tx, copy, records, default_obs, synced_at, rejects)
+        return load_direct(tx, cast("PostgresDialect", tx.dialect), records, default_obs, synced_at, rejects)
 
 
 class _RowsLoad:
-    """Chunked ``executemany`` (MySQL/MariaDB, SQLite, PostgreSQL without COPY)."""
+    """Chunked ``executemany`` (MySQL/MariaDB, SQLite, Snowflake, PostgreSQL without COPY)."""
 
     name = "executemany"
     keeps_claims = False
@@ -469,5 +447,5 @@ class _RowsLoad:
         return load_direct_rows(tx, records, default_obs, synced_at, batch_size=batch_size, rejects=rejects)
 
 
-COPY_LOAD: LoadStrategy = _CopyLoad()
-ROWS_LOAD: LoadStrategy = _RowsLoad()
+COPY_LOADER: Loader = _CopyLoad()
+ROWS_LOADER: Loader = _RowsLoad()

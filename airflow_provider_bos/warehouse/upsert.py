@@ -10,9 +10,8 @@ transaction back, so the records table is either the old state or the new one, n
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,17 +19,11 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.catalog import column_names
-from airflow_provider_bos.warehouse.claims import (
-    KeptClaims,
-    WireHashSet,
-    kept_claims,
-    load_known_wire_hashes,
-    settle_kept_claims,
-)
-from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_class, dialect_for
+from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes
+from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_class, dialect_for
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_distinct, settle_direct
+from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
@@ -50,7 +43,13 @@ from airflow_provider_bos.warehouse.schema import (
     rejects_table,
     rejects_table_name,
 )
-from airflow_provider_bos.warehouse.strategies import strategy_for
+from airflow_provider_bos.warehouse.settle import (
+    DirectLoad,
+    LoadOutcome,
+    StagedLoad,
+    StagedWithKeptClaims,
+    settle,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, db_detail, execute
 from airflow_provider_bos.wire import ReconcileOptions, WriteOptions, check_invalid_records
 
@@ -114,9 +113,8 @@ class WarehouseWriter:
         if batch_size < 1:
             raise BosWarehouseError("batch_size must be at least 1.")
         # A dialect with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
-        self.batch_size = min(batch_size, self.dialect.max_batch_rows or batch_size)
+        self.batch_size = min(batch_size, self.dialect.capabilities.max_batch_rows or batch_size)
         self.lock_timeout_s = lock_timeout_s
-        self.use_copy = self.dialect.uses_copy
         # The DB-API's base error: COPY runs on the raw driver connection, outside SQLAlchemy.
         self._driver_error: type[BaseException] = getattr(
             getattr(engine.dialect, "loaded_dbapi", None), "Error", sa.exc.SQLAlchemyError
@@ -157,17 +155,7 @@ class WarehouseWriter:
     @property
     def staging_method(self) -> str:
         """``"copy"``, ``"executemany"`` or ``"staged_file"``: how rows reach the staging table."""
-        return self._load.name
-
-    @property
-    def _load(self) -> LoadStrategy:
-        """How this dialect's rows travel (see :mod:`.strategies`)."""
-        return strategy_for(self.dialect)
-
-    @property
-    def _copy(self) -> CopyDialect | None:
-        """The dialect's COPY capabilities, when rows travel by COPY."""
-        return self.dialect if self.use_copy else None  # type: ignore[return-value]
+        return self.dialect.capabilities.loader.name
 
     def _qualified(self, name: str) -> str:
         return f"{self.schema}.{name}" if self.schema else name
@@ -211,7 +199,7 @@ class WarehouseWriter:
                         f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
                         "add them (see sql/ for the DDL) or choose another table."
                     )
-            if self.dialect.uses_guard_index:
+            if self.dialect.capabilities.uses_guard_index:
                 self.guard_index = self._find_guard_index(sa.inspect(self.engine), records.name)
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(
@@ -394,44 +382,33 @@ class WarehouseWriter:
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
         quarantine: sa.Table | None, life: Lifecycle,
     ) -> UpsertCounts:
-        d = self.dialect
-        rejects = Rejects() if quarantine is not None else None
-        tx = RunTransaction(self.engine, d, table=self.table, schema=self.schema, run_id=run.run_id,
+        ddl_commits = self.dialect.capabilities.ddl_commits
+        tx = RunTransaction(self.engine, self.dialect, table=self.table, schema=self.schema, run_id=run.run_id,
                             lock_timeout_s=self.lock_timeout_s, guard_index=self.guard_index)
         try:
             try:
                 tx.begin()
-                if d.ddl_commits:  # every temporary table before the first write: their DDL commits
-                    tx.precreate()
-                rehashed = rehash_stamped_rows(tx, self._metadata()[1])
-                if life.history_table is not None:
-                    seed_history(tx, life.history_table)
+                rehashed = self._prepare(tx, life)
                 direct, parse_json = self._prepare_staging(tx, options)
-                synced_at = utcnow()
-                tx.mark_records_start()
-                rejects, settle, kept = self._load_records(tx, records, default_obs, synced_at, options, rejects,
-                                                           direct=direct, parse_json=parse_json)
+                rejects, loaded = self._load_records(tx, records, default_obs, options, quarantine is not None,
+                                                     direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 read_guards(tx, audit, life, run)
-                counts = settle()
+                counts = settle(tx, loaded)
                 if rejects:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
                     counts.rejected = len(rejects)
                     audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
                 if rehashed:
-                    note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
-                            "times; no content changed.")
-                    log.info("BOS run %s: %s", run.run_id, note)
-                    audit = {**audit, "error_message": f"{audit['error_message']} {note}"
-                             if audit["error_message"] else note}
+                    audit = _with_rehash_note(audit, rehashed, run.run_id)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
-                audit = reconcile(tx, counts, audit, life=life, run=run, kept=kept, direct=direct)
+                audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
                 audit.pop("observed_at", None)
-                if not d.ddl_commits:  # else after the commit: a DROP would commit the run half-done
+                if not ddl_commits:  # else after the commit: a DROP would commit the run half-done
                     tx.drop_staging()
-                tx.exec(audit_insert(d, self.audit_table, self.schema, run, finished_at=utcnow(),
+                tx.exec(audit_insert(self.dialect, self.audit_table, self.schema, run, finished_at=utcnow(),
                                      counts=counts.as_dict(), destination_table=self.destination_table,
                                      present=self.audit_columns, scope=scope_key(life.options, run), **audit))
                 tx.conn.commit()
@@ -443,7 +420,7 @@ class WarehouseWriter:
                         f"unchanged): {db_detail(exc)}"
                     ) from exc
                 raise
-            if d.ddl_commits:
+            if ddl_commits:
                 tx.drop_committed_staging()
         finally:
             tx.close()
@@ -455,15 +432,25 @@ class WarehouseWriter:
         )
         return counts
 
+    def _prepare(self, tx: RunTransaction, life: Lifecycle) -> int:
+        """What comes before the records: the temporary tables where DDL commits, the one-time re-hash
+        (how many rows it re-hashed), the history's first versions."""
+        if self.dialect.capabilities.ddl_commits:  # every temporary table before the first write
+            tx.precreate()
+        rehashed = rehash_stamped_rows(tx, self._metadata()[1])
+        if life.history_table is not None:
+            seed_history(tx, life.history_table)
+        return rehashed
+
     def _prepare_staging(self, tx: RunTransaction, options: WriteOptions) -> tuple[bool, bool]:
         """Decide how this run loads, create its staging table; return (direct, parse_json)."""
-        copy = self._copy
+        capabilities = self.dialect.capabilities
         # An empty target (first run, full reload): every row will be written, so the dialect may
         # parse JSON while staging. Only a hint: classification and merge run under the lock and
         # are correct for either staging form.
-        empty = (copy is not None or self.dialect.direct_load) and tx.target_is_empty()
+        empty = (capabilities.uses_copy or capabilities.direct_load) and tx.target_is_empty()
         direct = False
-        if empty and self.dialect.direct_load:
+        if empty and capabilities.direct_load:
             # Load the records into the table itself as they stream in. The writers' lock is taken
             # now and the table looked at again under it: it must still be empty.
             tx.lock()
@@ -473,39 +460,40 @@ class WarehouseWriter:
         # empty table, or a read with wire hashes (unchanged records then arrive as claims, not
         # documents). Measured: first sync into a table holding 200k other rows 11.70 s -> 8.97 s
         # (median, bench/README.md).
-        parse_json = copy is not None and not direct and (empty or options.known is not None)
+        parse_json = capabilities.uses_copy and not direct and (empty or options.known is not None)
         tx.create_staging(parse_json=parse_json)
         return direct, parse_json
 
     def _load_records(
-        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
-        options: WriteOptions, rejects: Rejects | None, *, direct: bool, parse_json: bool,
-    ) -> tuple[Rejects | None, Callable[[], UpsertCounts], KeptClaims | None]:
-        """Load every record; return the run's rejects, how to classify and merge what was loaded, and
-        the claims kept out of staging (if any).
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
+        quarantine: bool, *, direct: bool, parse_json: bool,
+    ) -> tuple[Rejects | None, LoadOutcome]:
+        """Load every record; return the run's rejects (with ``quarantine``) and what was loaded.
 
         If the stream is resumed and the final frame comes again from its start
         (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
         discarded and the records are loaded again from the new frame.
         """
-        load = self._load
+        loader = self.dialect.capabilities.loader
+        synced_at = utcnow()
+        tx.mark_records_start()
         while True:
+            rejects = Rejects() if quarantine else None
             try:
                 if direct:
-                    loaded, staged = load.load_direct(tx, records, default_obs, synced_at,
-                                                      batch_size=self.batch_size, rejects=rejects)
-                    return rejects, partial(settle_direct, tx, loaded, staged, synced_at), None
+                    loaded, staged = loader.load_direct(tx, records, default_obs, synced_at,
+                                                        batch_size=self.batch_size, rejects=rejects)
+                    return rejects, DirectLoad(loaded, staged, synced_at)
                 seen = SeenKeys()
-                kept = kept_claims(tx, options.known, uses_copy=load.keeps_claims)
-                received = load.stage(tx, records, default_obs, batch_size=self.batch_size,
+                kept = kept_claims(tx, options.known, keeps_claims=loader.keeps_claims)
+                staged = loader.stage(tx, records, default_obs, batch_size=self.batch_size,
                                       seen=seen, kept=kept, rejects=rejects)
                 if kept is not None and kept.count:
-                    return rejects, partial(settle_kept_claims, tx, received, seen, kept, parse_json=parse_json), kept
-                return rejects, partial(_classify_and_merge, tx, received, seen, parse_json=parse_json), None
+                    return rejects, StagedWithKeptClaims(staged, seen, parse_json, kept)
+                return rejects, StagedLoad(staged, seen, parse_json)
             except BosFinalFrameRestarted as restart:
                 tx.discard_records()
                 records = restart.records
-                rejects = Rejects() if rejects is not None else None
                 log.warning("BOS run %s: the final frame restarted on a resumed stream; the records "
                             "loaded from the cut frame were discarded.", tx.run_id)
 
@@ -564,15 +552,19 @@ class WarehouseWriter:
             ) from exc
 
 
-def _classify_and_merge(tx: RunTransaction, received: int, seen: SeenKeys, *, parse_json: bool) -> UpsertCounts:
-    return tx.classify_and_merge(received, parse_json=parse_json, maybe_duplicates=not keys_distinct(tx, seen))
-
-
 def _with_rejects(audit: dict[str, Any], note: str) -> dict[str, Any]:
     """A run that quarantined records is at best ``partial``; the note says how many and why."""
     status = "partial" if audit["status"] == "complete" else audit["status"]
     error = f"{audit['error_message']} {note}" if audit["error_message"] else note
     return {**audit, "status": status, "error_message": error}
+
+
+def _with_rehash_note(audit: dict[str, Any], rehashed: int, run_id: str) -> dict[str, Any]:
+    """The audit note of a run that re-hashed stored rows once (their hashes covered observation times)."""
+    note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
+            "times; no content changed.")
+    log.info("BOS run %s: %s", run_id, note)
+    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
 
 
 def _audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.file_load import FILE_LOADER
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
@@ -50,14 +52,17 @@ class DuckDbDialect(WarehouseDialect):
     """DuckDB: a staged NDJSON file read by ``read_json``, one ON CONFLICT merge, no SQL lock."""
 
     name = "duckdb"
-    load_strategy = "staged_file"
-    # An empty table is loaded from the staged file straight into the table (one pass over the
-    # rows inside DuckDB, and no temporary table holding the whole result in memory); a table with
-    # rows stages the file into a keyless temporary table merged by one INSERT ... SELECT.
-    direct_load = True
-    # The snapshot is taken at the transaction's first statement: take this process's lock of the
-    # table (:meth:`process_lock`) before it, so the counts see the previous writer's commit.
-    lock_before_staging = True
+    capabilities = DialectCapabilities(
+        # An empty table is loaded from the staged file straight into the table (one pass over the
+        # rows inside DuckDB, and no temporary table holding the whole result in memory); a table
+        # with rows stages the file into a keyless temporary table merged by one INSERT ... SELECT.
+        loader=FILE_LOADER,
+        # The snapshot is taken at the transaction's first statement: take this process's lock of
+        # the table (:meth:`process_lock`) before it, so the counts see the previous writer's commit.
+        lock_before_staging=True,
+        wire_hash_prefixes_aggregated=True,
+        wire_state_counts_current=True,
+    )
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
@@ -145,16 +150,12 @@ class DuckDbDialect(WarehouseDialect):
 
     # --- known records --------------------------------------------------------------------------
 
-    wire_hash_prefixes_aggregated = True
-
     def _wire_state_columns(self) -> str:
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
         # hash() is a 64-bit hash of the pair: any row's wire hash added, removed or changed moves it.
         # Over the current rows, with their number last (as PostgreSQL: see wire_state_counts_current).
         return (f"COUNT({w}), COALESCE(SUM(CAST(HASH({ref}, {w}) AS HUGEINT)) FILTER (WHERE {w} IS NOT NULL), 0), "
                 "COUNT(*)")
-
-    wire_state_counts_current = True
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         w = self.quote(WIRE_HASH_COLUMN)

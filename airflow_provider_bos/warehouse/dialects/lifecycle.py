@@ -72,10 +72,6 @@ class ScopeFilter:
 class LifecycleSql:
     """Builders of the lifecycle statements; mixed into :class:`~.base.WarehouseDialect`."""
 
-    #: Copy the run's record_refs into a keyed work table before the anti-joins (a database that
-    #: would otherwise scan the keyless staging table once per stored row: MySQL/MariaDB).
-    keyed_run_keys = False
-
     # Provided by WarehouseDialect.
     placeholder: str
     if TYPE_CHECKING:
@@ -137,7 +133,7 @@ class LifecycleSql:
         return Statement(f"SELECT COUNT(*) FROM {self.table_ref(target, schema)} t WHERE {self._current('t')}")
 
     def collect_run_keys(self, keys: str, stage: str, schema: str | None) -> Statement:
-        """Into the keyed work table ``keys``: every record_ref staged (see :attr:`keyed_run_keys`)."""
+        """Into the keyed work table ``keys``: every record_ref staged (see ``capabilities.keyed_run_keys``)."""
         ref = self.quote("record_ref")
         return Statement(
             f"INSERT INTO {self.stage_ref(keys, schema)} ({ref}) "
