@@ -228,7 +228,7 @@ class FileLoad:
         """Load the records into the (empty, locked) target through the staged file; return (loaded,
         staged).
 
-        As :func:`~.loads.load_direct`: a record whose record_ref may already have been loaded (a
+        As :meth:`~.loads.CopyLoader.load_direct`: a record whose record_ref may already have been loaded (a
         repeat, or a false positive of :class:`SeenKeys`) goes to a second file loaded into staging,
         to be merged after the last record (:mod:`.settle`).
         """

@@ -1,8 +1,5 @@
-"""A load's typed outcome, and :func:`settle`, the ONE function that classifies and merges it.
-
-The load (:meth:`.upsert.WarehouseWriter._load_records`) returns one of three outcomes, each
-carrying what settling it needs and its counts.
-"""
+"""What a load left (one of three typed outcomes, each carrying what settling it needs and its
+counts), and :func:`settle`, the ONE function that classifies and merges it."""
 
 from __future__ import annotations
 
@@ -59,7 +56,7 @@ def settle(tx: RunTransaction, outcome: LoadOutcome) -> UpsertCounts:
 
 
 def _merge_later_copies(tx: RunTransaction, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:
-    """Counts of a direct load; merges what it staged (later copies of record_refs, see loads.load_direct).
+    """Counts of a direct load; merges what it staged (later copies of record_refs).
 
     The table was empty under the lock, so every row in it is this run's: a staged record_ref
     found there is a duplicate. The merge's guard (stored observed_at not newer, content

@@ -1,9 +1,5 @@
-"""What one database can do: every switch the writer reads, in one frozen object per dialect.
-
-Modelled on dlt's ``DestinationCapabilitiesContext``: a dialect declares its
-:class:`DialectCapabilities` once (``dialect.capabilities``); the writer, the run's transaction,
-the claims and the lifecycle steps read them per run or per batch, never per record.
-"""
+"""What one database can do, one frozen object per dialect (``dialect.capabilities``), as dlt's
+``DestinationCapabilitiesContext``: read per run or per batch, never per record."""
 
 from __future__ import annotations
 
@@ -18,7 +14,7 @@ __all__ = ["DialectCapabilities"]
 
 @dataclass(frozen=True, slots=True)
 class DialectCapabilities:
-    """One database's capabilities; the defaults are the plain ``executemany`` database's."""
+    """One database's capabilities; the defaults are a plain ``executemany`` database's."""
 
     #: How rows reach the database (COPY, chunked ``executemany`` or a staged file).
     loader: Loader

@@ -18,16 +18,11 @@ class MySqlDialect(WarehouseDialect):
     """MySQL/MariaDB: executemany staging, UPDATE ... JOIN + INSERT ... LEFT JOIN, GET_LOCK."""
 
     name = "mysql"
-    capabilities = DialectCapabilities(
-        loader=ROWS_LOADER,
-        # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): take the
-        # lock before it, so the snapshot includes the previous writer's commit and the counts match
-        # what the merge's locking reads see.
-        lock_before_staging=True,
-        uses_guard_index=True,
-        temp_tables_survive_rollback=True,
-        keyed_run_keys=True,
-    )
+    # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): the lock is
+    # taken before it, so the snapshot includes the previous writer's commit and the counts match what
+    # the merge's locking reads see.
+    capabilities = DialectCapabilities(loader=ROWS_LOADER, lock_before_staging=True, uses_guard_index=True,
+                                       temp_tables_survive_rollback=True, keyed_run_keys=True)
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.

@@ -31,14 +31,11 @@ class PostgresDialect(WarehouseDialect):
         super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
         # COPY needs psycopg 3; ``use_copy=False`` turns it off (executemany staging).
         copy = sa_dialect.driver == "psycopg" and use_copy is not False
+        # READ COMMITTED: each statement sees every commit made before it; with the table lock, counts
+        # stay exact.
         self.capabilities = DialectCapabilities(
-            loader=COPY_LOADER if copy else ROWS_LOADER,
-            uses_copy=copy,
-            # Each statement sees every commit made before it; with the table lock, counts stay exact.
-            isolation_level="READ COMMITTED",
-            wire_hash_prefixes_aggregated=True,
-            wire_state_counts_current=True,
-        )
+            loader=COPY_LOADER if copy else ROWS_LOADER, uses_copy=copy, isolation_level="READ COMMITTED",
+            wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
 
     def _temp_suffix(self) -> str:
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.

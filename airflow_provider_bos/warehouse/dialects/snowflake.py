@@ -46,15 +46,10 @@ class SnowflakeDialect(WarehouseDialect):
     """Snowflake through snowflake-sqlalchemy: multi-row INSERT staging and one MERGE."""
 
     name = "snowflake"
-    capabilities = DialectCapabilities(
-        loader=ROWS_LOADER,
-        # Every run stages and merges: there is no cheaper path into an empty table to pay for a
-        # second load path (no COPY from the client; PUT + COPY INTO needs a stage and a file).
-        direct_load=False,
-        ddl_commits=True,
-        # Rows per multi-row INSERT: ~1.3 KB records make ~0.65 MB of statement text.
-        max_batch_rows=500,
-    )
+    # No direct load: no cheaper path into an empty table to pay for a second load path (no COPY from
+    # the client; PUT + COPY INTO needs a stage and a file). 500 rows per multi-row INSERT: ~1.3 KB
+    # records make ~0.65 MB of statement text.
+    capabilities = DialectCapabilities(loader=ROWS_LOADER, direct_load=False, ddl_commits=True, max_batch_rows=500)
 
     # --- identifiers and values -----------------------------------------------------------------
 
