@@ -1,10 +1,9 @@
 """WarehouseWriter: lands a run's final records and its audit row in ONE transaction.
 
-The transaction skeleton only: ensure the tables, stage (or load directly), settle the claims,
-classify and merge, write the audit row, commit. The steps live in their rooms: SQL text in
-:mod:`.dialects`, the shared steps on one connection in :mod:`.transaction`, staging and the
-direct load in :mod:`.loads`, known records in :mod:`.claims`. Any failure rolls the whole
-transaction back, so the records table is either the old state or the new one, never a mix.
+The transaction skeleton only (:meth:`WarehouseWriter._write`, top-down): begin, prepare, load ->
+outcome, read guards, settle the outcome, rejects, reconcile, audit row, commit. The steps live in
+their modules (see the package docstring). Any failure rolls the whole transaction back, so the
+records table is either the old state or the new one, never a mix.
 """
 
 from __future__ import annotations
@@ -100,32 +99,40 @@ class WarehouseWriter:
         use_copy: bool | None = None,
     ) -> None:
         self.engine = engine
-        self._dialect_options: dict[str, Any] = dialect_class(engine).writer_options(
-            lock_timeout_s=lock_timeout_s, sqlite_busy_timeout_s=sqlite_busy_timeout_s, use_copy=use_copy,
+        # The dialect itself is built once, by ensure_tables: the records table says whether it has
+        # the wire-hash column (tables made before it sync without it), and so which SQL a run sends.
+        self._dialect_class = dialect_class(engine)
+        self._dialect_options: dict[str, Any] = self._dialect_class.writer_options(
+            sqlite_busy_timeout_s=sqlite_busy_timeout_s, lock_timeout_s=lock_timeout_s, use_copy=use_copy,
         )
-        #: Built again by :meth:`ensure_tables` if the records table turns out to lack the wire-hash
-        #: column (a dialect is configured at construction and never changed).
-        self.dialect: WarehouseDialect = dialect_for(engine, **self._dialect_options)
-        self.dialect.prepare_engine(engine)
+        self._dialect: WarehouseDialect | None = None
+        self._dialect_class.prepare_engine(engine, lock_timeout_s=lock_timeout_s)
         self.table = validate_identifier(table, kind="table")
         self.audit_table = validate_identifier(audit_table, kind="audit table")
-        self.schema = validate_schema(schema, self.dialect.name)
+        self.schema = validate_schema(schema, self._dialect_class.name)
         if batch_size < 1:
             raise BosWarehouseError("batch_size must be at least 1.")
-        # A dialect with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
-        self.batch_size = min(batch_size, self.dialect.capabilities.max_batch_rows or batch_size)
+        # A database with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
+        self.batch_size = min(batch_size, self._dialect_class.capabilities.max_batch_rows or batch_size)
         self.lock_timeout_s = lock_timeout_s
         # The DB-API's base error: COPY runs on the raw driver connection, outside SQLAlchemy.
         self._driver_error: type[BaseException] = getattr(
             getattr(engine.dialect, "loaded_dbapi", None), "Error", sa.exc.SQLAlchemyError
         )
         self._tables_ready = False
-        self._rejects_ready = False
-        self._history_ready = False
+        self._companions_ready: set[str] = set()  # the rejects and history tables made (see _ensure_companion)
         #: Which of the columns added after the first release the audit table has (see ensure_tables).
         self.audit_columns: set[str] = set(ADDED_AUDIT_COLUMNS)
         # The records table's covering index for the change test, when it has one (MySQL).
         self.guard_index: str | None = None
+
+    @property
+    def dialect(self) -> WarehouseDialect:
+        """The SQL of this writer's database and table, built once by :meth:`ensure_tables` (run first
+        if it has not run yet)."""
+        self._ensure_once()
+        assert self._dialect is not None  # built by ensure_tables before it returns
+        return self._dialect
 
     @property
     def destination_table(self) -> str:
@@ -164,10 +171,11 @@ class WarehouseWriter:
 
     def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table]:
         metadata = sa.MetaData()
-        records = records_table(metadata, self.dialect.name, self.table, self.schema)
-        audit = audit_table(metadata, self.dialect.name, self.audit_table, self.schema)
+        backend = self._dialect_class.name
+        records = records_table(metadata, backend, self.table, self.schema)
+        audit = audit_table(metadata, backend, self.audit_table, self.schema)
         lineage_name = validate_identifier(companion_table_name(self.table, "lineage"), kind="lineage table")
-        lineage = lineage_table(metadata, self.dialect.name, lineage_name, self.schema)
+        lineage = lineage_table(metadata, backend, lineage_name, self.schema)
         return metadata, records, audit, lineage
 
     def ensure_tables(self) -> None:
@@ -180,11 +188,11 @@ class WarehouseWriter:
             for table in (audit, records, lineage):
                 self._create_table(table)
             for table in (records, audit):
-                present = column_names(self.engine, self.dialect, table.name, self.schema)
-                if table is records and (WIRE_HASH_COLUMN in present) != self.dialect.wire_hash_column:
-                    self.dialect = dialect_for(self.engine, wire_hash_column=WIRE_HASH_COLUMN in present,
-                                               **self._dialect_options)
-                    if not self.dialect.wire_hash_column:
+                present = column_names(self.engine, self._dialect_class, table.name, self.schema)
+                if table is records and self._dialect is None:
+                    self._dialect = dialect_for(self.engine, wire_hash_column=WIRE_HASH_COLUMN in present,
+                                                **self._dialect_options)
+                    if WIRE_HASH_COLUMN not in present:
                         log.info("%s has no %s column: re-runs decode every record (see sql/ to add it).",
                                  self._qualified(table.name), WIRE_HASH_COLUMN)
                 if table is audit:
@@ -199,7 +207,7 @@ class WarehouseWriter:
                         f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
                         "add them (see sql/ for the DDL) or choose another table."
                     )
-            if self.dialect.capabilities.uses_guard_index:
+            if self._dialect_class.capabilities.uses_guard_index:
                 self.guard_index = self._find_guard_index(sa.inspect(self.engine), records.name)
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(
@@ -225,7 +233,8 @@ class WarehouseWriter:
         cannot be added now (no ALTER privilege, or the table stayed locked for
         :data:`ADD_COLUMN_TIMEOUT_S`): the run then goes on without it, and the next writer tries again.
         """
-        d = self.dialect
+        d = self._dialect
+        assert d is not None  # ensure_tables built it with the records table, before any column is added
         type_sql = table.c[name].type.compile(dialect=self.engine.dialect)
         statements = d.add_column(table.name, self.schema, name, type_sql, timeout_s=ADD_COLUMN_TIMEOUT_S)
         try:
@@ -266,29 +275,25 @@ class WarehouseWriter:
 
     def _rejects_table(self) -> sa.Table:
         name = validate_identifier(rejects_table_name(self.table), kind="rejects table")
-        return rejects_table(sa.MetaData(), self.dialect.name, name, self.schema)
+        return rejects_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
 
     def ensure_rejects_table(self) -> sa.Table:
         """Create ``<table>_rejects`` if missing (as :meth:`ensure_tables` does: its own transaction)."""
-        table = self._rejects_table()
-        if not self._rejects_ready:
-            try:
-                self._create_table(table)
-            except sa.exc.SQLAlchemyError as exc:
-                raise BosWarehouseError(f"Could not create {self._qualified(table.name)}: {db_detail(exc)}") from exc
-            self._rejects_ready = True
-        return table
+        return self._ensure_companion(self._rejects_table())
 
     def ensure_history_table(self) -> sa.Table:
         """Create ``<table>_history`` if missing (its own transaction, as :meth:`ensure_tables`)."""
         name = validate_identifier(companion_table_name(self.table, "history"), kind="history table")
-        table = history_table(sa.MetaData(), self.dialect.name, name, self.schema)
-        if not self._history_ready:
+        return self._ensure_companion(history_table(sa.MetaData(), self._dialect_class.name, name, self.schema))
+
+    def _ensure_companion(self, table: sa.Table) -> sa.Table:
+        """Create a companion table of the records table once per writer, when a run first needs it."""
+        if table.name not in self._companions_ready:
             try:
                 self._create_table(table)
             except sa.exc.SQLAlchemyError as exc:
-                raise BosWarehouseError(f"Could not create {self._qualified(name)}: {db_detail(exc)}") from exc
-            self._history_ready = True
+                raise BosWarehouseError(f"Could not create {self._qualified(table.name)}: {db_detail(exc)}") from exc
+            self._companions_ready.add(table.name)
         return table
 
     def _find_guard_index(self, inspector: Any, table: str) -> str | None:
@@ -433,8 +438,7 @@ class WarehouseWriter:
         return counts
 
     def _prepare(self, tx: RunTransaction, life: Lifecycle) -> int:
-        """What comes before the records: the temporary tables where DDL commits, the one-time re-hash
-        (how many rows it re-hashed), the history's first versions."""
+        """Before the records: temporary tables where DDL commits, the one-time re-hash (its count), history."""
         if self.dialect.capabilities.ddl_commits:  # every temporary table before the first write
             tx.precreate()
         rehashed = rehash_stamped_rows(tx, self._metadata()[1])

@@ -111,7 +111,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
             return "%s"
         raise BosWarehouseError(f"Unsupported DB-API paramstyle {paramstyle!r}.")
 
-    def prepare_engine(self, engine: sa.Engine) -> None:
+    @classmethod
+    def prepare_engine(cls, engine: sa.Engine, *, lock_timeout_s: float) -> None:
         """Configure ``engine`` once before the writer uses it (e.g. how a connect waits for a lock)."""
 
     @property
@@ -154,7 +155,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     def stage_ref(self, stage: str, schema: str | None) -> str:
         return self.quote(stage)
 
-    def columns_query(self, table: str, schema: str | None) -> Statement | None:
+    @classmethod
+    def columns_query(cls, table: str, schema: str | None) -> Statement | None:
         """The names of ``table``'s columns, one per row; None: SQLAlchemy's inspector reflects them."""
         return None
 
