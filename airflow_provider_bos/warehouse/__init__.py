@@ -4,11 +4,29 @@ Knows nothing of HTTP, MCP or Airflow: it takes a SQLAlchemy engine and Federate
 (or dicts with the same fields), and ``KnownRecord`` claims for records that arrived byte-identical
 to stored ones. Its only contract with the read is :mod:`airflow_provider_bos.wire`.
 
-Rooms: ``upsert`` (the writer: the transaction skeleton), ``transaction`` (one run's connection:
-lock, dedupe, classify, merge), ``loads`` (staging, the direct load, the key filter), ``claims``
-(known records: stored wire hashes, kept claims, the state token), ``dialects/`` (SQL text per
-database), ``copy_format`` (COPY text encoders), ``records`` (record -> row and its hash),
-``schema`` (table definitions), ``audit`` (the audit row), ``identifiers`` (name validation).
+One module per concept (one sync's write, top-down: ``upsert`` -> ``transaction`` -> ``loads`` /
+``file_load`` -> ``settle`` -> ``reconcile`` -> ``audit``):
+
+- ``upsert``: the writer: the tables, and one run's transaction skeleton.
+- ``transaction``: one run's connection: lock, dedupe, classify, merge.
+- ``loads``: staging (COPY or executemany), the direct load, the key filter; the ``Loader``s.
+- ``file_load``: the staged-file loader (DuckDB).
+- ``settle``: a load's typed outcome, and the one function that classifies and merges it.
+- ``claims``: known records: stored wire hashes, kept claims, the state token.
+- ``reconcile``: supersede, retire and history after the merge.
+- ``history``: every version of every record (``history=True``).
+- ``rehash``: the one-time re-hash of rows hashed with their observation stamps.
+- ``rejects``: quarantined records.
+- ``audit``: the audit row and its reader.
+- ``erase``: erasure on request.
+- ``reclaim``: the space an erasure freed, given back.
+- ``dialects/``: the SQL text per database, and each database's capabilities.
+- ``copy_format``: COPY text encoders.
+- ``records``: record -> row and its hash.
+- ``schema``: table definitions.
+- ``catalog``: a table's columns, as the database says.
+- ``identifiers``: name validation.
+- ``stage_dir``: the private directory of a run's staged files.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 __all__ = ["column_names"]
 
 
-def column_names(engine: sa.Engine, dialect: WarehouseDialect, table: str, schema: str | None) -> set[str]:
+def column_names(
+    engine: sa.Engine, dialect: WarehouseDialect | type[WarehouseDialect], table: str, schema: str | None,
+) -> set[str]:
     """The columns of ``table``.
 
     :raises sqlalchemy.exc.NoSuchTableError: there is no such table.

@@ -6,9 +6,9 @@ with the table's *state token*); a :class:`~airflow_provider_bos.wire.KnownRecor
 carries a position in it as its handle. Every claim is confirmed before the run commits:
 
 - staged as a known row and verified by the classification's join (any dialect), or
-- with COPY and a state token, kept out of staging (:class:`KeptClaims`) and confirmed all at
-  once by :func:`settle_kept_claims`: the token taken again under the lock equals the one read
-  with the hashes, so no stored wire hash changed since.
+- with a loader that keeps claims and a state token, kept out of staging (:class:`KeptClaims`)
+  and confirmed all at once when the run is settled (:mod:`.settle`): the token taken again under
+  the lock equals the one read with the hashes, so no stored wire hash changed since.
 """
 
 from __future__ import annotations
@@ -19,19 +19,17 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import replace
 from itertools import accumulate, islice
 from typing import cast
 
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
-from airflow_provider_bos.warehouse.loads import SeenKeys, keys_distinct
-from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, execute
+from airflow_provider_bos.warehouse.transaction import RunTransaction, execute
 from airflow_provider_bos.wire import KnownRecord
 
 __all__ = [
-    "KeptClaims", "WireHashSet", "kept_claims", "load_known_wire_hashes", "settle_kept_claims", "stage_kept_claims",
+    "KeptClaims", "WireHashSet", "kept_claims", "load_known_wire_hashes", "stage_kept_claims",
 ]
 
 
@@ -139,8 +137,8 @@ def load_known_wire_hashes(
 ) -> WireHashSet:
     """The wire hashes stored in ``table`` (the dialect must know it has the column)."""
     statement = dialect.wire_hash_prefixes(table, schema)
-    if dialect.wire_hash_prefixes_aggregated:
-        # The prefixes, then the table's state token from the same scan (see settle_kept_claims).
+    if dialect.capabilities.wire_hash_prefixes_aggregated:
+        # The prefixes, then the table's state token from the same scan (see settle._confirm_kept_claims).
         text, *state = execute(conn, statement).one()
         known = WireHashSet.from_sorted_prefix_text(text)
         known.state = tuple(int(v) for v in state) if state else None
@@ -203,58 +201,14 @@ class KeptClaims:
         return position >= 0 and self.hits[position] == 1
 
 
-def kept_claims(tx: RunTransaction, known: object, *, uses_copy: bool) -> KeptClaims | None:
+def kept_claims(tx: RunTransaction, known: object, *, keeps_claims: bool) -> KeptClaims | None:
     """Where the run's claims go: kept out of staging (COPY with a table state token), or staged (None)."""
     if (
-        not isinstance(known, WireHashSet) or known.state is None or not len(known) or not uses_copy
+        not isinstance(known, WireHashSet) or known.state is None or not len(known) or not keeps_claims
         or tx.dialect.stored_wire_state(tx.table, tx.schema) is None or not known.unique
     ):
         return None
     return KeptClaims(known)
-
-
-def settle_kept_claims(
-    tx: RunTransaction, staged: int, seen: SeenKeys, kept: KeptClaims, *, parse_json: bool,
-) -> UpsertCounts:
-    """Classify and merge a run whose claims were kept out of staging.
-
-    Usually (an unchanged re-run) no key is shared between claims and staged records and no row
-    with a wire hash changed since the read matched the claims (the table's state token, taken
-    again under the lock, is the one read with the hashes): the claimed rows are unchanged
-    without a join. Otherwise the claims are staged from the very rows they matched, under the
-    lock, and everything goes the general way (a matched row gone or changed fails the run).
-    """
-    apart = _claims_apart(tx, staged, seen, kept)
-    tx.lock()
-    if apart and _state_unchanged(tx, kept.known):
-        kept.state_unchanged = True
-        if staged:
-            counts = tx.classify_and_merge(staged, parse_json=parse_json, maybe_duplicates=False)
-        else:
-            counts = UpsertCounts()
-        # The same bytes claimed twice are duplicates of one stored row (identical content).
-        return replace(counts, unchanged=counts.unchanged + kept.rows, duplicates=counts.duplicates + kept.repeats)
-    stage_kept_claims(tx, kept)
-    counts = tx.classify_and_merge(staged + kept.rows, parse_json=parse_json, maybe_duplicates=not apart)
-    return replace(counts, duplicates=counts.duplicates + kept.repeats)
-
-
-def _claims_apart(tx: RunTransaction, staged: int, seen: SeenKeys, kept: KeptClaims) -> bool:
-    """True if no record_ref was staged twice, nor both staged and claimed."""
-    if not keys_distinct(tx, seen):
-        return False
-    if not staged:  # an unchanged re-run: nothing to look up
-        return True
-    # A claim's key is its stored row's: a staged key whose stored row's hash was claimed is both.
-    statement = tx.dialect.staged_stored_prefixes(tx.stage, tx.table, tx.schema)
-    return not any(kept.claimed_prefix(prefix) for prefix in tx.exec(statement).scalars())
-
-
-def _state_unchanged(tx: RunTransaction, known: WireHashSet) -> bool:
-    """The table's state token now (under the lock) is the one read with ``known``."""
-    statement = tx.dialect.stored_wire_state(tx.table, tx.schema)
-    assert statement is not None
-    return tuple(int(v) for v in tx.exec(statement).one()) == known.state
 
 
 def stage_kept_claims(tx: RunTransaction, kept: KeptClaims) -> None:

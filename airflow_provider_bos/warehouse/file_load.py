@@ -1,6 +1,6 @@
 """The staged-file load (DuckDB): rows written as newline-delimited JSON, loaded by ``read_json``.
 
-A :class:`~.loads.LoadStrategy` for databases whose fast path is a file, not a statement per row.
+A :class:`~.loads.Loader` for databases whose fast path is a file, not a statement per row.
 Each record becomes one JSON line keyed by the staging columns (:data:`~.dialects.STAGE_COLUMNS`),
 assembled from the canonical JSON the encoders already made (no second serialisation, no
 escaping: JSON text is its own quoting). Every :data:`FILE_BLOCK_ROWS` lines the file is loaded
@@ -33,15 +33,15 @@ import orjson
 from airflow_provider_bos.warehouse.loads import SeenKeys, encoded
 from airflow_provider_bos.warehouse.records import column_values
 from airflow_provider_bos.warehouse.stage_dir import run_stage_directory
-from airflow_provider_bos.warehouse.transaction import RunTransaction
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
     from airflow_provider_bos.warehouse.dialects.duckdb import DuckDbDialect
     from airflow_provider_bos.warehouse.dialects.statement import Statement
     from airflow_provider_bos.warehouse.rejects import Rejects
+    from airflow_provider_bos.warehouse.transaction import RunTransaction
 
-__all__ = ["FILE_BLOCK_ROWS", "FILE_LOAD", "FileLoad"]
+__all__ = ["FILE_BLOCK_ROWS", "FILE_LOADER", "FileLoad"]
 
 #: Lines per load of the staged file (~65 MB of file at ~1.3 KB per record; read_json parses it
 #: in parallel, so fewer, larger blocks are cheaper: see bench/README.md "DuckDB").
@@ -198,7 +198,7 @@ class _BlockFile:
 
 def _into_stage(tx: RunTransaction) -> Callable[[str, int], Statement]:
     """``load(path, longest_line)`` of a block file into the run's staging table."""
-    d = cast("DuckDbDialect", tx.dialect)  # the dialects of this strategy load files
+    d = cast("DuckDbDialect", tx.dialect)  # the dialects of this loader load files
     return lambda path, longest_line: d.load_file(tx.stage, tx.schema, path, longest_line=longest_line)
 
 
@@ -228,9 +228,9 @@ class FileLoad:
         """Load the records into the (empty, locked) target through the staged file; return (loaded,
         staged).
 
-        As :func:`~.loads.load_direct`: a record whose record_ref may already have been loaded (a
+        As :meth:`~.loads.CopyLoader.load_direct`: a record whose record_ref may already have been loaded (a
         repeat, or a false positive of :class:`SeenKeys`) goes to a second file loaded into staging,
-        to be merged after the last record (:func:`~.loads.settle_direct`).
+        to be merged after the last record (:mod:`.settle`).
         """
         d = cast("DuckDbDialect", tx.dialect)
 
@@ -265,4 +265,4 @@ class FileLoad:
         repeats.clear()
 
 
-FILE_LOAD = FileLoad()
+FILE_LOADER = FileLoad()

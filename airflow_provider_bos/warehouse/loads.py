@@ -1,20 +1,18 @@
-"""Getting a run's records into the database: staging (COPY or executemany) and the direct load.
+"""Getting a run's records into the database: the two loaders that run a statement per batch.
 
-- :func:`stage_records`: every record into the run's staging table, by COPY of document-staged
-  rows (PostgreSQL with psycopg 3) or by chunked ``executemany`` of column-staged rows.
-- :func:`load_direct` (COPY), :func:`load_direct_rows` (``executemany``, the dialects without
-  COPY) and :func:`settle_direct`: an empty target (locked) is loaded into the table itself as the
-  records arrive; a possible repeat of a record_ref goes to staging and is merged after the last
-  record.
-- :class:`SeenKeys`: the key filter both use (which record_refs a load has seen).
-- :class:`LoadStrategy`: how a dialect's rows travel (its ``load_strategy`` names one of
-  :data:`~.strategies.LOAD_STRATEGIES`): :data:`COPY_LOAD` and :data:`ROWS_LOAD` here, the staged
-  file of :mod:`.file_load` beside it. A database that loads another way adds a strategy there,
-  not a branch here.
+- :class:`Loader`: how a dialect's rows travel (its ``capabilities.loader``): every record into
+  the run's staging table (``stage``), or, for an empty locked target, into the table itself as the
+  records arrive (``load_direct``: a possible repeat of a record_ref goes to staging, merged after
+  the last record by :mod:`.settle`).
+- :data:`COPY_LOADER` (PostgreSQL with psycopg 3: document-staged rows by COPY) and
+  :data:`ROWS_LOADER` (chunked ``executemany`` of column-staged rows); the staged file of
+  :mod:`.file_load` beside them. A database that loads another way adds a loader, not a branch.
+- :class:`SeenKeys`: the key filter every load uses (which record_refs it has seen).
 
 Every path, :mod:`.file_load`'s too, encodes its records in one loop, :func:`encoded`: with
 ``rejects`` (a :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders
 refuse goes there instead of failing the run (the ``try`` costs nothing until a record is refused).
+Imports nothing of the dialects or the transaction at run time: the dialects name their loader.
 """
 
 from __future__ import annotations
@@ -23,21 +21,20 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from datetime import datetime
 from itertools import islice
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, cast
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse.dialects import CopyDialect
 from airflow_provider_bos.warehouse.records import column_values, document_values, row_values
-from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import KnownRecord
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.claims import KeptClaims
+    from airflow_provider_bos.warehouse.dialects import PostgresDialect
     from airflow_provider_bos.warehouse.rejects import Rejects
+    from airflow_provider_bos.warehouse.transaction import RunTransaction
 
 __all__ = [
-    "COPY_LOAD", "ROWS_LOAD", "LoadStrategy", "SeenKeys", "encoded", "load_direct", "load_direct_rows",
-    "settle_direct", "stage_records",
+    "COPY_LOADER", "ROWS_LOADER", "CopyLoader", "Loader", "RowsLoader", "SeenKeys", "encoded", "keys_distinct",
 ]
 
 # COPY lines are sent in blocks (a write per line cost a third of the client's staging time).
@@ -163,33 +160,6 @@ def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 # --- staging --------------------------------------------------------------------------------------
 
 
-def stage_records(
-    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, copy: CopyDialect | None,
-    batch_size: int, seen: SeenKeys, kept: KeptClaims | None = None, rejects: Rejects | None = None,
-) -> int:
-    """Stream the records into ``tx``'s staging table; return how many were staged.
-
-    ``copy``: the dialect's COPY capabilities (document staging), or None for ``executemany`` in
-    chunks of ``batch_size``. ``seen`` watches the staged keys (its ``repeats`` stays 0 when they
-    were all distinct). ``kept``: takes the claims it can instead (COPY only). ``rejects``: takes
-    the records the encoders refuse (else the first one raises).
-    """
-    received = 0
-    if copy is not None:
-        raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
-        assert raw is not None  # None only for a closed connection, not one inside a transaction
-        lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
-        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
-            for block in _chunks(lines, _COPY_BLOCK):
-                received += _send(out, block)
-        return received
-    insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
-    for chunk in _chunks(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size):
-        tx.conn.exec_driver_sql(insert, chunk)
-        received += len(chunk)
-    return received
-
-
 def _documents(
     records: Iterable[Any], default_obs: datetime | None, kept: KeptClaims | None = None,
     rejects: Rejects | None = None,
@@ -229,8 +199,8 @@ class _Staged(NamedTuple):
 
 
 def _direct_items(
-    tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
-    rejects: Rejects | None,
+    tx: RunTransaction, copy: PostgresDialect, records: Iterable[Any], default_obs: datetime | None,
+    synced_at: datetime, rejects: Rejects | None,
 ) -> Iterator[bytes | _Staged]:
     """The direct load's COPY lines for the target, and, every ``_PENDING_LIMIT`` possible repeats
     and after the last record, a :class:`_Staged` block of them (in order: the writer ends the
@@ -304,117 +274,12 @@ class _TargetCopy:
                 running.__exit__(type(exc), exc, exc.__traceback__)
 
 
-def load_direct(
-    tx: RunTransaction, copy: CopyDialect, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
-    rejects: Rejects | None = None,
-) -> tuple[int, int]:
-    """COPY the records into the (empty, locked) target as they arrive; return (loaded, staged).
-
-    A record whose record_ref may already have been loaded by this run (a duplicate, or a rare
-    false positive of :class:`SeenKeys`) goes to staging instead, to be merged after the last
-    record (:func:`settle_direct`); so the target holds each record_ref's FIRST copy and staging
-    every later one. Staged rows wait (as COPY text, at most ``_PENDING_LIMIT``) while the target's
-    COPY runs (one COPY at a time per connection); then that COPY is ended, they are staged, and a
-    new one starts with the next block.
-    """
-    raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
-    assert raw is not None  # None only for a closed connection, not one inside a transaction
-    items = _direct_items(tx, copy, records, default_obs, synced_at, rejects)
-    loaded = staged = 0
-    with raw.cursor() as cursor:
-        target = _TargetCopy(cursor, copy.copy_target(tx.table, tx.schema), tx.destination_table)
-        try:
-            target.start()
-            for block in _chunks(items, _COPY_BLOCK):
-                lines: list[bytes] = []
-                for item in block:
-                    if type(item) is bytes:
-                        lines.append(item)
-                        continue
-                    target.send(lines)
-                    loaded += target.end()
-                    with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
-                        out.write(item.text)
-                    staged += item.rows
-                    target.start()
-                target.send(lines)
-            loaded += target.end()
-        except BaseException as exc:
-            target.abort(exc)
-            raise
-    return loaded, staged
+# --- the loaders ---------------------------------------------------------------------------------
 
 
-def load_direct_rows(
-    tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime, *,
-    batch_size: int, rejects: Rejects | None = None,
-) -> tuple[int, int]:
-    """The direct load without COPY (MySQL/MariaDB, PostgreSQL without COPY): ``executemany`` of the
-    dialect's :meth:`~.dialects.WarehouseDialect.insert_target` into the (empty, locked) target, in
-    chunks of ``batch_size``, as the records arrive; return (loaded, staged).
-
-    As :func:`load_direct`: a record whose record_ref may already have been loaded goes to staging
-    (column-staged, ``executemany``) and is merged by :func:`settle_direct`. No staging copy and no
-    merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/README.md).
-    SQLite does not use it (measured slower there, see ``SqliteDialect.direct_load``).
-    """
-    d = tx.dialect
-    insert_target = d.insert_target(tx.table, tx.schema).sql
-    insert_stage = d.insert_staging(tx.stage, tx.schema).sql
-    run = (d.bind_timestamp(synced_at), tx.run_id)
-    with_wire = d.wire_hash_column
-    chunk: list[tuple[Any, ...]] = []
-    pending: list[tuple[Any, ...]] = []  # possible repeats, column-staged (STAGE_COLUMNS order)
-    loaded = staged = 0
-    execute = tx.conn.exec_driver_sql
-    for row in SeenKeys().watch(_rows(tx, records, default_obs, rejects), divert=pending, divert_limit=batch_size):
-        if row is None:  # ``pending`` is full: stage it, to be merged after the last record
-            execute(insert_stage, pending)
-            staged += len(pending)
-            pending.clear()
-            continue
-        if row[9] is None:  # a known row (no record hash): a claim on a stored row of an empty table
-            raise tx.unverified(1)
-        # STAGE_COLUMNS -> the target's written columns: the run's two columns after observed_at.
-        chunk.append((*row[:9], *run, row[9], row[10]) if with_wire else (*row[:9], *run, row[9]))
-        if len(chunk) >= batch_size:
-            execute(insert_target, chunk)
-            loaded += len(chunk)
-            chunk = []
-    if chunk:
-        execute(insert_target, chunk)
-        loaded += len(chunk)
-    if pending:
-        execute(insert_stage, pending)
-        staged += len(pending)
-    return loaded, staged
-
-
-def settle_direct(tx: RunTransaction, loaded: int, staged: int, synced_at: datetime) -> UpsertCounts:
-    """Counts of a direct load; merges what it staged (later copies of record_refs, see load_direct).
-
-    The table was empty under the lock, so every row in it is this run's: a staged record_ref
-    found there is a duplicate. The merge's guard (stored observed_at not newer, content
-    differs) lets the staged copy replace the loaded one exactly when dedupe would have picked
-    it: it is later in the result, so it wins ties.
-    """
-    if staged == 0:
-        return UpsertCounts(inserted=loaded)
-    source, _ = tx.dedupe(staged, parse_json=False)
-    new, updated, _, _ = tx.classify(source)
-    inserted = loaded + new
-    tx.merge(source, synced_at=synced_at, new_only=False, inserted=new, updated=updated)
-    if tx.dialect.wire_hash_column:
-        tx.exec(tx.dialect.adopt_later_copies(source, tx.table, tx.schema))
-    return UpsertCounts(inserted=inserted, duplicates=loaded + staged - inserted)
-
-
-# --- the strategies ------------------------------------------------------------------------------
-
-
-class LoadStrategy(Protocol):
-    """How one dialect's rows reach the database: staged (every dialect) and, where the dialect's
-    ``direct_load`` allows it, straight into an empty locked target."""
+class Loader(Protocol):
+    """How one dialect's rows reach the database: staged (every dialect) and, where its capabilities'
+    ``direct_load`` allow it, straight into an empty locked target."""
 
     #: What the writer's log and ``staging_method`` say (``"copy"``, ``"executemany"``, ...).
     name: str
@@ -436,7 +301,7 @@ class LoadStrategy(Protocol):
         ...
 
 
-class _CopyLoad:
+class CopyLoader:
     """COPY (PostgreSQL with psycopg 3): document staging, or the direct load into the target."""
 
     name = "copy"
@@ -444,30 +309,118 @@ class _CopyLoad:
 
     def stage(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
               seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None) -> int:
-        copy: CopyDialect = tx.dialect  # type: ignore[assignment]
-        return stage_records(tx, records, default_obs, copy=copy, batch_size=batch_size, seen=seen, kept=kept,
-                             rejects=rejects)
+        """Document-staged rows by one COPY (``batch_size`` unused: COPY streams); ``kept`` takes the
+        claims it can; ``seen`` watches the staged keys; ``rejects`` takes the records the encoders
+        refuse (else the first one raises)."""
+        copy = cast("PostgresDialect", tx.dialect)
+        received = 0
+        raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+        assert raw is not None  # None only for a closed connection, not one inside a transaction
+        lines = copy.copy_lines(seen.watch(_documents(records, default_obs, kept, rejects)))  # type: ignore[arg-type]
+        with raw.cursor() as cursor, cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+            for block in _chunks(lines, _COPY_BLOCK):
+                received += _send(out, block)
+        return received
 
     def load_direct(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None,
                     synced_at: datetime, *, batch_size: int, rejects: Rejects | None) -> tuple[int, int]:
-        copy: CopyDialect = tx.dialect  # type: ignore[assignment]
-        return load_direct(tx, copy, records, default_obs, synced_at, rejects)
+        """COPY the records into the (empty, locked) target as they arrive; return (loaded, staged).
+
+        A record whose record_ref may already have been loaded by this run (a duplicate, or a rare
+        false positive of :class:`SeenKeys`) goes to staging instead, to be merged after the last
+        record (:mod:`.settle`); so the target holds each record_ref's FIRST copy and staging
+        every later one. Staged rows wait (as COPY text, at most ``_PENDING_LIMIT``) while the target's
+        COPY runs (one COPY at a time per connection); then that COPY is ended, they are staged, and a
+        new one starts with the next block.
+        """
+        copy = cast("PostgresDialect", tx.dialect)
+        raw = tx.conn.connection.driver_connection  # psycopg.Connection, same transaction
+        assert raw is not None  # None only for a closed connection, not one inside a transaction
+        items = _direct_items(tx, copy, records, default_obs, synced_at, rejects)
+        loaded = staged = 0
+        with raw.cursor() as cursor:
+            target = _TargetCopy(cursor, copy.copy_target(tx.table, tx.schema), tx.destination_table)
+            try:
+                target.start()
+                for block in _chunks(items, _COPY_BLOCK):
+                    lines: list[bytes] = []
+                    for item in block:
+                        if type(item) is bytes:
+                            lines.append(item)
+                            continue
+                        target.send(lines)
+                        loaded += target.end()
+                        with cursor.copy(copy.copy_staging(tx.stage, tx.schema)) as out:
+                            out.write(item.text)
+                        staged += item.rows
+                        target.start()
+                    target.send(lines)
+                loaded += target.end()
+            except BaseException as exc:
+                target.abort(exc)
+                raise
+        return loaded, staged
 
 
-class _RowsLoad:
-    """Chunked ``executemany`` (MySQL/MariaDB, SQLite, PostgreSQL without COPY)."""
+class RowsLoader:
+    """Chunked ``executemany`` (MySQL/MariaDB, SQLite, Snowflake, PostgreSQL without COPY)."""
 
     name = "executemany"
     keeps_claims = False
 
     def stage(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, *, batch_size: int,
               seen: SeenKeys, kept: KeptClaims | None, rejects: Rejects | None) -> int:
-        return stage_records(tx, records, default_obs, copy=None, batch_size=batch_size, seen=seen, rejects=rejects)
+        """Column-staged rows by ``executemany`` in chunks of ``batch_size`` (claims are always staged)."""
+        received = 0
+        insert = tx.dialect.insert_staging(tx.stage, tx.schema).sql
+        for chunk in _chunks(seen.watch(_rows(tx, records, default_obs, rejects)), batch_size):
+            tx.conn.exec_driver_sql(insert, chunk)
+            received += len(chunk)
+        return received
 
     def load_direct(self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None,
                     synced_at: datetime, *, batch_size: int, rejects: Rejects | None) -> tuple[int, int]:
-        return load_direct_rows(tx, records, default_obs, synced_at, batch_size=batch_size, rejects=rejects)
+        """The direct load without COPY (MySQL/MariaDB, PostgreSQL without COPY): ``executemany`` of the
+        dialect's :meth:`~.dialects.WarehouseDialect.insert_target` into the (empty, locked) target, in
+        chunks of ``batch_size``, as the records arrive; return (loaded, staged).
+
+        As :meth:`CopyLoader.load_direct`: a record whose record_ref may already have been loaded goes to staging
+        (column-staged, ``executemany``) and is merged by :mod:`.settle`. No staging copy and no
+        merge of the other records: MariaDB's first 200k sync 52 s -> 45 s (bench/README.md).
+        SQLite does not use it (measured slower there, see ``SqliteDialect.capabilities``).
+        """
+        d = tx.dialect
+        insert_target = d.insert_target(tx.table, tx.schema).sql
+        insert_stage = d.insert_staging(tx.stage, tx.schema).sql
+        run = (d.bind_timestamp(synced_at), tx.run_id)
+        with_wire = d.wire_hash_column
+        chunk: list[tuple[Any, ...]] = []
+        pending: list[tuple[Any, ...]] = []  # possible repeats, column-staged (STAGE_COLUMNS order)
+        loaded = staged = 0
+        execute = tx.conn.exec_driver_sql
+        rows = _rows(tx, records, default_obs, rejects)
+        for row in SeenKeys().watch(rows, divert=pending, divert_limit=batch_size):
+            if row is None:  # ``pending`` is full: stage it, to be merged after the last record
+                execute(insert_stage, pending)
+                staged += len(pending)
+                pending.clear()
+                continue
+            if row[9] is None:  # a known row (no record hash): a claim on a stored row of an empty table
+                raise tx.unverified(1)
+            # STAGE_COLUMNS -> the target's written columns: the run's two columns after observed_at.
+            chunk.append((*row[:9], *run, row[9], row[10]) if with_wire else (*row[:9], *run, row[9]))
+            if len(chunk) >= batch_size:
+                execute(insert_target, chunk)
+                loaded += len(chunk)
+                chunk = []
+        if chunk:
+            execute(insert_target, chunk)
+            loaded += len(chunk)
+        if pending:
+            execute(insert_stage, pending)
+            staged += len(pending)
+        return loaded, staged
 
 
-COPY_LOAD: LoadStrategy = _CopyLoad()
-ROWS_LOAD: LoadStrategy = _RowsLoad()
+COPY_LOADER: Loader = CopyLoader()
+ROWS_LOADER: Loader = RowsLoader()

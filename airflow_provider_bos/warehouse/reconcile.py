@@ -52,6 +52,7 @@ from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilt
 from airflow_provider_bos.warehouse.history import record_history
 from airflow_provider_bos.warehouse.records import canonical_json, parse_timestamp
 from airflow_provider_bos.warehouse.schema import CONFIRMED_AT_COLUMN, SCOPE_COLUMN
+from airflow_provider_bos.warehouse.settle import DirectLoad, LoadOutcome, StagedWithKeptClaims
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.wire import ReconcileOptions
 
@@ -101,13 +102,16 @@ def read_guards(tx: RunTransaction, audit: dict[str, Any], life: Lifecycle, run:
 
 def reconcile(
     tx: RunTransaction, counts: UpsertCounts, audit: dict[str, Any], *, life: Lifecycle, run: SyncRunInfo,
-    kept: KeptClaims | None, direct: bool,
+    loaded: LoadOutcome,
 ) -> dict[str, Any]:
     """Supersede, retire (full reads) and record history after the merge; return the audit fields.
 
     ``counts`` gets ``superseded``, ``retired`` and ``retire_withheld``; the audit fields may turn
-    ``partial`` with a note (the guard), or get a note saying why nothing was retired.
+    ``partial`` with a note (the guard), or get a note saying why nothing was retired. ``loaded``:
+    how the records were loaded (a direct load, or claims kept out of staging, changes the steps).
     """
+    direct = isinstance(loaded, DirectLoad)
+    kept = loaded.kept if isinstance(loaded, StagedWithKeptClaims) else None
     options = life.options
     now = utcnow()
     observed = tx.read_time if tx.read_time is not None else read_time(audit, run, now)
@@ -165,7 +169,7 @@ def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: 
     if counts.skipped_stale:
         return False
     keys = counts.inserted + counts.updated + counts.unchanged
-    if kept is not None and kept.state_unchanged and tx.dialect.wire_state_counts_current:
+    if kept is not None and kept.state_unchanged and tx.dialect.capabilities.wire_state_counts_current:
         state = kept.known.state
         if isinstance(state, tuple) and state:
             before = int(state[-1])
@@ -192,7 +196,7 @@ def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
                     tx.exec(settings)
                 return RunKeys(missing, missing=True)
         stage_kept_claims(tx, kept)  # the anti-joins need every record_ref of the run staged
-    if not tx.dialect.keyed_run_keys:
+    if not tx.dialect.capabilities.keyed_run_keys:
         return RunKeys(tx.stage)
     keys = tx.work_table("_k", "keys")
     tx.exec(tx.dialect.collect_run_keys(keys, tx.stage, tx.schema))

@@ -106,8 +106,9 @@ class RunTransaction:
         self.stage = staging_table_name(run_id)
         self.deduped = staging_table_name(run_id, "_d")
         conn = engine.connect()
-        if dialect.isolation_level:
-            conn = conn.execution_options(isolation_level=dialect.isolation_level)
+        isolation = dialect.capabilities.isolation_level
+        if isolation:
+            conn = conn.execution_options(isolation_level=isolation)
         self.conn = conn
         #: What the final result says of the read, set once it is known (see :meth:`withhold`): when it
         #: observed its records; whether it was partial; and, for a read older than its scope's newest
@@ -133,7 +134,7 @@ class RunTransaction:
         """Open the run's transaction (and take the lock first where the dialect needs it)."""
         for statement in self.dialect.begin():
             self.exec(statement)
-        if self.dialect.lock_before_staging:
+        if self.dialect.capabilities.lock_before_staging:
             self.lock()
 
     def lock(self) -> None:
@@ -184,7 +185,7 @@ class RunTransaction:
         """Create the run's temporary table ``name`` unless :meth:`precreate` made it; True if made now."""
         if name in self._created:
             return False
-        if self.dialect.ddl_commits and self._precreated:  # pragma: no cover - a step precreate() misses
+        if self.dialect.capabilities.ddl_commits and self._precreated:  # pragma: no cover - a step precreate() misses
             raise BosWarehouseError(f"Internal error: the temporary table {name} was not made before the run's "
                                     "first write (its DDL would commit the run half-done); nothing was written.")
         self.exec(statement)
@@ -337,7 +338,8 @@ class RunTransaction:
     def rollback(self) -> None:
         try:
             self.conn.rollback()
-            if self.dialect.temp_tables_survive_rollback or self.dialect.ddl_commits:
+            capabilities = self.dialect.capabilities
+            if capabilities.temp_tables_survive_rollback or capabilities.ddl_commits:
                 # MySQL and Snowflake temporary tables survive a rollback; the pooled connection must
                 # not keep them.
                 self.drop_staging()

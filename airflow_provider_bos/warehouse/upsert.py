@@ -1,18 +1,16 @@
 """WarehouseWriter: lands a run's final records and its audit row in ONE transaction.
 
-The transaction skeleton only: ensure the tables, stage (or load directly), settle the claims,
-classify and merge, write the audit row, commit. The steps live in their rooms: SQL text in
-:mod:`.dialects`, the shared steps on one connection in :mod:`.transaction`, staging and the
-direct load in :mod:`.loads`, known records in :mod:`.claims`. Any failure rolls the whole
-transaction back, so the records table is either the old state or the new one, never a mix.
+The transaction skeleton only (:meth:`WarehouseWriter._write`, top-down): begin, prepare, load ->
+outcome, read guards, settle the outcome, rejects, reconcile, audit row, commit. The steps live in
+their modules (see the package docstring). Any failure rolls the whole transaction back, so the
+records table is either the old state or the new one, never a mix.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,17 +18,11 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.catalog import column_names
-from airflow_provider_bos.warehouse.claims import (
-    KeptClaims,
-    WireHashSet,
-    kept_claims,
-    load_known_wire_hashes,
-    settle_kept_claims,
-)
-from airflow_provider_bos.warehouse.dialects import CopyDialect, WarehouseDialect, dialect_class, dialect_for
+from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes
+from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_class, dialect_for
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.loads import LoadStrategy, SeenKeys, keys_distinct, settle_direct
+from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
@@ -50,7 +42,13 @@ from airflow_provider_bos.warehouse.schema import (
     rejects_table,
     rejects_table_name,
 )
-from airflow_provider_bos.warehouse.strategies import strategy_for
+from airflow_provider_bos.warehouse.settle import (
+    DirectLoad,
+    LoadOutcome,
+    StagedLoad,
+    StagedWithKeptClaims,
+    settle,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, db_detail, execute
 from airflow_provider_bos.wire import ReconcileOptions, WriteOptions, check_invalid_records
 
@@ -101,33 +99,40 @@ class WarehouseWriter:
         use_copy: bool | None = None,
     ) -> None:
         self.engine = engine
-        self._dialect_options: dict[str, Any] = dialect_class(engine).writer_options(
-            lock_timeout_s=lock_timeout_s, sqlite_busy_timeout_s=sqlite_busy_timeout_s, use_copy=use_copy,
+        # The dialect itself is built once, by ensure_tables: the records table says whether it has
+        # the wire-hash column (tables made before it sync without it), and so which SQL a run sends.
+        self._dialect_class = dialect_class(engine)
+        self._dialect_options: dict[str, Any] = self._dialect_class.writer_options(
+            sqlite_busy_timeout_s=sqlite_busy_timeout_s, lock_timeout_s=lock_timeout_s, use_copy=use_copy,
         )
-        #: Built again by :meth:`ensure_tables` if the records table turns out to lack the wire-hash
-        #: column (a dialect is configured at construction and never changed).
-        self.dialect: WarehouseDialect = dialect_for(engine, **self._dialect_options)
-        self.dialect.prepare_engine(engine)
+        self._dialect: WarehouseDialect | None = None
+        self._dialect_class.prepare_engine(engine, lock_timeout_s=lock_timeout_s)
         self.table = validate_identifier(table, kind="table")
         self.audit_table = validate_identifier(audit_table, kind="audit table")
-        self.schema = validate_schema(schema, self.dialect.name)
+        self.schema = validate_schema(schema, self._dialect_class.name)
         if batch_size < 1:
             raise BosWarehouseError("batch_size must be at least 1.")
-        # A dialect with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
-        self.batch_size = min(batch_size, self.dialect.max_batch_rows or batch_size)
+        # A database with a statement-size limit caps the chunk (Snowflake's multi-row INSERT).
+        self.batch_size = min(batch_size, self._dialect_class.capabilities.max_batch_rows or batch_size)
         self.lock_timeout_s = lock_timeout_s
-        self.use_copy = self.dialect.uses_copy
         # The DB-API's base error: COPY runs on the raw driver connection, outside SQLAlchemy.
         self._driver_error: type[BaseException] = getattr(
             getattr(engine.dialect, "loaded_dbapi", None), "Error", sa.exc.SQLAlchemyError
         )
         self._tables_ready = False
-        self._rejects_ready = False
-        self._history_ready = False
+        self._companions_ready: set[str] = set()  # the rejects and history tables made (see _ensure_companion)
         #: Which of the columns added after the first release the audit table has (see ensure_tables).
         self.audit_columns: set[str] = set(ADDED_AUDIT_COLUMNS)
         # The records table's covering index for the change test, when it has one (MySQL).
         self.guard_index: str | None = None
+
+    @property
+    def dialect(self) -> WarehouseDialect:
+        """The SQL of this writer's database and table, built once by :meth:`ensure_tables` (run first
+        if it has not run yet)."""
+        self._ensure_once()
+        assert self._dialect is not None  # built by ensure_tables before it returns
+        return self._dialect
 
     @property
     def destination_table(self) -> str:
@@ -157,17 +162,7 @@ class WarehouseWriter:
     @property
     def staging_method(self) -> str:
         """``"copy"``, ``"executemany"`` or ``"staged_file"``: how rows reach the staging table."""
-        return self._load.name
-
-    @property
-    def _load(self) -> LoadStrategy:
-        """How this dialect's rows travel (see :mod:`.strategies`)."""
-        return strategy_for(self.dialect)
-
-    @property
-    def _copy(self) -> CopyDialect | None:
-        """The dialect's COPY capabilities, when rows travel by COPY."""
-        return self.dialect if self.use_copy else None  # type: ignore[return-value]
+        return self.dialect.capabilities.loader.name
 
     def _qualified(self, name: str) -> str:
         return f"{self.schema}.{name}" if self.schema else name
@@ -176,10 +171,11 @@ class WarehouseWriter:
 
     def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table]:
         metadata = sa.MetaData()
-        records = records_table(metadata, self.dialect.name, self.table, self.schema)
-        audit = audit_table(metadata, self.dialect.name, self.audit_table, self.schema)
+        backend = self._dialect_class.name
+        records = records_table(metadata, backend, self.table, self.schema)
+        audit = audit_table(metadata, backend, self.audit_table, self.schema)
         lineage_name = validate_identifier(companion_table_name(self.table, "lineage"), kind="lineage table")
-        lineage = lineage_table(metadata, self.dialect.name, lineage_name, self.schema)
+        lineage = lineage_table(metadata, backend, lineage_name, self.schema)
         return metadata, records, audit, lineage
 
     def ensure_tables(self) -> None:
@@ -192,11 +188,11 @@ class WarehouseWriter:
             for table in (audit, records, lineage):
                 self._create_table(table)
             for table in (records, audit):
-                present = column_names(self.engine, self.dialect, table.name, self.schema)
-                if table is records and (WIRE_HASH_COLUMN in present) != self.dialect.wire_hash_column:
-                    self.dialect = dialect_for(self.engine, wire_hash_column=WIRE_HASH_COLUMN in present,
-                                               **self._dialect_options)
-                    if not self.dialect.wire_hash_column:
+                present = column_names(self.engine, self._dialect_class, table.name, self.schema)
+                if table is records and self._dialect is None:
+                    self._dialect = dialect_for(self.engine, wire_hash_column=WIRE_HASH_COLUMN in present,
+                                                **self._dialect_options)
+                    if WIRE_HASH_COLUMN not in present:
                         log.info("%s has no %s column: re-runs decode every record (see sql/ to add it).",
                                  self._qualified(table.name), WIRE_HASH_COLUMN)
                 if table is audit:
@@ -211,7 +207,7 @@ class WarehouseWriter:
                         f"Table {self._qualified(table.name)} exists but lacks the columns {missing}; "
                         "add them (see sql/ for the DDL) or choose another table."
                     )
-            if self.dialect.uses_guard_index:
+            if self._dialect_class.capabilities.uses_guard_index:
                 self.guard_index = self._find_guard_index(sa.inspect(self.engine), records.name)
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(
@@ -237,7 +233,8 @@ class WarehouseWriter:
         cannot be added now (no ALTER privilege, or the table stayed locked for
         :data:`ADD_COLUMN_TIMEOUT_S`): the run then goes on without it, and the next writer tries again.
         """
-        d = self.dialect
+        d = self._dialect
+        assert d is not None  # ensure_tables built it with the records table, before any column is added
         type_sql = table.c[name].type.compile(dialect=self.engine.dialect)
         statements = d.add_column(table.name, self.schema, name, type_sql, timeout_s=ADD_COLUMN_TIMEOUT_S)
         try:
@@ -278,29 +275,25 @@ class WarehouseWriter:
 
     def _rejects_table(self) -> sa.Table:
         name = validate_identifier(rejects_table_name(self.table), kind="rejects table")
-        return rejects_table(sa.MetaData(), self.dialect.name, name, self.schema)
+        return rejects_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
 
     def ensure_rejects_table(self) -> sa.Table:
         """Create ``<table>_rejects`` if missing (as :meth:`ensure_tables` does: its own transaction)."""
-        table = self._rejects_table()
-        if not self._rejects_ready:
-            try:
-                self._create_table(table)
-            except sa.exc.SQLAlchemyError as exc:
-                raise BosWarehouseError(f"Could not create {self._qualified(table.name)}: {db_detail(exc)}") from exc
-            self._rejects_ready = True
-        return table
+        return self._ensure_companion(self._rejects_table())
 
     def ensure_history_table(self) -> sa.Table:
         """Create ``<table>_history`` if missing (its own transaction, as :meth:`ensure_tables`)."""
         name = validate_identifier(companion_table_name(self.table, "history"), kind="history table")
-        table = history_table(sa.MetaData(), self.dialect.name, name, self.schema)
-        if not self._history_ready:
+        return self._ensure_companion(history_table(sa.MetaData(), self._dialect_class.name, name, self.schema))
+
+    def _ensure_companion(self, table: sa.Table) -> sa.Table:
+        """Create a companion table of the records table once per writer, when a run first needs it."""
+        if table.name not in self._companions_ready:
             try:
                 self._create_table(table)
             except sa.exc.SQLAlchemyError as exc:
-                raise BosWarehouseError(f"Could not create {self._qualified(name)}: {db_detail(exc)}") from exc
-            self._history_ready = True
+                raise BosWarehouseError(f"Could not create {self._qualified(table.name)}: {db_detail(exc)}") from exc
+            self._companions_ready.add(table.name)
         return table
 
     def _find_guard_index(self, inspector: Any, table: str) -> str | None:
@@ -394,44 +387,33 @@ class WarehouseWriter:
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
         quarantine: sa.Table | None, life: Lifecycle,
     ) -> UpsertCounts:
-        d = self.dialect
-        rejects = Rejects() if quarantine is not None else None
-        tx = RunTransaction(self.engine, d, table=self.table, schema=self.schema, run_id=run.run_id,
+        ddl_commits = self.dialect.capabilities.ddl_commits
+        tx = RunTransaction(self.engine, self.dialect, table=self.table, schema=self.schema, run_id=run.run_id,
                             lock_timeout_s=self.lock_timeout_s, guard_index=self.guard_index)
         try:
             try:
                 tx.begin()
-                if d.ddl_commits:  # every temporary table before the first write: their DDL commits
-                    tx.precreate()
-                rehashed = rehash_stamped_rows(tx, self._metadata()[1])
-                if life.history_table is not None:
-                    seed_history(tx, life.history_table)
+                rehashed = self._prepare(tx, life)
                 direct, parse_json = self._prepare_staging(tx, options)
-                synced_at = utcnow()
-                tx.mark_records_start()
-                rejects, settle, kept = self._load_records(tx, records, default_obs, synced_at, options, rejects,
-                                                           direct=direct, parse_json=parse_json)
+                rejects, loaded = self._load_records(tx, records, default_obs, options, quarantine is not None,
+                                                     direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 read_guards(tx, audit, life, run)
-                counts = settle()
+                counts = settle(tx, loaded)
                 if rejects:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
                     counts.rejected = len(rejects)
                     audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
                 if rehashed:
-                    note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
-                            "times; no content changed.")
-                    log.info("BOS run %s: %s", run.run_id, note)
-                    audit = {**audit, "error_message": f"{audit['error_message']} {note}"
-                             if audit["error_message"] else note}
+                    audit = _with_rehash_note(audit, rehashed, run.run_id)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
-                audit = reconcile(tx, counts, audit, life=life, run=run, kept=kept, direct=direct)
+                audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
                 audit.pop("observed_at", None)
-                if not d.ddl_commits:  # else after the commit: a DROP would commit the run half-done
+                if not ddl_commits:  # else after the commit: a DROP would commit the run half-done
                     tx.drop_staging()
-                tx.exec(audit_insert(d, self.audit_table, self.schema, run, finished_at=utcnow(),
+                tx.exec(audit_insert(self.dialect, self.audit_table, self.schema, run, finished_at=utcnow(),
                                      counts=counts.as_dict(), destination_table=self.destination_table,
                                      present=self.audit_columns, scope=scope_key(life.options, run), **audit))
                 tx.conn.commit()
@@ -443,7 +425,7 @@ class WarehouseWriter:
                         f"unchanged): {db_detail(exc)}"
                     ) from exc
                 raise
-            if d.ddl_commits:
+            if ddl_commits:
                 tx.drop_committed_staging()
         finally:
             tx.close()
@@ -455,15 +437,24 @@ class WarehouseWriter:
         )
         return counts
 
+    def _prepare(self, tx: RunTransaction, life: Lifecycle) -> int:
+        """Before the records: temporary tables where DDL commits, the one-time re-hash (its count), history."""
+        if self.dialect.capabilities.ddl_commits:  # every temporary table before the first write
+            tx.precreate()
+        rehashed = rehash_stamped_rows(tx, self._metadata()[1])
+        if life.history_table is not None:
+            seed_history(tx, life.history_table)
+        return rehashed
+
     def _prepare_staging(self, tx: RunTransaction, options: WriteOptions) -> tuple[bool, bool]:
         """Decide how this run loads, create its staging table; return (direct, parse_json)."""
-        copy = self._copy
+        capabilities = self.dialect.capabilities
         # An empty target (first run, full reload): every row will be written, so the dialect may
         # parse JSON while staging. Only a hint: classification and merge run under the lock and
         # are correct for either staging form.
-        empty = (copy is not None or self.dialect.direct_load) and tx.target_is_empty()
+        empty = (capabilities.uses_copy or capabilities.direct_load) and tx.target_is_empty()
         direct = False
-        if empty and self.dialect.direct_load:
+        if empty and capabilities.direct_load:
             # Load the records into the table itself as they stream in. The writers' lock is taken
             # now and the table looked at again under it: it must still be empty.
             tx.lock()
@@ -473,39 +464,40 @@ class WarehouseWriter:
         # empty table, or a read with wire hashes (unchanged records then arrive as claims, not
         # documents). Measured: first sync into a table holding 200k other rows 11.70 s -> 8.97 s
         # (median, bench/README.md).
-        parse_json = copy is not None and not direct and (empty or options.known is not None)
+        parse_json = capabilities.uses_copy and not direct and (empty or options.known is not None)
         tx.create_staging(parse_json=parse_json)
         return direct, parse_json
 
     def _load_records(
-        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, synced_at: datetime,
-        options: WriteOptions, rejects: Rejects | None, *, direct: bool, parse_json: bool,
-    ) -> tuple[Rejects | None, Callable[[], UpsertCounts], KeptClaims | None]:
-        """Load every record; return the run's rejects, how to classify and merge what was loaded, and
-        the claims kept out of staging (if any).
+        self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
+        quarantine: bool, *, direct: bool, parse_json: bool,
+    ) -> tuple[Rejects | None, LoadOutcome]:
+        """Load every record; return the run's rejects (with ``quarantine``) and what was loaded.
 
         If the stream is resumed and the final frame comes again from its start
         (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
         discarded and the records are loaded again from the new frame.
         """
-        load = self._load
+        loader = self.dialect.capabilities.loader
+        synced_at = utcnow()
+        tx.mark_records_start()
         while True:
+            rejects = Rejects() if quarantine else None
             try:
                 if direct:
-                    loaded, staged = load.load_direct(tx, records, default_obs, synced_at,
-                                                      batch_size=self.batch_size, rejects=rejects)
-                    return rejects, partial(settle_direct, tx, loaded, staged, synced_at), None
+                    loaded, staged = loader.load_direct(tx, records, default_obs, synced_at,
+                                                        batch_size=self.batch_size, rejects=rejects)
+                    return rejects, DirectLoad(loaded, staged, synced_at)
                 seen = SeenKeys()
-                kept = kept_claims(tx, options.known, uses_copy=load.keeps_claims)
-                received = load.stage(tx, records, default_obs, batch_size=self.batch_size,
+                kept = kept_claims(tx, options.known, keeps_claims=loader.keeps_claims)
+                staged = loader.stage(tx, records, default_obs, batch_size=self.batch_size,
                                       seen=seen, kept=kept, rejects=rejects)
                 if kept is not None and kept.count:
-                    return rejects, partial(settle_kept_claims, tx, received, seen, kept, parse_json=parse_json), kept
-                return rejects, partial(_classify_and_merge, tx, received, seen, parse_json=parse_json), None
+                    return rejects, StagedWithKeptClaims(staged, seen, parse_json, kept)
+                return rejects, StagedLoad(staged, seen, parse_json)
             except BosFinalFrameRestarted as restart:
                 tx.discard_records()
                 records = restart.records
-                rejects = Rejects() if rejects is not None else None
                 log.warning("BOS run %s: the final frame restarted on a resumed stream; the records "
                             "loaded from the cut frame were discarded.", tx.run_id)
 
@@ -564,15 +556,19 @@ class WarehouseWriter:
             ) from exc
 
 
-def _classify_and_merge(tx: RunTransaction, received: int, seen: SeenKeys, *, parse_json: bool) -> UpsertCounts:
-    return tx.classify_and_merge(received, parse_json=parse_json, maybe_duplicates=not keys_distinct(tx, seen))
-
-
 def _with_rejects(audit: dict[str, Any], note: str) -> dict[str, Any]:
     """A run that quarantined records is at best ``partial``; the note says how many and why."""
     status = "partial" if audit["status"] == "complete" else audit["status"]
     error = f"{audit['error_message']} {note}" if audit["error_message"] else note
     return {**audit, "status": status, "error_message": error}
+
+
+def _with_rehash_note(audit: dict[str, Any], rehashed: int, run_id: str) -> dict[str, Any]:
+    """The audit note of a run that re-hashed stored rows once (their hashes covered observation times)."""
+    note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
+            "times; no content changed.")
+    log.info("BOS run %s: %s", run_id, note)
+    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
 
 
 def _audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -230,15 +231,16 @@ def uses_copy(engine: sa.Engine) -> bool:
 def direct(make_writer: Callable[..., WarehouseWriter], engine: sa.Engine) -> WarehouseWriter:
     """A writer that loads an empty table directly (COPY on PostgreSQL, executemany elsewhere)."""
     writer = make_writer()
-    if not writer.dialect.direct_load:
+    if not writer.dialect.capabilities.direct_load:
         pytest.skip(NOT_DIRECT[engine.dialect.name])
-    assert writer.dialect.uses_copy == uses_copy(engine), "psycopg 3 gives COPY, and COPY gives the direct load"
+    assert writer.dialect.capabilities.uses_copy == uses_copy(engine), \
+        "psycopg 3 gives COPY, and COPY gives the direct load"
     return writer
 
 
 @pytest.fixture()
 def copy_direct(direct: WarehouseWriter) -> WarehouseWriter:
-    if not direct.dialect.uses_copy:
+    if not direct.dialect.capabilities.uses_copy:
         pytest.skip(COPY_ONLY)
     return direct
 
@@ -251,15 +253,16 @@ def reference(
     options = {"use_copy": False} if uses_copy(engine) else {}
     writer = make_writer(table=f"{unique_table}_ref", audit_table=f"{unique_table}_ref_runs", **options)
     writer.ensure_tables()
-    writer.dialect.direct_load = False  # SQLite, MySQL: the same writer with the direct load off
+    # SQLite, MySQL: the same writer with the direct load off
+    writer.dialect.capabilities = replace(writer.dialect.capabilities, direct_load=False)
     return writer
 
 
 def loaded_directly(writer: WarehouseWriter, copies: list[str], seen: list[str]) -> bool:
     """True if the run seen (``copies``: COPY statements, ``seen``: the others) loaded the table itself."""
-    if writer.dialect.uses_copy:
+    if writer.dialect.capabilities.uses_copy:
         return bool(copies_into(copies, writer.table))
-    if writer.dialect.load_strategy == "staged_file":
+    if writer.staging_method == "staged_file":
         return bool(file_loads_into(seen, writer.table))
     return bool(inserts_values_into(seen, writer.table))
 
@@ -304,10 +307,10 @@ def test_an_empty_table_is_loaded_by_inserts_into_the_table_itself(make_writer, 
     with statements(engine) as seen:
         counts = write(direct, [make_record(i) for i in range(20)])
     assert counts == UpsertCounts(inserted=20)
-    if not direct.dialect.direct_load:  # measured slower there: SQLite stages even an empty table
+    if not direct.dialect.capabilities.direct_load:  # measured slower there: SQLite stages even an empty table
         assert inserts_values_into(seen, direct.table) == [] and staged_inserts(seen)
         return
-    if direct.dialect.load_strategy == "staged_file":  # DuckDB: the staged file, read into the table itself
+    if direct.staging_method == "staged_file":  # DuckDB: the staged file, read into the table itself
         assert len(file_loads_into(seen, direct.table)) == 1
         assert writes_to(seen, direct.table) == file_loads_into(seen, direct.table)
         assert staged_inserts(seen) == []
@@ -327,7 +330,7 @@ def test_without_copy_hostile_values_land_exactly_as_the_staged_path_lands_them(
     if not uses_copy(engine):
         pytest.skip("the other dialects' direct load is executemany already (the test above)")
     direct = make_writer(use_copy=False, batch_size=3)
-    assert direct.dialect.direct_load and not direct.dialect.uses_copy
+    assert direct.dialect.capabilities.direct_load and not direct.dialect.capabilities.uses_copy
     records = hostile_records()
     assert_same_as_reference(engine, direct, reference, records, copies)
     assert copies == []
@@ -469,7 +472,7 @@ def failing_stream(bad: Callable[[], Any]) -> Iterator[Any]:
 
 
 def assert_nothing_written(engine, writer, copies, run_id, seen: list[str]) -> None:
-    if writer.dialect.direct_load:
+    if writer.dialect.capabilities.direct_load:
         assert loaded_directly(writer, copies, seen), "the failure was meant to hit the direct load"
     assert dump(engine, writer.table) == []
     assert audit_row(engine, writer, run_id) is None

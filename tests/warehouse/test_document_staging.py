@@ -138,7 +138,8 @@ def test_copy_documents_and_executemany_columns_land_identical_rows(postgres_url
     try:
         doc_writer = WarehouseWriter(engine, table=tables[0], audit_table=f"{unique_table}_runs")
         col_writer = WarehouseWriter(engine, table=tables[1], audit_table=f"{unique_table}_runs", use_copy=False)
-        assert doc_writer.dialect.document_staging and not col_writer.dialect.document_staging
+        assert doc_writer.dialect.capabilities.document_staging
+        assert not col_writer.dialect.capabilities.document_staging
 
         def content(table):  # everything but the per-run metadata (synced_at, run_id)
             return [row[:9] + row[11:] for row in dump(engine, table)]

@@ -52,7 +52,7 @@ def _sync(engine: sa.Engine, table: str, n: int, monkeypatch: pytest.MonkeyPatch
 def test_statements_grow_with_batches_not_records(snowflake_url: str, unique_table: str,  # noqa: F811
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
-    batch = SnowflakeDialect.max_batch_rows
+    batch = SnowflakeDialect.capabilities.max_batch_rows
     small_first, small_rerun = _sync(engine, unique_table, 2 * batch, monkeypatch)
     large_first, large_rerun = _sync(engine, f"{unique_table}_l", 6 * batch, monkeypatch)
     engine.dispose()

@@ -4,6 +4,11 @@ Kept apart from execution (like dlt's ``sql_jobs`` and Airflow's ``common.sql`` 
 statement can be read and tested on its own. A dialect is configured once, at construction (the
 driver's capabilities, whether the target has the wire-hash column), and never mutated later.
 
+Modules: ``base`` (the SQL every database shares), ``lifecycle`` (supersede, retire, history and
+erasure SQL), ``capabilities`` (what a database can do, one frozen object per dialect),
+``statement`` (a SQL text and its parameters), one module per database (``postgres``, ``mysql``,
+``sqlite``, ``duckdb``, ``snowflake``), ``snowflake_types`` (Snowflake's column types).
+
 A new database is one module here (a :class:`WarehouseDialect` subclass) and one line of
 :data:`DIALECTS`; see docs/dialects.md for the rest (its DDL, the DDL test, the fixture, the bench).
 """
@@ -18,7 +23,6 @@ from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.base import (
     DOCUMENT_STAGE_COLUMNS,
     STAGE_COLUMNS,
-    CopyDialect,
     Statement,
     WarehouseDialect,
     staging_table_name,
@@ -34,7 +38,6 @@ __all__ = [
     "STAGE_COLUMNS",
     "DIALECTS",
     "SUPPORTED_DESTINATIONS",
-    "CopyDialect",
     "DuckDbDialect",
     "MySqlDialect",
     "PostgresDialect",

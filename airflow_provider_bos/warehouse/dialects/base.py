@@ -28,16 +28,18 @@ from __future__ import annotations
 import abc
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql
 from airflow_provider_bos.warehouse.dialects.statement import Statement
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import (
     DELETED_AT_COLUMN,
     LIFECYCLE_COLUMNS,
@@ -47,13 +49,9 @@ from airflow_provider_bos.warehouse.schema import (
     column_types,
 )
 
-if TYPE_CHECKING:
-    from airflow_provider_bos.warehouse.copy_format import TargetCopyLines
-
 __all__ = [
     "DOCUMENT_STAGE_COLUMNS",
     "STAGE_COLUMNS",
-    "CopyDialect",
     "Statement",
     "WarehouseDialect",
     "staging_table_name",
@@ -95,27 +93,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     """
 
     name = "generic"
-    uses_copy = False
-    # Take the writer lock before staging instead of just before counting (see MySqlDialect).
-    lock_before_staging = False
-    # Isolation the run's connection is put in (None: leave the engine's).
-    isolation_level: str | None = None
-    # Stage (record_ref, document, observed_at, hash) instead of one column per field.
-    document_staging = False
-    # An empty target (under the writers' lock) is loaded directly: COPY into the table itself
-    # (PostgresDialect.copy_target) or executemany of :meth:`insert_target` (loads.load_direct_rows).
-    direct_load = True
-    # Any DDL commits the open transaction (Snowflake): staging is dropped after the run's commit.
-    ddl_commits = False
-    # Rows per staging/insert chunk at most (a statement-size limit), None: the writer's batch_size.
-    max_batch_rows: int | None = None
-    #: How rows reach the database (a name of :data:`..strategies.LOAD_STRATEGIES`): ``"copy"``,
-    #: ``"executemany"`` or ``"staged_file"``.
-    load_strategy = "executemany"
-    #: The records table has a covering index of the change test the merge should name (MySQL).
-    uses_guard_index = False
-    #: Temporary tables outlive a rollback (MySQL): the writer drops them itself after one.
-    temp_tables_survive_rollback = False
+    #: What this database can do (see :mod:`.capabilities`); PostgreSQL's depend on its driver.
+    capabilities = DialectCapabilities(loader=ROWS_LOADER)
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
@@ -132,7 +111,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
             return "%s"
         raise BosWarehouseError(f"Unsupported DB-API paramstyle {paramstyle!r}.")
 
-    def prepare_engine(self, engine: sa.Engine) -> None:
+    @classmethod
+    def prepare_engine(cls, engine: sa.Engine, *, lock_timeout_s: float) -> None:
         """Configure ``engine`` once before the writer uses it (e.g. how a connect waits for a lock)."""
 
     @property
@@ -151,7 +131,7 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     @property
     def stage_columns(self) -> tuple[str, ...]:
         """The staged columns, in the order rows are written to staging."""
-        return DOCUMENT_STAGE_COLUMNS if self.document_staging else STAGE_COLUMNS
+        return DOCUMENT_STAGE_COLUMNS if self.capabilities.document_staging else STAGE_COLUMNS
 
     def __init__(self, sa_dialect: sa.Dialect, *, wire_hash_column: bool = True) -> None:
         self.sa_dialect = sa_dialect
@@ -175,7 +155,8 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
     def stage_ref(self, stage: str, schema: str | None) -> str:
         return self.quote(stage)
 
-    def columns_query(self, table: str, schema: str | None) -> Statement | None:
+    @classmethod
+    def columns_query(cls, table: str, schema: str | None) -> Statement | None:
         """The names of ``table``'s columns, one per row; None: SQLAlchemy's inspector reflects them."""
         return None
 
@@ -345,9 +326,6 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
 
     # --- known records -----------------------------------------------------------------------
 
-    #: :meth:`wire_hash_prefixes` returns ONE value (all prefixes, sorted, concatenated), not rows.
-    wire_hash_prefixes_aggregated = False
-
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         """The first 16 hex digits of every current row's stored wire hash (one per row): a retired
         row's record is decoded when it comes back, so the merge can make it current again."""
@@ -375,10 +353,6 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
             f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = s.{ref} "
             f"WHERE t.{w} IS NOT NULL AND {self._current('t')}"
         )
-
-    #: :meth:`stored_wire_state`'s last value is the number of current rows (lets an unchanged
-    #: re-run prove that it returned every current row without a join).
-    wire_state_counts_current = False
 
     def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
         """One row: a token of every stored (record_ref, wire hash) pair, as :meth:`wire_hash_prefixes`
@@ -518,35 +492,3 @@ class WarehouseDialect(LifecycleSql, abc.ABC):
         cols = ", ".join(self.quote(c) for c in columns)
         marks = ", ".join(self.bind_json() if c in json_columns else self.placeholder for c in columns)
         return Statement(f"INSERT INTO {self.table_ref(audit, schema)} ({cols}) VALUES ({marks})")
-
-
-
-class CopyDialect(Protocol):
-    """What a dialect offers when rows travel by COPY (PostgreSQL with psycopg 3): staging by
-    document, the direct load of an empty target, and the claims' state token.
-
-    :class:`~.postgres.PostgresDialect` implements it; the writer uses it only when ``uses_copy``.
-    """
-
-    name: str
-    wire_hash_column: bool
-
-    def copy_staging(self, stage: str, schema: str | None) -> str:
-        """``COPY`` of the staging table's columns from STDIN."""
-        ...
-
-    def copy_lines(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
-        """COPY text lines of document-staged rows (:data:`DOCUMENT_STAGE_COLUMNS` order)."""
-        ...
-
-    def copy_target(self, target: str, schema: str | None) -> str:
-        """``COPY`` straight into the target's written columns (the direct load)."""
-        ...
-
-    def target_lines(self, *, synced_at: datetime, run_id: str) -> TargetCopyLines:
-        """The encoder of :meth:`copy_target`'s lines for one run."""
-        ...
-
-    def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
-        """Give target rows the stamps and wire hash of a staged later copy of the same content."""
-        ...

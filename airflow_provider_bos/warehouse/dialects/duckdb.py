@@ -26,6 +26,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.file_load import FILE_LOADER
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
@@ -50,31 +52,22 @@ class DuckDbDialect(WarehouseDialect):
     """DuckDB: a staged NDJSON file read by ``read_json``, one ON CONFLICT merge, no SQL lock."""
 
     name = "duckdb"
-    load_strategy = "staged_file"
-    # An empty table is loaded from the staged file straight into the table (one pass over the
+    # The staged file: an empty table is loaded from it straight into the table (one pass over the
     # rows inside DuckDB, and no temporary table holding the whole result in memory); a table with
-    # rows stages the file into a keyless temporary table merged by one INSERT ... SELECT.
-    direct_load = True
-    # The snapshot is taken at the transaction's first statement: take this process's lock of the
-    # table (:meth:`process_lock`) before it, so the counts see the previous writer's commit.
-    lock_before_staging = True
-
-    @classmethod
-    def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
-                       use_copy: bool | None) -> dict[str, Any]:
-        return {"lock_timeout_s": lock_timeout_s}
-
-    def __init__(self, sa_dialect: sa.Dialect, *, wire_hash_column: bool = True, lock_timeout_s: float = 300.0) -> None:
-        super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
-        self.lock_timeout_s = lock_timeout_s
+    # rows stages it into a keyless temporary table merged by one INSERT ... SELECT. The snapshot is
+    # taken at the transaction's first statement: this process's lock of the table
+    # (:meth:`process_lock`) is taken before it, so the counts see the previous writer's commit.
+    capabilities = DialectCapabilities(loader=FILE_LOADER, lock_before_staging=True,
+                                       wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
 
     @classmethod
     def _placeholder(cls, paramstyle: str) -> str:
         # duckdb-engine declares numeric_dollar ($1); DuckDB takes ? as well, positionally.
         return "?"
 
-    def prepare_engine(self, engine: sa.Engine) -> None:
-        wait_for_file_lock(engine, self.lock_timeout_s)
+    @classmethod
+    def prepare_engine(cls, engine: sa.Engine, *, lock_timeout_s: float) -> None:
+        wait_for_file_lock(engine, lock_timeout_s)
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         return f"temp.main.{self.quote(stage)}"
@@ -85,14 +78,15 @@ class DuckDbDialect(WarehouseDialect):
         with _prepared_lock:
             return _table_locks.setdefault((database, target), threading.Lock())
 
-    def columns_query(self, table: str, schema: str | None) -> Statement | None:
+    @classmethod
+    def columns_query(cls, table: str, schema: str | None) -> Statement | None:
         # duckdb-engine reflects through PostgreSQL catalog tables DuckDB lacks (pg_collation): ask
         # DuckDB's own catalog.
-        p = self.placeholder
+        p = cls._placeholder("qmark")
         return Statement(
             "SELECT column_name FROM information_schema.columns WHERE table_catalog = current_database() "
             f"AND table_schema = COALESCE({p}, current_schema()) AND table_name = {p} ORDER BY ordinal_position",
-            (validate_schema(schema, self.name), validate_identifier(table)),
+            (validate_schema(schema, cls.name), validate_identifier(table)),
         )
 
     # --- the records' restart point: DuckDB has no SAVEPOINT --------------------------------------
@@ -145,16 +139,12 @@ class DuckDbDialect(WarehouseDialect):
 
     # --- known records --------------------------------------------------------------------------
 
-    wire_hash_prefixes_aggregated = True
-
     def _wire_state_columns(self) -> str:
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
         # hash() is a 64-bit hash of the pair: any row's wire hash added, removed or changed moves it.
         # Over the current rows, with their number last (as PostgreSQL: see wire_state_counts_current).
         return (f"COUNT({w}), COALESCE(SUM(CAST(HASH({ref}, {w}) AS HUGEINT)) FILTER (WHERE {w} IS NOT NULL), 0), "
                 "COUNT(*)")
-
-    wire_state_counts_current = True
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         w = self.quote(WIRE_HASH_COLUMN)

@@ -72,10 +72,6 @@ class ScopeFilter:
 class LifecycleSql:
     """Builders of the lifecycle statements; mixed into :class:`~.base.WarehouseDialect`."""
 
-    #: Copy the run's record_refs into a keyed work table before the anti-joins (a database that
-    #: would otherwise scan the keyless staging table once per stored row: MySQL/MariaDB).
-    keyed_run_keys = False
-
     # Provided by WarehouseDialect.
     placeholder: str
     if TYPE_CHECKING:
@@ -137,7 +133,7 @@ class LifecycleSql:
         return Statement(f"SELECT COUNT(*) FROM {self.table_ref(target, schema)} t WHERE {self._current('t')}")
 
     def collect_run_keys(self, keys: str, stage: str, schema: str | None) -> Statement:
-        """Into the keyed work table ``keys``: every record_ref staged (see :attr:`keyed_run_keys`)."""
+        """Into the keyed work table ``keys``: every record_ref staged (see ``capabilities.keyed_run_keys``)."""
         ref = self.quote("record_ref")
         return Statement(
             f"INSERT INTO {self.stage_ref(keys, schema)} ({ref}) "
@@ -251,14 +247,13 @@ class LifecycleSql:
         all but those whose row is current and either holds the same content (they count unchanged)
         or was written by another scope. A read older than its scope's newest complete read changes,
         inserts and revives nothing that read confirmed or left out."""
-        ref, deleted, run = self.quote("record_ref"), self.quote(DELETED_AT_COLUMN), self.quote("_bos_run_id")
-        h = self.quote("_bos_record_hash")
+        ref, deleted, h = self.quote("record_ref"), self.quote(DELETED_AT_COLUMN), self.quote("_bos_record_hash")
         stage, target_ref = self.stage_ref(source, schema), self.table_ref(target, schema)
-        runs, params = self._scope_runs(audit, schema, scope)
+        other_scope, params = self._written_by_scope("t", audit, schema, scope, negate=True)
         return Statement(
             f"DELETE FROM {stage} WHERE {stage}.{h} IS NOT NULL "
-            f"AND {ref} NOT IN (SELECT t.{ref} FROM {target_ref} t WHERE t.{deleted} IS NULL AND t.{run} NOT IN "
-            f"({runs})) AND NOT EXISTS (SELECT 1 FROM {target_ref} u WHERE u.{ref} = {stage}.{ref} "
+            f"AND {ref} NOT IN (SELECT t.{ref} FROM {target_ref} t WHERE t.{deleted} IS NULL AND {other_scope}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {target_ref} u WHERE u.{ref} = {stage}.{ref} "
             f"AND u.{h} = {stage}.{h} AND u.{deleted} IS NULL)",
             params,
         )
@@ -294,11 +289,11 @@ class LifecycleSql:
         read retires them when they leave. Content and ``_bos_synced_at`` stay: nothing changed."""
         run = self.quote("_bos_run_id")
         target_ref = self.table_ref(target, schema)
-        runs, params = self._scope_runs(audit, schema, scope)
+        other_scope, params = self._written_by_scope(target_ref, audit, schema, scope, negate=True)
         returned = "" if keys is None else f" AND {self._returned(keys, schema, target_ref)}"
         return Statement(
             f"UPDATE {target_ref} SET {run} = {self.placeholder} WHERE {self._current(target_ref)} "
-            f"AND {target_ref}.{run} <> {self.placeholder} AND {target_ref}.{run} NOT IN ({runs}){returned}",
+            f"AND {target_ref}.{run} <> {self.placeholder} AND {other_scope}{returned}",
             (run_id, run_id, *params),
         )
 
@@ -354,8 +349,10 @@ class LifecycleSql:
 
     # --- retire -------------------------------------------------------------------------------
 
-    def _scope_runs(self, audit: str, schema: str | None, scope: ScopeFilter) -> tuple[str, tuple[Any, ...]]:
-        """A subquery of the run ids that wrote the scope's rows, and its parameters."""
+    def _written_by_scope(self, t: str, audit: str, schema: str | None, scope: ScopeFilter, *,
+                          negate: bool = False) -> tuple[str, tuple[Any, ...]]:
+        """The condition "row ``t`` was written by a run of ``scope``" (``negate``: by no run of it), and
+        its parameters."""
         p, s = self.placeholder, self.quote(SCOPE_COLUMN)
         sql = f"SELECT a.run_id FROM {self.table_ref(audit, schema)} a WHERE a.{s} = {p}"
         params: list[Any] = [scope.scope]
@@ -368,7 +365,7 @@ class LifecycleSql:
                     parts.append(f"a.{self.quote(column)} = {p}")
                     params.append(value)
             sql += f" OR ({' AND '.join(parts)})"
-        return sql, tuple(params)
+        return f"{t}.{self.quote('_bos_run_id')} {'NOT IN' if negate else 'IN'} ({sql})", tuple(params)
 
     def collect_retired(
         self, retired: str, keys: RunKeys, target: str, audit: str, schema: str | None, *, scope: ScopeFilter,
@@ -377,12 +374,12 @@ class LifecycleSql:
         """Into ``retired``: the current rows of the scope that the result did not return and that
         were observed no later than the read (a backfill never retires a newer row)."""
         ref, obs = self.quote("record_ref"), self.quote("_bos_observed_at")
-        runs, params = self._scope_runs(audit, schema, scope)
+        in_scope, params = self._written_by_scope("t", audit, schema, scope)
         return Statement(
             f"INSERT INTO {self.stage_ref(retired, schema)} ({ref}) "
             f"SELECT t.{ref} FROM {self.table_ref(target, schema)} t "
             f"WHERE {self._current('t')} AND t.{obs} <= {self.placeholder} "
-            f"AND t.{self.quote('_bos_run_id')} IN ({runs}) AND {self._not_returned(keys, schema)}",
+            f"AND {in_scope} AND {self._not_returned(keys, schema)}",
             (self.bind_timestamp(observed_before), *params),
         )
 
@@ -390,11 +387,10 @@ class LifecycleSql:
         self, target: str, audit: str, schema: str | None, *, scope: ScopeFilter, run_id: str,
     ) -> Statement:
         """One value: the scope's current rows (this run's writes included)."""
-        runs, params = self._scope_runs(audit, schema, scope)
-        run = f"t.{self.quote('_bos_run_id')}"
+        in_scope, params = self._written_by_scope("t", audit, schema, scope)
         return Statement(
             f"SELECT COUNT(*) FROM {self.table_ref(target, schema)} t "
-            f"WHERE {self._current('t')} AND ({run} = {self.placeholder} OR {run} IN ({runs}))",
+            f"WHERE {self._current('t')} AND (t.{self.quote('_bos_run_id')} = {self.placeholder} OR {in_scope})",
             (run_id, *params),
         )
 

@@ -7,6 +7,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN
 
 __all__ = ["MySqlDialect"]
@@ -16,16 +18,11 @@ class MySqlDialect(WarehouseDialect):
     """MySQL/MariaDB: executemany staging, UPDATE ... JOIN + INSERT ... LEFT JOIN, GET_LOCK."""
 
     name = "mysql"
-    # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): take the
-    # lock before it, so the snapshot includes the previous writer's commit and the counts match what
+    # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): the lock is
+    # taken before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
-    lock_before_staging = True
-    uses_guard_index = True
-    # MySQL temporary tables survive a rollback.
-    temp_tables_survive_rollback = True
-    # The anti-joins of the lifecycle steps read the run's keys from a keyed table, not the keyless
-    # staging table (MariaDB would scan it once per stored row).
-    keyed_run_keys = True
+    capabilities = DialectCapabilities(loader=ROWS_LOADER, lock_before_staging=True, uses_guard_index=True,
+                                       temp_tables_survive_rollback=True, keyed_run_keys=True)
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.

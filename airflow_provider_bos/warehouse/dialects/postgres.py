@@ -10,6 +10,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse.copy_format import TargetCopyLines, copy_document_lines
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.loads import COPY_LOADER, ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
 __all__ = ["PostgresDialect"]
@@ -19,8 +21,6 @@ class PostgresDialect(WarehouseDialect):
     """PostgreSQL: COPY into a temp table (psycopg 3), one ON CONFLICT merge, table lock."""
 
     name = "postgresql"
-    # Each statement sees every commit made before it; with the table lock, counts stay exact.
-    isolation_level = "READ COMMITTED"
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
@@ -30,13 +30,12 @@ class PostgresDialect(WarehouseDialect):
     def __init__(self, sa_dialect: sa.Dialect, *, use_copy: bool | None = None, wire_hash_column: bool = True) -> None:
         super().__init__(sa_dialect, wire_hash_column=wire_hash_column)
         # COPY needs psycopg 3; ``use_copy=False`` turns it off (executemany staging).
-        self.uses_copy = sa_dialect.driver == "psycopg" and use_copy is not False
-        # With COPY, each record travels as its hashed document (one serialisation per record on the
-        # client instead of eight, five COPY fields instead of eleven); the merge derives the columns.
-        self.document_staging = self.uses_copy
-        # An empty target is loaded into the table itself while the records stream in (the direct
-        # load: by COPY, or by executemany without it), not staged and merged after the last one.
-        self.load_strategy = "copy" if self.uses_copy else "executemany"
+        copy = sa_dialect.driver == "psycopg" and use_copy is not False
+        # READ COMMITTED: each statement sees every commit made before it; with the table lock, counts
+        # stay exact.
+        self.capabilities = DialectCapabilities(
+            loader=COPY_LOADER if copy else ROWS_LOADER, uses_copy=copy, isolation_level="READ COMMITTED",
+            wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
 
     def _temp_suffix(self) -> str:
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.
@@ -49,7 +48,7 @@ class PostgresDialect(WarehouseDialect):
         # target: every row will be written) staging is JSONB, so PostgreSQL parses the JSON while
         # COPY streams in, beside the client's work, instead of in the merge after the last record.
         # The merge's CASTs are then no-ops.
-        if self.document_staging:
+        if self.capabilities.document_staging:
             q = self.quote
             defs = [  # only the key is required: a known row has no document (see STAGE_COLUMNS)
                 f"{q('record_ref')} {self.type_sql('key')} NOT NULL",
@@ -81,7 +80,7 @@ class PostgresDialect(WarehouseDialect):
         )
 
     def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
-        if not self.document_staging:
+        if not self.capabilities.document_staging:
             return super().adopt_later_copies(source, target, schema)
         ref = self.quote("record_ref")
         return Statement(
@@ -90,7 +89,7 @@ class PostgresDialect(WarehouseDialect):
         )
 
     def insert_all(self, stage: str, target: str, schema: str | None, *, synced_at: datetime, run_id: str) -> Statement:
-        if not self.document_staging:
+        if not self.capabilities.document_staging:
             return super().insert_all(stage, target, schema, synced_at=synced_at, run_id=run_id)
         cols = self._written_column_list()
         return Statement(
@@ -100,7 +99,7 @@ class PostgresDialect(WarehouseDialect):
         )
 
     def _staged_value(self, s: str, col: str) -> str:
-        if self.document_staging:  # ``s`` is :meth:`_documents`'s row: the document as JSONB in s.bos_doc
+        if self.capabilities.document_staging:  # ``s`` is :meth:`_documents`'s row: the document as JSONB in s.bos_doc
             if col in ("display_name", "email", "phone"):
                 return f"{s}.bos_doc->>'{col}'"  # JSON null -> NULL
             if col in ("lifecycle", "identity_match"):
@@ -110,8 +109,6 @@ class PostgresDialect(WarehouseDialect):
         elif col in RECORD_JSON_COLUMNS:
             return f"CAST({s}.{self.quote(col)} AS JSONB)"  # staged as text unless parse_json
         return f"{s}.{self.quote(col)}"
-
-    wire_hash_prefixes_aggregated = True
 
     def wire_hash_prefixes(self, target: str, schema: str | None) -> Statement:
         # One text value, sorted bytewise (COLLATE "C"), instead of a row per stored record:
@@ -133,9 +130,6 @@ class PostgresDialect(WarehouseDialect):
         # number last: equal tokens also mean the same number of current rows (see reconcile.py).
         ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
         return f"COUNT({w}), COALESCE(SUM(HASHTEXTEXTENDED({w}, HASHTEXT({ref}))), 0), COUNT(*)"
-
-    #: :meth:`stored_wire_state`'s last value is the number of current rows.
-    wire_state_counts_current = True
 
     def stored_wire_state(self, target: str, schema: str | None) -> Statement | None:
         return Statement(f"SELECT {self._wire_state_columns()} FROM {self.table_ref(target, schema)} t "
@@ -247,7 +241,7 @@ class PostgresDialect(WarehouseDialect):
             f" LEFT JOIN {target_ref} o ON o.{ref} = s.{ref} WHERE {self._decoded('s')} AND "
             f"(o.{ref} IS NULL OR ({self._write_allowed('o', 's')} AND {self._changed('o', 's')}))"
         )
-        if self.document_staging:
+        if self.capabilities.document_staging:
             select = f"SELECT {self._select_stage_row('x')} FROM {self._documents(stage, schema, join)}"
         else:
             select = f"SELECT {self._select_stage_row('s')} FROM {self.stage_ref(stage, schema)} s{join}"

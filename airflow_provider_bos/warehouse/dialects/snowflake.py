@@ -8,14 +8,14 @@ What differs from the other dialects, and why:
   an upper-case letter is quoted as given and is case-sensitive (``"Bos_Records"``).
 - **Staging.** Rows go into a TEMPORARY table by ``executemany``: with the connector's client-side
   binding (pyformat) one chunk is ONE multi-row ``INSERT ... VALUES (...), (...)`` statement, so a
-  run sends O(chunks) statements, not one per record. A chunk is at most :attr:`max_batch_rows`
+  run sends O(chunks) statements, not one per record. A chunk is at most ``capabilities.max_batch_rows``
   rows, which keeps a statement of ~1.3 KB records under Snowflake's statement-size limit.
   JSON is staged as text and parsed (``PARSE_JSON``) only for the rows the MERGE writes.
 - **VALUES takes no PARSE_JSON.** Snowflake refuses expressions like ``PARSE_JSON(?)`` in a
   ``VALUES`` list, so every insert that parses JSON is ``INSERT ... SELECT`` instead.
 - **DDL commits.** Any DDL (temporary tables included) commits the open transaction, so the
   staging tables are made before the run's first write and dropped after its commit
-  (:attr:`ddl_commits`); the records, the audit row and the rejects commit together.
+  (``capabilities.ddl_commits``); the records, the audit row and the rejects commit together.
 - **No savepoints.** A restarted final frame empties the staging tables instead
   (:meth:`discard_records`): nothing reaches the target before the MERGE.
 - **No LOCK TABLE.** Snowflake serialises concurrent MERGEs into one table itself; a writer that
@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import (
     DELETED_AT_COLUMN,
     RECORD_JSON_COLUMNS,
@@ -44,12 +46,10 @@ class SnowflakeDialect(WarehouseDialect):
     """Snowflake through snowflake-sqlalchemy: multi-row INSERT staging and one MERGE."""
 
     name = "snowflake"
-    # Every run stages and merges: there is no cheaper path into an empty table to pay for a second
-    # load path (no COPY from the client; PUT + COPY INTO needs a stage and a file).
-    direct_load = False
-    ddl_commits = True
-    # Rows per multi-row INSERT: ~1.3 KB records make ~0.65 MB of statement text.
-    max_batch_rows = 500
+    # No direct load: no cheaper path into an empty table to pay for a second load path (no COPY from
+    # the client; PUT + COPY INTO needs a stage and a file). 500 rows per multi-row INSERT: ~1.3 KB
+    # records make ~0.65 MB of statement text.
+    capabilities = DialectCapabilities(loader=ROWS_LOADER, direct_load=False, ddl_commits=True, max_batch_rows=500)
 
     # --- identifiers and values -----------------------------------------------------------------
 

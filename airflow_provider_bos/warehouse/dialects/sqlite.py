@@ -10,6 +10,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 
 __all__ = ["SqliteDialect"]
 
@@ -21,7 +23,7 @@ class SqliteDialect(WarehouseDialect):
     # Not even an empty table is loaded directly: in this process, executemany into the keyed table
     # cost more than into a keyless temporary table plus one INSERT ... SELECT (100k records: 3.6-4.0
     # s against 3.4 s; bench/README.md).
-    direct_load = False
+    capabilities = DialectCapabilities(loader=ROWS_LOADER, direct_load=False)
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,

@@ -1,0 +1,50 @@
+"""What one database can do, one frozen object per dialect (``dialect.capabilities``), as dlt's
+``DestinationCapabilitiesContext``: read per run or per batch, never per record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.warehouse.loads import Loader
+
+__all__ = ["DialectCapabilities"]
+
+
+@dataclass(frozen=True, slots=True)
+class DialectCapabilities:
+    """One database's capabilities; the defaults are a plain ``executemany`` database's."""
+
+    #: How rows reach the database (COPY, chunked ``executemany`` or a staged file).
+    loader: Loader
+    #: COPY from the client (PostgreSQL with psycopg 3): rows travel as hashed documents.
+    uses_copy: bool = False
+    #: An empty target (under the writers' lock) is loaded directly, not staged and merged.
+    direct_load: bool = True
+    #: Any DDL commits the open transaction (Snowflake): staging is made first and dropped after the commit.
+    ddl_commits: bool = False
+    #: Rows per staging/insert chunk at most (a statement-size limit); None: the writer's batch_size.
+    max_batch_rows: int | None = None
+    #: Isolation the run's connection is put in; None: the engine's.
+    isolation_level: str | None = None
+    #: The writers' lock is taken before staging: the snapshot starts at the first read (MySQL, DuckDB).
+    lock_before_staging: bool = False
+    #: Temporary tables outlive a rollback (MySQL): the writer drops them itself after one.
+    temp_tables_survive_rollback: bool = False
+    #: The records table has a covering index of the change test the merge should name (MySQL).
+    uses_guard_index: bool = False
+    #: The lifecycle anti-joins read the run's keys from a keyed copy of staging (MariaDB would scan
+    #: keyless staging once per stored row).
+    keyed_run_keys: bool = False
+    #: ``wire_hash_prefixes`` returns ONE value (all prefixes, sorted, concatenated) and the state token.
+    wire_hash_prefixes_aggregated: bool = False
+    #: ``stored_wire_state``'s last value is the number of current rows (an unchanged re-run proves
+    #: it returned every current row without a join).
+    wire_state_counts_current: bool = False
+
+    @property
+    def document_staging(self) -> bool:
+        """Staging holds (record_ref, document, observed_at, hashes), not a column per field: with COPY,
+        one serialisation per record instead of eight; the merge derives the columns."""
+        return self.uses_copy
