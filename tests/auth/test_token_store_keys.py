@@ -33,6 +33,12 @@ _OLD_DDL = """CREATE TABLE {table} (
 ) {options}"""
 
 
+def _old_general_ci_table(engine: sa.Engine, table: str) -> None:
+    """The table as the earlier releases left it on MariaDB: keys compared case-insensitively."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(_OLD_DDL.format(table=table, options="DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"))
+
+
 def _victim_row(engine: sa.Engine, table: str) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text(
@@ -88,8 +94,7 @@ def test_a_new_table_on_mariadb_keeps_keys_that_differ_only_in_case_apart(maria)
 @pytest.mark.mysql
 def test_an_existing_case_insensitive_table_on_mariadb_is_converted(maria) -> None:
     engine, table = maria
-    with engine.begin() as conn:
-        conn.exec_driver_sql(_OLD_DDL.format(table=table, options="DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"))
+    _old_general_ci_table(engine, table)
     _victim_row(engine, table)
     store = SqlTokenStore(engine, table=table)
     assert store.load(ATTACKER) is None  # converted first: the victim's row is not the attacker's
@@ -103,8 +108,8 @@ def limited_user(maria, mysql_url: str) -> Iterator[str]:
     """A MariaDB user who may read and write the table but not ALTER it."""
     engine, table = maria
     user = f"bos_ltd_{uuid.uuid4().hex[:6]}"
+    _old_general_ci_table(engine, table)
     with engine.begin() as conn:
-        conn.exec_driver_sql(_OLD_DDL.format(table=table, options="DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"))
         for host in ("%", "localhost"):
             conn.execute(sa.text(f"CREATE USER '{user}'@'{host}' IDENTIFIED BY 'pw-{user}'"))
             conn.execute(sa.text(f"GRANT SELECT, INSERT, UPDATE, DELETE ON test.{table} TO '{user}'@'{host}'"))
@@ -140,8 +145,7 @@ def test_a_table_the_store_may_not_alter_is_refused_with_the_statement_to_run(ma
 def test_a_read_only_store_on_an_unconverted_table_never_answers_with_another_key(maria) -> None:
     """The Admin -> BOS page opens stores read-only (no ALTER): the exact-key check alone holds there."""
     engine, table = maria
-    with engine.begin() as conn:
-        conn.exec_driver_sql(_OLD_DDL.format(table=table, options="DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci"))
+    _old_general_ci_table(engine, table)
     _victim_row(engine, table)
     reader = SqlTokenStore(engine, table=table, read_only=True)
     with pytest.raises(BosTokenStoreError, match="asked for 'bos_prod'"):

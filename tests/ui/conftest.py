@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 import pytest
-from pagefixtures import API_SECRET_KEY, USERS
+from pagefixtures import API_SECRET_KEY, USERS, bearer, build_page
 
 CHROMIUM = os.environ.get("BOS_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -110,6 +110,21 @@ def shared_fernet_key(process_fernet_key: str) -> Iterator[str]:
         else:
             os.environ["AIRFLOW__CORE__FERNET_KEY"] = previous
         get_fernet.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def password_page(airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Airflow's API app in this process (``pagefixtures.build_page``) with password users ``admin`` and
+    ``viewer``. The Fernet key of the whole tests/ui session: Connections other modules left behind stay
+    readable."""
+    with build_page(tmp_path_factory.mktemp("password-page"), all_admins=False) as client:
+        yield client
+
+
+@pytest.fixture()
+def admin(password_page: Any) -> dict[str, str]:
+    """The ``Authorization`` header of ``admin`` on ``password_page``."""
+    return bearer(password_page, "admin")
 
 
 @contextmanager

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 USERS = {"admin": "admin", "viewer": "viewer"}
 BASE_URL = "http://localhost:8080"  # loopback: the callback may be plain http
 API_SECRET_KEY = "bos-ui-test-api-secret-key"  # [api] secret_key: the page's CSRF tokens derive from it
+ORIGIN = {"Origin": BASE_URL}  # the header a same-origin POST from the page carries
 
 
 @contextmanager

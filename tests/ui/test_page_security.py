@@ -8,7 +8,6 @@ shipped reference server.
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -16,7 +15,7 @@ import pytest
 from localhttp import answer, drip_headers, local_server
 from pagefixtures import (
     API_SECRET_KEY,
-    BASE_URL,
+    ORIGIN,
     add_connection,
     bearer,
     build_page,
@@ -25,20 +24,6 @@ from pagefixtures import (
 )
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(300)]
-
-ORIGIN = {"Origin": BASE_URL}
-
-
-@pytest.fixture(scope="module")
-def password_page(airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    # The Fernet key of the whole tests/ui session: Connections other modules left behind stay readable.
-    with build_page(tmp_path_factory.mktemp("password-page"), all_admins=False) as client:
-        yield client
-
-
-@pytest.fixture()
-def admin(password_page: Any) -> dict[str, str]:
-    return bearer(password_page, "admin")
 
 
 @pytest.fixture()

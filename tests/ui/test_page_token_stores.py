@@ -27,28 +27,13 @@ import sqlalchemy as sa
 from localtcp import closed_port, tcp_listener
 from pagefixtures import (
     API_SECRET_KEY,
-    BASE_URL,
+    ORIGIN,
     add_connection,
-    bearer,
-    build_page,
     csrf_of,
     delete_connections,
 )
 
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(300)]
-
-ORIGIN = {"Origin": BASE_URL}
-
-
-@pytest.fixture(scope="module")
-def password_page(airflow_db: Path, shared_fernet_key: str, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    with build_page(tmp_path_factory.mktemp("store-page"), all_admins=False) as client:
-        yield client
-
-
-@pytest.fixture()
-def admin(password_page: Any) -> dict[str, str]:
-    return bearer(password_page, "admin")
 
 
 @pytest.fixture()
