@@ -19,11 +19,11 @@ The input record is never changed: what differs is copied, what does not is shar
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from airflow_provider_bos.pii.fields import EXTERNAL_ID, TOP_LEVEL_FIELDS, parse_field
-from airflow_provider_bos.pii.keyed_hash import PiiKey, hash_value
+from airflow_provider_bos.pii.keyed_hash import PiiKey, hasher_for, normalise
 
 if TYPE_CHECKING:
     from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
@@ -33,6 +33,7 @@ __all__ = ["PiiPlan"]
 _KEEP, _HASH, _DROP = "keep", "hash", "drop"
 _DROPPED: Final = object()  # the result of dropping a value: its key (or list element) goes
 _ATTRIBUTE_FIELD = "attributes"  # hashed with the plain-text normalisation (keyed_hash)
+_ATTRIBUTE_HASHES_KEPT = 16384  # a few MiB at most; emptied when full
 
 
 class _PathNode:
@@ -70,10 +71,12 @@ class PiiPlan:
     def __init__(self, rules: Mapping[str, str], key: PiiKey | None, fingerprint: PolicyFingerprint) -> None:
         self.fingerprint = fingerprint
         self._key = key
-        self._top = tuple((name, rules[name]) for name in TOP_LEVEL_FIELDS if name in rules)
-        self._hash_external_ids = rules.get(EXTERNAL_ID) == _HASH
+        self._top = tuple((name, self._hasher(name) if rules[name] == _HASH else None)
+                          for name in TOP_LEVEL_FIELDS if name in rules)
+        self._hash_external_id = self._hasher(EXTERNAL_ID) if rules.get(EXTERNAL_ID) == _HASH else None
         self._attributes = _attribute_trie(rules)
-        self.is_empty = not (self._top or self._hash_external_ids or self._attributes)
+        self._attribute_hashes: dict[str, str] = {}
+        self.is_empty = not (self._top or self._hash_external_id or self._attributes)
 
     def __repr__(self) -> str:
         return f"PiiPlan({self.fingerprint.text})"
@@ -83,11 +86,11 @@ class PiiPlan:
         if self.is_empty:
             return record
         out = dict(record)
-        for name, action in self._top:
+        for name, hash_one in self._top:  # no hasher: the field is dropped
             value = out.get(name)
             if value is not None:
-                out[name] = self._hash(name, value) if action == _HASH else None
-        if self._hash_external_ids:
+                out[name] = hash_one(value) if hash_one is not None else None
+        if self._hash_external_id is not None:
             sources = out.get("sources")
             if isinstance(sources, list):
                 out["sources"] = [self._hashed_external_id(entry) for entry in sources]
@@ -100,14 +103,15 @@ class PiiPlan:
 
     # --- the parts ---------------------------------------------------------------------------------
 
-    def _hash(self, field: str, value: Any) -> str | None:
+    def _hasher(self, field: str) -> Callable[[Any], str | None]:
         assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
-        return hash_value(self._key, field, value)
+        return hasher_for(self._key, field)
 
     def _hashed_external_id(self, entry: Any) -> Any:
         if not isinstance(entry, dict) or entry.get("external_id") is None:
             return entry
-        return {**entry, "external_id": self._hash(EXTERNAL_ID, entry["external_id"])}
+        assert self._hash_external_id is not None
+        return {**entry, "external_id": self._hash_external_id(entry["external_id"])}
 
     def _apply_action(self, action: str, value: Any) -> Any:
         if action == _KEEP:
@@ -121,7 +125,17 @@ class PiiPlan:
             return {k: self._hash_tree(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self._hash_tree(v) for v in value]
-        return self._hash(_ATTRIBUTE_FIELD, value)
+        if value is None:
+            return None
+        # Attribute values repeat across records (departments, titles, grades): remember their hashes.
+        text = normalise(_ATTRIBUTE_FIELD, value)
+        digest = self._attribute_hashes.get(text)
+        if digest is None:
+            if len(self._attribute_hashes) >= _ATTRIBUTE_HASHES_KEPT:
+                self._attribute_hashes.clear()
+            assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
+            digest = self._attribute_hashes[text] = self._key.digest_hex(text.encode("utf-8"))
+        return digest
 
     def _apply_node(self, node: _PathNode, value: Any) -> Any:
         if not node.children:

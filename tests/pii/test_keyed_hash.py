@@ -11,6 +11,7 @@ import pytest
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiKey, hash_value, lookup_hash, normalise
+from airflow_provider_bos.pii.keyed_hash import hasher_for
 from airflow_provider_bos.redaction import redact
 from tests.pii.conftest import KEY_TEXT
 
@@ -120,3 +121,18 @@ def test_the_key_id_is_stable_distinct_and_not_the_key(key: PiiKey, other_key: P
     assert other_key.key_id != key.key_id and other_key != key
     assert key.key_id not in KEY_TEXT and len(key.key_id) == 16
     assert key.key_id == hmac.new(KEY_TEXT.encode(), b"bos-pii-key-id", "sha256").hexdigest()[:16]
+
+
+@pytest.mark.parametrize("length", [32, 63, 64, 65, 200])
+def test_keys_of_any_length_follow_hmac(length: int) -> None:
+    # The keyed states are built once (RFC 2104); a key longer than SHA-256's block is hashed first.
+    text = ("0123456789abcdef" * 13)[:length]
+    key = PiiKey.from_text(text, source="a test")
+    assert hash_value(key, "email", "a@x.org") == reference_hash(text, "a@x.org")
+
+
+@pytest.mark.parametrize(("field", "value"), [("email", " A@X.org"), ("phone", "+1 555"), ("phone", 4930123),
+                                              ("display_name", "Zoe\u0301"), ("attributes.a", False),
+                                              ("email", None)])
+def test_the_write_paths_hasher_is_hash_value(key: PiiKey, field: str, value) -> None:
+    assert hasher_for(key, field)(value) == hash_value(key, field, value)
