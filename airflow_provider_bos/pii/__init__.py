@@ -2,8 +2,11 @@
 
 The core (policy, fields, keyed hash, plan, fingerprint) imports no Airflow; :mod:`.airflow_key`
 reads the key from an Airflow Connection or Variable. docs/personal-data.md is the user's page.
+How the write path is to use it::
 
-    policy = PiiPolicy.parse({"email": "hash", "attributes.employment.*": "drop"})
+    from airflow_provider_bos.pii.airflow_key import key_from_connection
+
+    policy = PiiPolicy.parse({"email": "hash", "attributes.employment.*": "drop"})  # at DAG parse
     plan = policy.plan(key_from_connection("bos_pii_key") if policy.needs_key else None)
     plan.fingerprint.require_same(stored_fingerprint_text, table="bos_people")
     stored = plan.apply(record)

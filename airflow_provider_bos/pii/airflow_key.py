@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii.keyed_hash import PiiKey
+from airflow_provider_bos.redaction import add_secret_sink
 
 __all__ = ["key_from_connection", "key_from_variable"]
 
@@ -20,11 +21,19 @@ _HOW_TO_SET = (
 )
 
 
+def _install_airflow_masker() -> None:
+    """The key registers itself as a secret (keyed_hash): forward that to Airflow's masker."""
+    from airflow.sdk.log import mask_secret
+
+    add_secret_sink(mask_secret)
+
+
 def key_from_connection(conn_id: str) -> PiiKey:
     """The key in the password of Airflow Connection ``conn_id``."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
+    _install_airflow_masker()
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
@@ -46,6 +55,7 @@ def key_from_variable(name: str) -> PiiKey:
     """The key in Airflow Variable ``name`` (from the secrets backend, the environment or the database)."""
     from airflow.sdk import Variable
 
+    _install_airflow_masker()
     value = Variable.get(name, default=None)
     if not isinstance(value, str) or not value.strip():
         raise BosConfigurationError(

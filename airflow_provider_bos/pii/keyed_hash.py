@@ -47,7 +47,8 @@ __all__ = [
 # table written under an older recipe is never extended with hashes that would not join.
 RECIPE_VERSION = 1
 
-# HMAC-SHA-256's own block of security: a shorter key is guessable offline from the hashes.
+# SHA-256's security level: with a short or human-chosen key, anyone holding hashes of values they
+# know could guess the key offline, and then hash anyone.
 MIN_KEY_BYTES = 32
 
 # Names the key id's HMAC input: the id is a PRF output under the key, so it reveals nothing of it.

@@ -78,6 +78,13 @@ def test_no_value_is_an_error(key_connection: str, capsys) -> None:
     assert code == 1 and "at least one value" in capsys.readouterr().err
 
 
+def test_the_key_is_known_to_airflows_secrets_masker(key_connection: str) -> None:
+    from airflow.sdk.log import redact
+
+    key_from_connection(key_connection)
+    assert redact(f"<{KEY_TEXT}>") == "<***>"
+
+
 def test_the_key_can_come_from_a_variable(monkeypatch: pytest.MonkeyPatch, key: PiiKey) -> None:
     monkeypatch.setenv("AIRFLOW_VAR_BOS_PII_KEY", KEY_TEXT)
     assert key_from_variable("bos_pii_key") == key
