@@ -4,6 +4,7 @@
     airflow-provider-bos token-store show --conn-id bos_default
     airflow-provider-bos token-store reseal [--token-store-conn-id ID | --token-store-url URL]
     airflow-provider-bos erase --conn-id warehouse --table bos_records --record-ref <ref> [...]
+    airflow-provider-bos pii-hash --key-conn-id bos_pii_key --field email <value> [...]
 
 ``connect`` discovers the authorization server, registers a public client (unless ``--client-id``),
 prints the sign-in URL (and opens a browser when there is one), receives the callback on a
@@ -14,6 +15,9 @@ create. Secrets are shown as ``***`` unless ``--show-secrets``.
 ``token-store reseal`` (an admin's command, once after upgrading from a release that wrote
 ``enc:v1:`` rows) re-seals every such row of a store to the row it is in, in one transaction; the
 store refuses ``enc:v1:`` rows on read until then.
+
+``erase`` (:mod:`.cli_erase`) deletes a person's rows on request; ``pii-hash`` (:mod:`.cli_pii`)
+prints the keyed hash a personal-data policy stores for a value, for look-ups.
 
 Airflow is imported lazily and only here (for ``--token-store-conn-id``, ``--save-connection`` and
 Airflow's Fernet key); the ``auth`` core never imports it.
@@ -402,7 +406,7 @@ def _add_store_options(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=PROG, description="BOS provider tools: OAuth connect, token store, erasure."
+        prog=PROG, description="BOS provider tools: OAuth connect, token store, erasure, personal-data hashes."
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -453,6 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
     from airflow_provider_bos.cli_erase import add_erase_parser
 
     add_erase_parser(commands)
+
+    from airflow_provider_bos.cli_pii import add_pii_hash_parser
+
+    add_pii_hash_parser(commands)
     return parser
 
 

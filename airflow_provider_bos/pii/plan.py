@@ -1,0 +1,174 @@
+"""A policy compiled for one key, applied to records on the write path (200k records a sync).
+
+Compiled once into what each record needs: the top-level fields to hash or drop, whether provenance
+ids are hashed, and a small trie of attribute paths; a field the policy keeps costs nothing, and a
+policy that keeps everything returns each record as it is.
+
+What :meth:`PiiPlan.apply` stores:
+
+* a dropped ``display_name``/``email``/``phone`` is ``null`` (its column is NULL); a hashed one is
+  its hash; ``null`` stays ``null``;
+* ``sources[].external_id`` hashed in every provenance entry;
+* a dropped attribute path loses its key (dropping all attributes leaves ``{}``); a hashed path
+  keeps its structure with every string, number and boolean under it replaced by its hash
+  (keys, ``null``, empty objects and lists stay as they are);
+* lists are looked through: a rule below a list applies to every element of it.
+
+The input record is never changed: what differs is copied, what does not is shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from airflow_provider_bos.pii.fields import EXTERNAL_ID, TOP_LEVEL_FIELDS, parse_field
+from airflow_provider_bos.pii.keyed_hash import PiiKey, hasher_for, normalise
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
+
+__all__ = ["PiiPlan"]
+
+_KEEP, _HASH, _DROP = "keep", "hash", "drop"
+_DROPPED: Final = object()  # the result of dropping a value: its key (or list element) goes
+_ATTRIBUTE_FIELD = "attributes"  # hashed with the plain-text normalisation (keyed_hash)
+_ATTRIBUTE_HASHES_KEPT = 16384  # a few MiB at most; emptied when full
+
+
+class _PathNode:
+    """One attributes path: the action for its value, and the paths below it that say otherwise."""
+
+    __slots__ = ("action", "children")
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.children: dict[str, _PathNode] = {}
+
+
+def _attribute_trie(rules: Mapping[str, str]) -> _PathNode | None:
+    """The trie of the attributes rules (``None`` when there are none); shallow rules go first so each
+    node made on the way to a deeper rule takes its parent's action."""
+    paths = sorted(
+        ((parse_field(name).attribute_path, action) for name, action in rules.items()
+         if parse_field(name).is_attribute),
+        key=lambda item: len(item[0]),
+    )
+    if not paths:
+        return None
+    root = _PathNode(_KEEP)
+    for path, action in paths:
+        node = root
+        for key in path:
+            node = node.children.setdefault(key, _PathNode(node.action))
+        node.action = action
+    return root
+
+
+class PiiPlan:
+    """Applies a policy to records (:meth:`apply`). Built by :meth:`PiiPolicy.plan`."""
+
+    def __init__(self, rules: Mapping[str, str], key: PiiKey | None, fingerprint: PolicyFingerprint) -> None:
+        self.fingerprint = fingerprint
+        self._key = key
+        self._top = tuple((name, self._hasher(name) if rules[name] == _HASH else None)
+                          for name in TOP_LEVEL_FIELDS if name in rules)
+        self._hash_external_id = self._hasher(EXTERNAL_ID) if rules.get(EXTERNAL_ID) == _HASH else None
+        self._attributes = _attribute_trie(rules)
+        self._attribute_hashes: dict[str, str] = {}
+        self.is_empty = not (self._top or self._hash_external_id or self._attributes)
+
+    def __repr__(self) -> str:
+        return f"PiiPlan({self.fingerprint.text})"
+
+    def apply(self, record: dict[str, Any]) -> dict[str, Any]:
+        """``record`` as the policy stores it (``record`` itself when the policy keeps everything)."""
+        if self.is_empty:
+            return record
+        out = dict(record)
+        for name, hash_one in self._top:  # no hasher: the field is dropped
+            value = out.get(name)
+            if value is not None:
+                out[name] = hash_one(value) if hash_one is not None else None
+        if self._hash_external_id is not None:
+            sources = out.get("sources")
+            if isinstance(sources, list):
+                out["sources"] = [self._hashed_external_id(entry) for entry in sources]
+        if self._attributes is not None:
+            attributes = out.get("attributes")
+            if attributes is not None:
+                applied = self._apply_node(self._attributes, attributes)
+                out["attributes"] = {} if applied is _DROPPED else applied
+        return out
+
+    # --- the parts ---------------------------------------------------------------------------------
+
+    def _hasher(self, field: str) -> Callable[[Any], str | None]:
+        assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
+        return hasher_for(self._key, field)
+
+    def _hashed_external_id(self, entry: Any) -> Any:
+        if not isinstance(entry, dict) or entry.get("external_id") is None:
+            return entry
+        assert self._hash_external_id is not None
+        return {**entry, "external_id": self._hash_external_id(entry["external_id"])}
+
+    def _apply_action(self, action: str, value: Any) -> Any:
+        if action == _KEEP:
+            return value
+        if action == _DROP:
+            return _DROPPED
+        return self._hash_tree(value)
+
+    def _hash_tree(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: self._hash_tree(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._hash_tree(v) for v in value]
+        if value is None:
+            return None
+        # Attribute values repeat across records (departments, titles, grades): remember their hashes.
+        text = normalise(_ATTRIBUTE_FIELD, value)
+        digest = self._attribute_hashes.get(text)
+        if digest is None:
+            if len(self._attribute_hashes) >= _ATTRIBUTE_HASHES_KEPT:
+                self._attribute_hashes.clear()
+            assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
+            digest = self._attribute_hashes[text] = self._key.digest_hex(text.encode("utf-8"))
+        return digest
+
+    def _apply_node(self, node: _PathNode, value: Any) -> Any:
+        if not node.children:
+            return self._apply_action(node.action, value)
+        if isinstance(value, list):
+            applied = (self._apply_node(node, element) for element in value)
+            return [element for element in applied if element is not _DROPPED]
+        if not isinstance(value, dict):
+            return self._apply_action(node.action, value)
+        if node.action == _KEEP:
+            return self._apply_children(node, value)
+        out = {}
+        for key, child_value in value.items():
+            child = node.children.get(key)
+            applied = (self._apply_node(child, child_value) if child is not None
+                       else self._apply_action(node.action, child_value))
+            if applied is not _DROPPED:
+                out[key] = applied
+        return out
+
+    def _apply_children(self, node: _PathNode, value: dict[str, Any]) -> dict[str, Any]:
+        """A kept object: only its named children can change; it is copied only if one does."""
+        out: dict[str, Any] | None = None
+        for key, child in node.children.items():
+            if key not in value:
+                continue
+            applied = self._apply_node(child, value[key])
+            if applied is value[key]:
+                continue
+            if out is None:
+                out = dict(value)
+            if applied is _DROPPED:
+                del out[key]
+            else:
+                out[key] = applied
+        return value if out is None else out
