@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosResultError
+from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
 
 __all__ = [
     "INVALID_RECORDS_MODES",
@@ -378,6 +379,9 @@ class WriteOptions:
     invalid_records: str = "fail"
     #: Retire, supersede and history (:class:`ReconcileOptions`; the default: incremental, no history).
     reconcile: ReconcileOptions = ReconcileOptions()
+    #: The personal-data policy the run's records were written under (None: none); the table
+    #: remembers it and refuses another (:mod:`airflow_provider_bos.pii`).
+    pii: PolicyFingerprint | None = None
 
 
 class RecordSink(Protocol):
