@@ -216,8 +216,9 @@ def test_resumptions_per_call_are_bounded_even_when_every_connection_brings_a_ne
     session = McpSession("http://127.0.0.1:9/mcp", era="2025-11-25", retry=FAST,
                          http_client=httpx.Client(transport=httpx.MockTransport(fake)))
     sleeps: list[float] = []  # recorded, not waited
-    session._reconnect = Reconnect(reopen=session._reopen_stream, release=session._release,
-                                   sleep=lambda s: (sleeps.append(s), session._sleep(0)))
+    http = session._exchange
+    http.reconnect = Reconnect(reopen=http.reopen_stream, release=http.release,
+                               sleep=lambda s: (sleeps.append(s), http.sleep(0)))
     with session, pytest.raises(BosIncompleteStreamError, match=f"resumed {MAX_RESUMPTIONS_PER_CALL} times"):
         session.federated_read("search_people", {}, via="direct", deadline_s=3600.0)
     assert len(gets) == MAX_RESUMPTIONS_PER_CALL
