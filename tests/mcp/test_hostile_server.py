@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from mcphelpers import serve
 
 from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosError, BosIncompleteStreamError
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
@@ -110,26 +111,9 @@ def hostile_server() -> Iterator[Callable[[str], tuple[str, Hostile]]]:
 
     def start(hostile: str) -> tuple[str, Hostile]:
         behaviour = Hostile(hostile)
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                try:
-                    behaviour.handle(self)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            do_GET = do_DELETE = do_POST
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server, url = serve(behaviour.handle)
         servers.append((server, behaviour))
-        return f"http://127.0.0.1:{server.server_address[1]}/mcp", behaviour
+        return url, behaviour
 
     yield start
     for server, behaviour in servers:
