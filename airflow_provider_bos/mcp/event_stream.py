@@ -83,15 +83,15 @@ class ResumeRefused(BosError):
 
 @dataclass(frozen=True)
 class Reconnect:
-    """What resumption needs from the session, which owns the HTTP client and the in-flight state."""
+    """What resumption needs from the HTTP exchange, which owns the client and the in-flight state."""
 
-    #: ``GET`` + ``Last-Event-ID``: the open event-stream response (now the session's in-flight
+    #: ``GET`` + ``Last-Event-ID``: the open event-stream response (now the exchange's in-flight
     #: one). Raises :class:`ResumeRefused` when the server refuses, another :class:`BosError` for
     #: a failure worth another attempt, or the call's cancel error.
     reopen: Callable[[str, StreamedCall], httpx.Response]
     #: Wait, or raise the call's cancel error.
     sleep: Callable[[float], None]
-    #: Close a response and clear the session's in-flight reference to it.
+    #: Close a response and clear the exchange's in-flight reference to it.
     release: Callable[[httpx.Response], None]
 
 

@@ -38,11 +38,20 @@ Speed, without a per-byte Python loop:
 The byte-level searches are :mod:`.json_bytes`'s; handing the open response over and pulling
 the rest of the frame is :mod:`.final_stream`'s. Why this module is above ~500 lines: the scanner
 is one resumable state machine over one buffer and position (the walk, the text skip, the record
-cut all move the same ``_pos``); split, each part would reach into the others' state.
+cut all move the same ``_pos``); split, each part would reach into the others' state. Its states
+(:class:`NodeState` per descended container, :class:`RecordState` for the records array; a
+nested value stored sets its container to NEXT, its end sets NEXT again)::
+
+    object   FIRST --"k"--> COLON --:--> VALUE --value--> NEXT --,--> KEY --"k"--> COLON ...
+             FIRST, NEXT --}--> closed
+    array    FIRST, VALUE --value--> NEXT --,--> VALUE;      FIRST, NEXT --]--> closed
+    records  FIRST, VALUE --record--> NEXT --,--> VALUE;     FIRST, NEXT --]--> closed
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Literal
 
 from airflow_provider_bos.exceptions import BosResultError
@@ -83,6 +92,8 @@ _TAIL_WAIT = 1024 * 1024
 # How a KnownRecord's record_ref is read without decoding the record: it must come first.
 _REF_PREFIX = b'{"record_ref":"'
 
+# The message's kind, by the first top-level key that tells (see FinalFrameScanner).
+_KINDS = {"result": "response", "error": "error", "method": "notification"}
 # What to do with a value, by its path (tuples of keys; "*" is any array element).
 _DESCEND, _CAPTURE, _TEXT, _RECORDS = "descend", "capture", "text", "records"
 
@@ -103,21 +114,24 @@ def _plan(tool_style: str) -> dict[tuple[str, ...], str]:
     return plan
 
 
+# The scanner's states (the diagram: the module docstring), compared by identity via these aliases.
+NodeState = Enum("NodeState", "FIRST KEY COLON VALUE NEXT")  # in a descended object or array
+RecordState = Enum("RecordState", "FIRST VALUE NEXT")  # in the records array
+_FIRST, _KEY, _COLON, _VALUE, _NEXT = NodeState
+_R_FIRST, _R_VALUE, _R_NEXT = RecordState
+
+
 def _malformed(detail: str) -> BosResultError:
     return BosResultError(f"The final response is not valid JSON ({detail}).")
 
 
+@dataclass(slots=True, eq=False)
 class _Node:
-    __slots__ = ("path", "container", "is_obj", "state", "key")
-
-    def __init__(self, path: tuple[str, ...], container: Any, is_obj: bool) -> None:
-        self.path = path
-        self.container = container
-        self.is_obj = is_obj
-        # obj: "first" (after "{"), "key" (after ","), "colon", "value", "next" (after a value)
-        # arr: "first" (after "["), "value" (after ","), "next"
-        self.state = "first"
-        self.key: str | None = None
+    path: tuple[str, ...]
+    container: Any
+    is_obj: bool
+    state: NodeState = _FIRST
+    key: str | None = None
 
 
 def _known_record(
@@ -186,7 +200,7 @@ class FinalFrameScanner:
         self._scan: ValueScan | None = None
         self._text: dict[str, Any] | None = None
         self._records: _Node | None = None
-        self._record_state = "first"  # "first" (after "["), "value" (after ","), "next"
+        self._record_state = _R_FIRST
         self._record_scan: ValueScan | None = None
         self._sep: bytes | None = None  # learned: "}" + separator + first key of the 2nd record
         self._gap = 0  # bytes between a record's "}" and the next one's "{"
@@ -299,8 +313,8 @@ class FinalFrameScanner:
         c = buf[self._pos]
         state = node.state
         if node.is_obj:
-            if state in ("first", "key"):
-                if c == RBRACE and state == "first":
+            if state is _FIRST or state is _KEY:
+                if c == RBRACE and state is _FIRST:
                     return self._close()
                 if c != QUOTE:
                     raise _malformed(f"expected a key, found {chr(c)!r}")
@@ -314,54 +328,45 @@ class FinalFrameScanner:
                 except ValueError:
                     raise _malformed("bad key") from None
                 self._pos = end + 1
-                node.state = "colon"
+                node.state = _COLON
                 return True
-            if state == "colon":
+            if state is _COLON:
                 if c != COLON:
                     raise _malformed(f"expected ':', found {chr(c)!r}")
                 self._pos += 1
-                node.state = "value"
+                node.state = _VALUE
                 return True
-            if state == "value":
+            if state is _VALUE:
                 assert node.key is not None
-                if not node.path:
-                    self._decide_kind(node.key)
+                if not node.path:  # a top-level key: the first that tells decides the kind
+                    self.kind = self.kind or _KINDS.get(node.key)
                 return self._value(node, (*node.path, node.key), c)
-            # "next"
+            # NEXT
             if c == COMMA:
                 self._pos += 1
-                node.state = "key"
+                node.state = _KEY
                 return True
             if c == RBRACE:
                 return self._close()
             raise _malformed(f"expected ',' or '}}', found {chr(c)!r}")
         # array
-        if state in ("first", "value"):
-            if c == RBRACKET and state == "first":
+        if state is _FIRST or state is _VALUE:
+            if c == RBRACKET and state is _FIRST:
                 return self._close()
             return self._value(node, (*node.path, "*"), c)
         if c == COMMA:
             self._pos += 1
-            node.state = "value"
+            node.state = _VALUE
             return True
         if c == RBRACKET:
             return self._close()
         raise _malformed(f"expected ',' or ']', found {chr(c)!r}")
 
-    def _decide_kind(self, key: str) -> None:
-        if self.kind is None:
-            if key == "result":
-                self.kind = "response"
-            elif key == "error":
-                self.kind = "error"
-            elif key == "method":
-                self.kind = "notification"
-
     def _close(self) -> bool:
         self._pos += 1
         self._stack.pop()
         if self._stack:
-            self._stack[-1].state = "next"
+            self._stack[-1].state = _NEXT
         else:
             self._done = True
         return True
@@ -371,7 +376,7 @@ class FinalFrameScanner:
             node.container[node.key] = value
         else:
             node.container.append(value)
-        node.state = "next"
+        node.state = _NEXT
 
     def _value(self, node: _Node, path: tuple[str, ...], c: int) -> bool:
         action = self._plan.get(path, _CAPTURE)
@@ -391,7 +396,7 @@ class FinalFrameScanner:
             self._store(node, [])
             self._pos += 1
             self._records = node
-            self._record_state = "first"
+            self._record_state = _R_FIRST
             return True
         if action == _TEXT and c == QUOTE:
             self._text = {"node": node, "excerpt": bytearray(), "escaped": False}
@@ -472,7 +477,7 @@ class FinalFrameScanner:
                 self._emit_one(bytes(buf[scan.start : end]))
                 self._record_scan = None
                 self._pos = end
-                self._record_state = "next"
+                self._record_state = _R_NEXT
                 if self._sep is None:
                     # The boundary is learnt from the gap between two ADJACENT elements: the end
                     # of the one just delimited (a stale end would put whole records into it).
@@ -482,26 +487,19 @@ class FinalFrameScanner:
                 return False
             c = buf[self._pos]
             state = self._record_state
-            if state == "next":
-                if c == COMMA:
-                    self._pos += 1
-                    self._record_state = "value"
-                    continue
-                if c == RBRACKET:
-                    self._pos += 1
-                    node = self._records
-                    assert node is not None
-                    self._records = None
-                    node.state = "next"
-                    return True
-                raise _malformed(f"expected ',' or ']' in the record array, found {chr(c)!r}")
-            if c == RBRACKET and state == "first":
+            if state is _R_NEXT and c == COMMA:
+                self._pos += 1
+                self._record_state = _R_VALUE
+                continue
+            if c == RBRACKET and state is not _R_VALUE:  # the array ends (FIRST: an empty one)
                 self._pos += 1
                 node = self._records
                 assert node is not None
                 self._records = None
-                node.state = "next"
+                node.state = _NEXT
                 return True
+            if state is _R_NEXT:
+                raise _malformed(f"expected ',' or ']' in the record array, found {chr(c)!r}")
             if c == RBRACKET:
                 raise _malformed("a trailing comma in the record array")
             if self._first_key is None and c == LBRACE:
@@ -568,7 +566,7 @@ class FinalFrameScanner:
         if cut:
             self.records_seen += cut
             self._pos = pos
-            self._record_state = "value"
+            self._record_state = _R_VALUE
         return pos != start
 
     def _emit_one(self, raw: bytes) -> None:

@@ -9,24 +9,17 @@ operation runs under an overall :class:`~.calls.Deadline`: the read's ``deadline
 :data:`DEFAULT_OPERATION_DEADLINE`), which bounds every request it makes, the handshake, retries,
 stream resumptions and keepalive-only streams included.
 
-One HTTP exchange (the POST, status and Content-Type before anything is parsed, a bounded JSON
-body, the resuming ``GET`` of a dropped stream) is :mod:`.exchange`'s, which this class inherits.
-An answer that is an event stream is read by :mod:`.event_stream` (each event routed in wire
-order: a source-result page to the read's tracker and ``on_progress``, the final response back
-here; a dropped stream resumed). A federated read with ``stream_records=True`` gets the
-still-open response as soon as its final frame starts: that pipeline is :mod:`.final_stream` and
-:mod:`.final_frame`, and the result :mod:`.final_result`.
-
-Why this module is above ~500 lines: McpSession is one object over one mutable state (the
-negotiated era and session id, the cancel flag, the running operation's deadline), and what is
-left here is what reads or writes that state; the rules it applies (eras, status mapping,
-deadlines, context choice, event routing, the final frame) live in the modules named above.
+The HTTP is the :class:`~.exchange.HttpExchange` the session owns (as the MCP SDK's session its
+transport), which sends a request, classifies its answer into a typed reply and holds the session
+id, protocol version, in-flight response and cancel flag; an event stream is :mod:`.event_stream`'s,
+a read's final frame :mod:`.final_stream`'s and :mod:`.final_frame`'s, its result :mod:`.final_result`'s.
+Why this module is above ~500 lines: it is one object over one state (the era, the running
+operation's deadline); the rules it applies live in the modules named here.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -36,7 +29,6 @@ import httpx
 
 from airflow_provider_bos import __version__
 from airflow_provider_bos.exceptions import (
-    BosAuthError,
     BosConfigurationError,
     BosHttpError,
     BosJsonRpcError,
@@ -56,34 +48,16 @@ from airflow_provider_bos.mcp.eras import (
     check_handshake_version,
     probe_verdict,
 )
-from airflow_provider_bos.mcp.event_stream import Reconnect
-from airflow_provider_bos.mcp.exchange import DEFAULT_MAX_ANSWER_BYTES, HttpExchange, Reply
+from airflow_provider_bos.mcp.exchange import DEFAULT_MAX_ANSWER_BYTES, HttpExchange, OpenFinalFrame, Reply
 from airflow_provider_bos.mcp.final_result import FinalResult, FinalResultParser
-from airflow_provider_bos.mcp.final_stream import (
-    memory_result,
-    streaming_result,
-)
-from airflow_provider_bos.mcp.http_status import (
-    abort,
-)
-from airflow_provider_bos.mcp.interactive import (
-    input_required_error,
-)
-from airflow_provider_bos.mcp.jsonrpc import (
-    CLIENT_CAPABILITIES_META_KEY,
-    IdGenerator,
-    rpc_error,
-)
+from airflow_provider_bos.mcp.final_stream import memory_result, streaming_result
+from airflow_provider_bos.mcp.interactive import input_required_error
+from airflow_provider_bos.mcp.jsonrpc import CLIENT_CAPABILITIES_META_KEY, rpc_error
 from airflow_provider_bos.mcp.reads import check_via, resolve_context_handle
 from airflow_provider_bos.mcp.retry import RetryPolicy, run_with_retries
 from airflow_provider_bos.mcp.source_results import SourceProgress, SourceResultsTracker, ToolStyle
 from airflow_provider_bos.mcp.sse import DEFAULT_MAX_EVENT_BYTES
-from airflow_provider_bos.models import (
-    PROTOCOL_2025,
-    PROTOCOL_2026,
-    SOURCE_RESULTS_EXTENSION,
-    BosContext,
-)
+from airflow_provider_bos.models import PROTOCOL_2025, PROTOCOL_2026, SOURCE_RESULTS_EXTENSION, BosContext
 
 __all__ = ["McpSession", "RetryPolicy", "BosReadCancelled", "HANDSHAKE_VERSIONS", "DEFAULT_MAX_ANSWER_BYTES"]
 
@@ -132,8 +106,24 @@ class _ReadConsumer:
 _PLAIN = CallOptions()
 
 
-class McpSession(HttpExchange):
+def _exchanged(name: str) -> Any:  # a read-only attribute of the session: its exchange's
+    return property(lambda session: getattr(session._exchange, name), doc=f"The exchange's ``{name}``.")
+
+
+class McpSession:
     """A JSON-RPC client for one BOS MCP endpoint. Use as a context manager or call :meth:`close`."""
+
+    url: str = _exchanged("url")
+    timeout: float = _exchanged("timeout")
+    stream_idle_timeout: float = _exchanged("stream_idle_timeout")
+    retry: RetryPolicy = _exchanged("retry")
+    max_event_bytes: int = _exchanged("max_event_bytes")
+    max_answer_bytes: int = _exchanged("max_answer_bytes")
+    stream_threshold_bytes: int = _exchanged("stream_threshold_bytes")
+    client_info: dict[str, Any] = _exchanged("client_info")
+    protocol_version: str | None = _exchanged("protocol_version")
+    session_id: str | None = _exchanged("session_id")
+    stateless: bool = _exchanged("stateless")  # speaking the 2026-07-28 stateless protocol
 
     def __init__(
         self,
@@ -152,55 +142,29 @@ class McpSession(HttpExchange):
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         if era not in ERAS:
-            raise BosConfigurationError(
-                f"Unknown MCP era {era!r}; use 'auto', '{PROTOCOL_2025}' or '{PROTOCOL_2026}'."
-            )
+            raise BosConfigurationError(f"Unknown MCP era {era!r}; use 'auto', '{PROTOCOL_2025}' or '{PROTOCOL_2026}'.")
         if not stream_idle_timeout > 0:
             raise BosConfigurationError(
-                f"The stream idle timeout must be a positive number of seconds, not {stream_idle_timeout!r}."
-            )
+                f"The stream idle timeout must be a positive number of seconds, not {stream_idle_timeout!r}.")
         if not 0 < operation_deadline_s < float("inf"):
             raise BosConfigurationError(
-                f"The operation deadline must be a positive number of seconds, not {operation_deadline_s!r}."
-            )
+                f"The operation deadline must be a positive number of seconds, not {operation_deadline_s!r}.")
         self.operation_deadline_s = operation_deadline_s
-        self.url = url
         self.era = ERAS[era]
-        self.timeout = timeout
-        self.stream_idle_timeout = stream_idle_timeout
-        self.retry = retry or RetryPolicy()
-        if max_event_bytes <= 0:
-            raise BosConfigurationError(f"max_event_bytes must be a positive number of bytes, not {max_event_bytes!r}.")
-        self.max_event_bytes = max_event_bytes
-        if max_answer_bytes <= 0:
-            raise BosConfigurationError(
-                f"max_answer_bytes must be a positive number of bytes, not {max_answer_bytes!r}."
-            )
-        # Every answer but a read's result; never above the event bound.
-        self.max_answer_bytes = min(max_answer_bytes, max_event_bytes)
-        # Below the bound, or a small max_event_bytes would refuse the events streaming exists for.
-        self.stream_threshold_bytes = min(stream_threshold_bytes, max_event_bytes // 2)
-        self.client_info = {"name": client_name, "version": __version__}
-        self._auth = auth
-        self._own_client = http_client is None
-        self._client = http_client or httpx.Client(timeout=timeout, follow_redirects=False)
-        self._ids = IdGenerator()
-        # Negotiated state.
-        self.protocol_version: str | None = None
+        self._exchange = HttpExchange(
+            url, auth=auth, http_client=http_client, timeout=timeout, stream_idle_timeout=stream_idle_timeout,
+            retry=retry or RetryPolicy(), max_event_bytes=max_event_bytes, max_answer_bytes=max_answer_bytes,
+            stream_threshold_bytes=stream_threshold_bytes, client_info={"name": client_name, "version": __version__},
+        )
+        # Negotiated state (the protocol version and session id are the exchange's).
         self.server_capabilities: dict[str, Any] = {}
         self.server_info: dict[str, Any] | None = None
         self.instructions: str | None = None
-        self._session_id: str | None = None
         self._connected = False
         self._closed = False
         self._tool_names: set[str] | None = None
-        # Cancellation: cancel() may run on another thread.
-        self._lock = threading.Lock()
-        self._inflight: httpx.Response | None = None
-        self._cancel = threading.Event()
         self._op_depth = 0
         self._deadline: Deadline | None = None  # the running operation's
-        self._reconnect = Reconnect(reopen=self._reopen_stream, sleep=self._sleep, release=self._release)
 
     def __repr__(self) -> str:
         return f"McpSession(url={self.url!r}, era={self.era!r}, protocol_version={self.protocol_version!r})"
@@ -212,10 +176,6 @@ class McpSession(HttpExchange):
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-    @property
-    def session_id(self) -> str | None:
-        return self._session_id
 
     @property
     def source_results(self) -> dict[str, Any] | None:
@@ -254,67 +214,44 @@ class McpSession(HttpExchange):
         if self._closed:
             return
         self._closed = True
-        try:
-            if self._session_id is not None and not self.stateless:
-                headers = {"Mcp-Session-Id": self._session_id}
-                if self.protocol_version:
-                    headers["MCP-Protocol-Version"] = self.protocol_version
-                response = self._client.delete(self.url, headers=headers, timeout=min(self.timeout, 10.0),
-                                               **self._auth_kwargs())
-                logger.debug("MCP session DELETE answered HTTP %s.", response.status_code)
-        except (httpx.HTTPError, BosAuthError) as exc:  # best effort: the server expires sessions anyway
-            logger.debug("MCP session DELETE failed: %s", type(exc).__name__)
-        finally:
-            self._session_id = None
-            if self._own_client:
-                self._client.close()
+        self._exchange.close()
 
     def cancel(self) -> None:
         """Abort the in-flight request from any thread; the server sees the client disconnect.
 
         The reading thread then raises :class:`BosReadCancelled`. A no-op when nothing is running.
         """
-        self._cancel.set()
-        with self._lock:
-            response = self._inflight
-        if response is not None:
-            abort(response)
+        self._exchange.cancel()
 
     # --- requests ------------------------------------------------------------------------------
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one JSON-RPC request and return its ``result`` (errors raise :class:`BosJsonRpcError`)."""
-        with self._operation():
-            self.connect()
+        with self._operation(connect=True):
             return self._request(method, params)
 
     def list_tools(self) -> list[dict[str, Any]]:
         """All tools, following ``nextCursor`` pagination."""
-        with self._operation():
-            self.connect()
+        with self._operation(connect=True):
             return self._list_tools(None)
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """``tools/call`` without streaming; returns the plain ``CallToolResult`` object."""
-        with self._operation():
-            self.connect()
+        with self._operation(connect=True):
             return self._request("tools/call", {"name": name, "arguments": arguments})
 
     def read_resource(self, uri: str) -> dict[str, Any]:
-        with self._operation():
-            self.connect()
+        with self._operation(connect=True):
             return self._request("resources/read", {"uri": uri})
 
     def get_contexts(self) -> list[BosContext]:
         """The authorized BOS contexts (``bos_get_context``)."""
-        with self._operation():
-            self.connect()
+        with self._operation(connect=True):
             return self._get_contexts(None)
 
     def list_context_tools(self, context_handle: str) -> dict[str, Any]:
         """The operations and resources of one context (``bos_list_context_tools``)."""
-        with self._operation():
-            self.connect()
+        with self._operation(connect=True):
             result = self._request(
                 "tools/call", {"name": "bos_list_context_tools", "arguments": {"context_handle": context_handle}}
             )
@@ -360,8 +297,7 @@ class McpSession(HttpExchange):
         """
         check_via(via)
         deadline = Deadline.after(DEFAULT_READ_DEADLINE if deadline_s is None else deadline_s)
-        with self._operation(deadline):
-            self.connect()
+        with self._operation(deadline, connect=True):
             style: ToolStyle
             if via == "auto":
                 style = "direct" if tool_name in self._tool_name_set(deadline) else "execute"
@@ -404,24 +340,24 @@ class McpSession(HttpExchange):
                 reply.request_id, tool_style=style, observations=tracker, streamed=reply.streamed and opt_in,
                 requested_context=requested,
             )
-            if reply.stream is not None:
-                result = streaming_result(reply.stream, parser)
-            else:
-                result = memory_result(reply.message, reply.raw, parser)
+            result = (streaming_result(reply.stream, parser) if isinstance(reply, OpenFinalFrame)
+                      else memory_result(reply.message, reply.raw, parser))
             return result if stream_records else result.materialised()
 
     # --- internals: operations -----------------------------------------------------------------
 
     @contextmanager
-    def _operation(self, deadline: Deadline | None = None) -> Iterator[None]:
+    def _operation(self, deadline: Deadline | None = None, *, connect: bool = False) -> Iterator[None]:
         """One public operation, under its deadline (``deadline``, else the operation deadline):
-        every request it makes, the handshake included, ends by then."""
+        every request it makes, the handshake included (``connect``: first), ends by then."""
         # cancel() aims at the running operation: a cancel left over from an idle moment is dropped.
         if self._op_depth == 0:
-            self._cancel.clear()
+            self._exchange.cancelled.clear()
             self._deadline = deadline or Deadline.after(self.operation_deadline_s, "operation_deadline")
         self._op_depth += 1
         try:
+            if connect:
+                self.connect()
             yield
         finally:
             self._op_depth -= 1
@@ -432,7 +368,7 @@ class McpSession(HttpExchange):
         self, method: str, params: dict[str, Any] | None, deadline: Deadline | None = None
     ) -> dict[str, Any]:
         reply = self._call(method, params, CallOptions(deadline))
-        message = reply.message
+        message = None if isinstance(reply, OpenFinalFrame) else reply.message
         if not isinstance(message, Mapping):
             raise BosProtocolError(f"The response to {method} is not a JSON object.")
         if "error" in message and message.get("id") in (None, reply.request_id):
@@ -494,39 +430,38 @@ class McpSession(HttpExchange):
     # --- internals: era negotiation ------------------------------------------------------------
 
     def _discover(self, *, probe: bool) -> None:
-        self.protocol_version = PROTOCOL_2026  # the envelope and headers of the probe
+        self._exchange.protocol_version = PROTOCOL_2026  # the envelope and headers of the probe
         try:
             result = self._request("server/discover", None)
             check_discovered(result, probe=probe)
         except (BosJsonRpcError, BosHttpError) as exc:
-            self.protocol_version = None
+            self._exchange.protocol_version = None
             verdict = probe_verdict(exc) if probe else None
             if verdict is None:
                 raise
             raise verdict from None
         except BaseException:
-            self.protocol_version = None
+            self._exchange.protocol_version = None
             raise
         self._describe(ServerDescription.from_result(result, discover=True))
         logger.debug("MCP: stateless %s via server/discover.", PROTOCOL_2026)
 
     def _initialize(self) -> None:
-        self.protocol_version = None
-        self._session_id = None
+        self._exchange.protocol_version = self._exchange.session_id = None
         params = {"protocolVersion": PROTOCOL_2025, "capabilities": {}, "clientInfo": self.client_info}
         result = self._request("initialize", params)
-        self.protocol_version = check_handshake_version(result.get("protocolVersion"))
+        self._exchange.protocol_version = check_handshake_version(result.get("protocolVersion"))
         self._describe(ServerDescription.from_result(result, discover=False))
-        self._notify("notifications/initialized")
+        self._exchange.notify("notifications/initialized", None, self._deadline)
         logger.debug("MCP: initialized %s (session id %s).", self.protocol_version,
-                     "set" if self._session_id else "none")
+                     "set" if self.session_id else "none")
 
     def _describe(self, server: ServerDescription) -> None:
         self.server_capabilities = server.capabilities
         self.server_info = server.server_info
         self.instructions = server.instructions
 
-    # --- internals: HTTP -----------------------------------------------------------------------
+    # --- internals: requests with retries -------------------------------------------------------
 
     def _call(
         self,
@@ -541,10 +476,10 @@ class McpSession(HttpExchange):
 
         def attempt() -> Reply:
             return run_with_retries(
-                lambda: self._attempt(method, params, options),
+                lambda: self._exchange.request(method, params, options),
                 self.retry,
                 deadline=deadline.at if deadline is not None else None,
-                sleep=self._sleep,
+                sleep=self._exchange.sleep,
                 describe=method,
             )
 

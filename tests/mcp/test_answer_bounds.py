@@ -12,13 +12,13 @@ must stop reading at the bound, with :class:`BosAnswerTooLarge`, before anything
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
 import pytest
+from mcphelpers import serve
 
 from airflow_provider_bos.exceptions import BosAnswerTooLarge, BosResultError
 from airflow_provider_bos.mcp import (
@@ -113,27 +113,9 @@ def bomber() -> Iterator[Callable[[str, str], str]]:
     servers: list[ThreadingHTTPServer] = []
 
     def start(target: str, form: str) -> str:
-        behaviour = Bomber(target, form)
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                try:
-                    behaviour.handle(self)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            do_GET = do_DELETE = do_POST
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server, url = serve(Bomber(target, form).handle)
         servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/mcp"
+        return url
 
     yield start
     for server in servers:

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
+from mcphelpers import serve
 
 from airflow_provider_bos.exceptions import BosDeadlineExceeded, BosError, BosIncompleteStreamError
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
@@ -110,26 +111,9 @@ def hostile_server() -> Iterator[Callable[[str], tuple[str, Hostile]]]:
 
     def start(hostile: str) -> tuple[str, Hostile]:
         behaviour = Hostile(hostile)
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                try:
-                    behaviour.handle(self)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            do_GET = do_DELETE = do_POST
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        server, url = serve(behaviour.handle)
         servers.append((server, behaviour))
-        return f"http://127.0.0.1:{server.server_address[1]}/mcp", behaviour
+        return url, behaviour
 
     yield start
     for server, behaviour in servers:
@@ -216,8 +200,9 @@ def test_resumptions_per_call_are_bounded_even_when_every_connection_brings_a_ne
     session = McpSession("http://127.0.0.1:9/mcp", era="2025-11-25", retry=FAST,
                          http_client=httpx.Client(transport=httpx.MockTransport(fake)))
     sleeps: list[float] = []  # recorded, not waited
-    session._reconnect = Reconnect(reopen=session._reopen_stream, release=session._release,
-                                   sleep=lambda s: (sleeps.append(s), session._sleep(0)))
+    http = session._exchange
+    http.reconnect = Reconnect(reopen=http.reopen_stream, release=http.release,
+                               sleep=lambda s: (sleeps.append(s), http.sleep(0)))
     with session, pytest.raises(BosIncompleteStreamError, match=f"resumed {MAX_RESUMPTIONS_PER_CALL} times"):
         session.federated_read("search_people", {}, via="direct", deadline_s=3600.0)
     assert len(gets) == MAX_RESUMPTIONS_PER_CALL

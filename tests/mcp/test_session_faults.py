@@ -496,7 +496,7 @@ def test_a_large_json_answer_hands_out_records_before_its_body_ends() -> None:
             got += [r["record_ref"] for r in stream]
             assert got == [r["record_ref"] for r in records]
             assert result.completeness == "complete" and result.result_count == 600 and not result.streamed
-        assert session._inflight is None
+        assert session._exchange._inflight is None
 
 
 def test_a_json_answer_cut_mid_body_raises_from_the_records() -> None:
@@ -508,7 +508,7 @@ def test_a_json_answer_cut_mid_body_raises_from_the_records() -> None:
             list(result.records)
         with pytest.raises(BosResultError, match="record stream failed"):
             _ = result.completeness
-        assert session._inflight is None
+        assert session._exchange._inflight is None
 
 
 def test_a_json_answer_that_is_no_result_is_decoded_whole_and_says_what_it_is() -> None:

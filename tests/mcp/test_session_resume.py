@@ -110,8 +110,9 @@ def make(fake: ResumingBos, sleeps: list[float] | None = None, **kwargs: Any) ->
     session = McpSession(URL, http_client=httpx.Client(transport=httpx.MockTransport(fake)), era="2025-11-25",
                          retry=FAST, **kwargs)
     if sleeps is not None:  # record the waits instead of waiting (the cancel check still applies)
-        session._reconnect = Reconnect(reopen=session._reopen_stream, release=session._release,
-                                       sleep=lambda s: (sleeps.append(s), session._sleep(0)))
+        http = session._exchange
+        http.reconnect = Reconnect(reopen=http.reopen_stream, release=http.release,
+                                   sleep=lambda s: (sleeps.append(s), http.sleep(0)))
     return session
 
 
@@ -218,8 +219,9 @@ def test_the_stream_idle_timeout_is_not_resumed() -> None:
 def test_a_cancel_while_waiting_to_resume_ends_the_read() -> None:
     fake = ResumingBos(two_pages_then("reset"), replay_then_final)
     session = make(fake)
-    session._reconnect = Reconnect(reopen=session._reopen_stream, release=session._release,
-                                   sleep=lambda s: (session.cancel(), session._sleep(s)))
+    http = session._exchange
+    http.reconnect = Reconnect(reopen=http.reopen_stream, release=http.release,
+                               sleep=lambda s: (session.cancel(), http.sleep(s)))
     with session, pytest.raises(BosReadCancelled):
         read(session)
     assert fake.get_requests == []

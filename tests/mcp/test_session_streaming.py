@@ -145,7 +145,7 @@ def test_cancel_while_consuming_records(bos_server_factory: Any) -> None:
         with pytest.raises(BosReadCancelled):
             for _ in records:
                 pass
-        assert session._inflight is None
+        assert session._exchange._inflight is None
 
 
 def test_closing_the_result_early_releases_the_response(bos_server_factory: Any) -> None:
@@ -154,7 +154,7 @@ def test_closing_the_result_early_releases_the_response(bos_server_factory: Any)
     with session:
         with result:
             next(result.records)
-        assert session._inflight is None
+        assert session._exchange._inflight is None
         # The session is usable again afterwards.
         assert session.get_contexts()
 
@@ -176,12 +176,12 @@ def test_a_large_json_answer_is_scanned_as_it_arrives(bos_server_factory: Any, e
     with session:
         records = result.records
         next(records)
-        assert session._inflight is not None  # the body is still arriving
+        assert session._exchange._inflight is not None  # the body is still arriving
         threading.Thread(target=session.cancel).start()
         with pytest.raises(BosReadCancelled):
             for _ in records:
                 pass
-        assert session._inflight is None
+        assert session._exchange._inflight is None
 
 
 def test_default_keeps_materialised_records(bos_server: Any) -> None:
