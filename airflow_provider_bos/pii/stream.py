@@ -25,13 +25,21 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosResultError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrameRestarted, BosResultError
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
 from airflow_provider_bos.pii.keyed_hash import PiiKey
 from airflow_provider_bos.pii.policy import PiiPolicy
 from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord
 
 __all__ = ["KeyedWireHashes", "PolicyRun"]
+
+
+def _unhashable(record: dict[str, Any], exc: BosConfigurationError) -> BosResultError:
+    """The run's error for a record the policy cannot store (names its ref and field, never a value)."""
+    ref = record.get("record_ref")
+    shown = repr(ref[:80]) if isinstance(ref, str) else "without a record_ref"
+    return BosResultError(f"Record {shown} cannot be stored under the personal-data policy: {exc} "
+                          "Nothing was written.")
 
 
 class KeyedWireHashes:
@@ -115,7 +123,10 @@ class PolicyRun:
         for record in records:
             kind = type(record)
             if kind is wire_record:
-                stored: Any = apply(record, into=wire_record)
+                try:
+                    stored: Any = apply(record, into=wire_record)
+                except BosConfigurationError as exc:  # an object or list where a hashed value goes
+                    raise _unhashable(record, exc) from None
                 raw = getattr(record, "wire_hash", None)
                 if raw is not None and digest_hex is not None:
                     stored.wire_hash = digest_hex(raw.encode("ascii"))
@@ -130,6 +141,9 @@ class PolicyRun:
                 yield known_record(record.record_ref, matcher.keyed(record.wire_hash), matcher.stored,
                                    record.handle)
             elif isinstance(record, dict):
-                yield apply(record)  # a record built another way: no wire hash to key
+                try:
+                    yield apply(record)  # a record built another way: no wire hash to key
+                except BosConfigurationError as exc:
+                    raise _unhashable(record, exc) from None
             else:
                 yield record  # not a record: the writer's check says what is wrong with it

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrameRestarted
+from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrameRestarted, BosResultError
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint, hash_value
 from airflow_provider_bos.pii.stream import KeyedWireHashes, PolicyRun
 from airflow_provider_bos.sync import run_sync
@@ -269,3 +269,12 @@ def test_the_keyed_matcher_keys_each_hash_once_per_claim(key: PiiKey) -> None:
     assert matcher.match("ab" * 32) == keyed("ab" * 32) and matcher.match("cd" * 32) is None
     assert matcher.keyed("cd" * 32) == keyed("cd" * 32) and len(matcher) == 1
     assert KEY_TEXT not in repr(matcher) + repr(PolicyRun(PiiPolicy.parse(POLICY), key))
+
+
+def test_a_record_the_policy_cannot_hash_fails_the_run_naming_its_ref_not_its_value(key: PiiKey) -> None:
+    odd = {**person(4, RAW[0], RAW[1]), "display_name": {"given": "Ada", "family": "Lovelace"}}
+    sink = _Sink()
+    says = r"Record 'bos:person:4' cannot be stored .* dict in display_name"
+    with pytest.raises(BosResultError, match=says) as caught:
+        sync(_Read([PEOPLE[0], odd]), sink, policy_run(key, {**POLICY, "display_name": "hash"}))
+    assert "Lovelace" not in str(caught.value) and "Lovelace" not in sink.failures[-1]
