@@ -28,6 +28,7 @@ from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_s
 
 from airflow_provider_bos.pii import PiiKey, hash_value
 from airflow_provider_bos.testing.federation import PlannedRead, expected_final
+from airflow_provider_bos.testing.scenario import load_scenario
 from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.dialects.duckdb import DuckDbDialect
 from airflow_provider_bos.warehouse.schema import companion_table_name
@@ -229,3 +230,22 @@ def test_a_run_under_another_key_or_policy_fails_before_its_read(pii, run_dag, o
     assert failed["status"] == "failed"
     assert "another personal-data policy or key" in failed["error_message"]
     assert "Nothing was read" in failed["error_message"] and KEY_TEXT not in failed["error_message"]
+
+
+@every_dialect
+def test_quarantined_records_are_stored_under_the_policy_too(pii, run_dag, caplog, capsys) -> None:
+    """Two final records no table can store (a record_ref too long, a display_name that is an object):
+    quarantined in ``<table>_rejects``, which holds nothing raw of a hashed or dropped field either."""
+    scenario = load_scenario(SCENARIO)
+    scenario = scenario.model_copy(update={"faults": scenario.faults.model_copy(
+        update={"unstorable_final_records": True})})
+    pii["server"].set_scenario(scenario)
+    raw = raw_values(r.record for r in expected_final(scenario, 1).records)
+    with caplog.at_level(logging.DEBUG):
+        dag_run = run(pii, run_dag, BOS_TEST_INVALID_RECORDS="quarantine")
+    assert task_states(dag_run)["sync"] == "success"  # partial: the sensor then stops the DAG
+    summary = xcom_summary(dag_run)
+    assert (summary["inserted"], summary["rejected"]) == (230, 2)
+    assert sa.inspect(pii["engine"]).has_table(companion_table_name(pii["table"], "rejects"))
+    log = caplog.text + "".join(capsys.readouterr())
+    assert not leaks([*every_table(pii), *pii["observed"].texts(), json.dumps(summary), log], raw)

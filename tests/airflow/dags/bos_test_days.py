@@ -40,6 +40,7 @@ with DAG(
         read_deadline=timedelta(seconds=60),
         pii_policy=json.loads(env("BOS_TEST_PII_POLICY", "null")),
         pii_key_conn_id=env("BOS_TEST_PII_KEY_CONN", "bos_pii_key"),
+        invalid_records=env("BOS_TEST_INVALID_RECORDS", "fail"),
     )
     check = BosCompletenessSensor(
         task_id="check",
