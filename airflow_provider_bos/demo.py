@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -64,6 +65,8 @@ class Demo:
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{self.home / 'airflow.db'}",
             AIRFLOW__LOGGING__LOGGING_LEVEL="INFO",
             AIRFLOW_CONN_BOS_WAREHOUSE=json.dumps({"conn_type": "sqlite", "host": str(self.warehouse)}),
+            # The daily DAG's personal-data hash key: a fresh random one per demo (a real one is kept).
+            AIRFLOW_CONN_BOS_PII_KEY=json.dumps({"conn_type": "generic", "password": secrets.token_urlsafe(48)}),
             BOS_ALERTS_FILE=str(self.alerts),
         )
 
@@ -162,8 +165,11 @@ class Demo:
             ).fetchall()
             total = db.execute("SELECT COUNT(*) FROM bos_people_daily").fetchone()[0]
             versions = db.execute("SELECT COUNT(*) FROM bos_people_daily_history").fetchone()[0]
+            email = db.execute("SELECT email FROM bos_people_daily WHERE email IS NOT NULL LIMIT 1").fetchone()
         print(f"\n   bos_people_daily: {total} rows, {current} current (WHERE _bos_deleted_at IS NULL), "
               f"{len(merged)} merged into others, {len(left)} left; {versions} versions in its history")
+        if email:  # the DAG's personal-data policy: emails and phones stored as keyed hashes
+            print(f"     email, as stored under the policy: {email[0][:16]}... (HMAC-SHA-256)")
         for ref, successor in merged[:4]:
             print(f"     merged: {ref} -> {successor}")
         for ref, name in left[:3]:

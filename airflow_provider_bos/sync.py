@@ -16,7 +16,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_bos.exceptions import BosError, BosResultError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosError, BosResultError
+from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
+from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.redaction import redact, redacted_prefix
 from airflow_provider_bos.wire import (
     FederatedRead,
@@ -31,8 +33,8 @@ from airflow_provider_bos.wire import (
 )
 
 __all__ = [
-    "KNOWN_COMPLETENESS", "SyncOutcome", "contradiction_message", "cyclic_gc_paused", "failure_message", "run_status",
-    "run_sync",
+    "KNOWN_COMPLETENESS", "SyncOutcome", "contradiction_message", "cyclic_gc_paused", "failure_message",
+    "require_pii_policy", "run_status", "run_sync",
 ]
 
 log = logging.getLogger(__name__)
@@ -189,6 +191,22 @@ def _known_wire_hashes(writer: RecordSink) -> Iterator[Future[KnownWireHashes]]:
         yield pool.submit(writer.known_wire_hashes)
 
 
+def require_pii_policy(writer: RecordSink, fingerprint: PolicyFingerprint | None) -> None:
+    """Refuse the run before its read if the table was written under another personal-data policy.
+
+    A sink that cannot remember a policy (one without ``require_pii_policy``) may only take runs
+    without one: a policy it would not enforce on the next run is no policy.
+    """
+    require = getattr(writer, "require_pii_policy", None)
+    if require is not None:
+        require(fingerprint)
+    elif fingerprint is not None:
+        raise BosConfigurationError(
+            f"The destination ({type(writer).__name__}) cannot remember a personal-data policy, so it "
+            "cannot take a run with one; write to a warehouse table (WarehouseWriter)."
+        )
+
+
 def run_sync(
     read: FederatedRead,
     writer: RecordSink,
@@ -199,6 +217,7 @@ def run_sync(
     logger: logging.Logger | Any = log,
     invalid_records: str = "fail",
     reconcile: ReconcileOptions | None = None,
+    pii: PolicyRun | None = None,
     **read_options: Any,
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
@@ -209,10 +228,16 @@ def run_sync(
     re-raised. ``invalid_records``: ``"fail"`` or ``"quarantine"`` (see :class:`~..wire.WriteOptions`);
     a run that quarantined records is ``partial``. ``reconcile``: sync mode, scope, deletions, the
     retire guard and history (:class:`~..wire.ReconcileOptions`; default: incremental); a run whose
-    retirements the guard withheld is ``partial``.
+    retirements the guard withheld is ``partial``. ``pii``: the run's personal-data policy with its
+    key (:class:`~.pii.stream.PolicyRun`; None: no policy): the table must have been written under
+    the same one (checked before the read), and every record is stored as the policy says, with
+    keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`).
     """
     result: StreamingRead | None = None
+    fingerprint = pii.fingerprint if pii is not None else None
     try:
+        # Before any request to BOS: a table written under another policy (or key) is never read for.
+        require_pii_policy(writer, fingerprint)
         with cyclic_gc_paused(), _known_wire_hashes(writer) as known:
             # The context is noted on the run as soon as the read knows it: a read that fails
             # before its final result is then audited under it (a sensor watching that context
@@ -224,15 +249,22 @@ def run_sync(
             # Records arriving byte-identical to stored ones are not decoded (the writer verifies
             # each such claim in SQL before it counts the record unchanged).
             hashes = known.result()  # always awaited: the load must not overlap the write
+            # Under a policy the stored hashes are keyed: the read matches through the key.
+            keyed = pii.known_wire_hashes(hashes) if pii is not None else None
+            matcher: KnownWireHashes | None = hashes if pii is None else keyed
             # The writer confirms the claims against the same hashes the read matched them in.
-            matched = hashes if streaming.use_known_wire_hashes(hashes) else None
+            matched = hashes if matcher is not None and streaming.use_known_wire_hashes(matcher) else None
             # The final records flow straight from the response into staging; the audit fields
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).
             with streaming:
                 options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
-                                       invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions())
-                counts = writer.write_run(run, streaming.records, options)
+                                       invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions(),
+                                       pii=fingerprint)
+                records = streaming.records
+                if pii is not None:  # applied before the writer: nothing raw is staged or stored
+                    records = pii.stored_records(records, keyed if matched is not None else None)
+                counts = writer.write_run(run, records, options)
     except BaseException as exc:
         _audit_failure(writer, run, exc, result, logger)
         raise

@@ -47,6 +47,10 @@ P3_SPEEDUP = 3.0
 P3_DUCKDB_SPEEDUP = 2.0  # DuckDB's unchanged re-run against its first sync
 P3_CHURN_RATIO = 1.3  # a full re-run with 1 % changed and 1 % gone, against the re-stamped re-run
 P3_RESTAMPED_SPEEDUP = 2.0  # nobody changed, every observed_at moved: against the first sync
+# --pii: a first sync under the personal-data policy against the same sync without one, and its
+# unchanged re-run against that first sync.
+PII_VS_PLAIN = 0.9
+PII_RERUN_SPEEDUP = 2.0
 P4_MB_S = 200.0
 OTHER_VS_RAW = 0.5  # SQLite and MariaDB first syncs against their raw bulk baselines
 
@@ -128,6 +132,8 @@ class Config:
     timeout_s: float
     json_out: Path | None = None
     quick: bool = False
+    #: Each round also runs the first sync and its unchanged re-run under the personal-data policy.
+    pii: bool = False
     feed: str = "replay"
     repeat: int = 1
     duckdb_memory_limit: str | None = None  # P2's DuckDB syncs; None: DuckDB's own default
@@ -213,7 +219,8 @@ class Bench:
                 engine = sa.create_engine(url)
                 with engine.begin() as conn:
                     for name in names:  # with the tables a records table has beside it
-                        for table in (name, f"{name}_lineage", f"{name}_history"):
+                        for table in (name, f"{name}_lineage", f"{name}_history", f"{name}_rejects",
+                                      f"{name}_policy"):
                             conn.exec_driver_sql(
                                 f"DROP TABLE IF EXISTS {engine.dialect.identifier_preparer.quote(table)}")
                 engine.dispose()
@@ -259,11 +266,11 @@ class Bench:
         return result.get("error")
 
     def sync(self, dialect: str, records: int, table: str, audit: str, label: str, *, stream: bool = True,
-             day: int = 1, read: int = 0, url: str | None = None) -> Row:
+             day: int = 1, read: int = 0, url: str | None = None, pii: bool = False) -> Row:
         """One sync in a child process; ``stream=False``: no opt-in, one application/json answer (read live);
         ``day``: the scenario's day read (2: 1 % of the people gone, 1 % changed); ``read``: 1 for a
         later read of the day (every provenance observed_at moved); ``url``: the destination, if not
-        the dialect's."""
+        the dialect's; ``pii``: under the personal-data policy (``BENCH_PII_POLICY``, bench/ours.py)."""
         row = Row("-", label, dialect)
         params = replace(self.config.params(records), day=day, read=read)
         feed = self._feed_for(row, params)
@@ -275,7 +282,8 @@ class Bench:
         if self.config.profile is not None:
             slug = "".join(c if c.isalnum() else "-" for c in label).strip("-")
             spec["profile"] = str(self.config.profile / f"{slug}-{dialect}-{records}-{secrets.token_hex(2)}")
-        result = self._child("sync", spec, env={"BENCH_BEARER_TOKEN": self.token or ""})
+        env = {"BENCH_BEARER_TOKEN": self.token or ""} | ({"BENCH_PII_POLICY": "1"} if pii else {})
+        result = self._child("sync", spec, env=env)
         self._fill(row, result, bytes_key="wire_bytes", expect=final_record_count(params))
         if misses is not None and self._replay_misses(day, read) != misses:
             row.note = (row.note + "; " if row.note else "") + (
@@ -461,6 +469,8 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
     restamps: list[Row] = []
     churns: list[Row] = []
     others: list[Row] = []
+    pii_firsts: list[Row] = []
+    pii_seconds: list[Row] = []
     # A full read retires what it no longer returns: then the re-run of the next day (1 % changed,
     # 1 % gone) is timed too, on the same table, against the unchanged re-run.
     churn = "P3" in want and os.environ.get("BENCH_SYNC_MODE") == "full" and config.params(config.records).churn
@@ -484,6 +494,16 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
                                                  "sync: full re-run, next day: 1% changed + 1% gone", day=2))
             finally:
                 bench.drop_tables()
+        if syncs and config.pii:  # the same two syncs under the policy, in the same round
+            table, audit = bench._table(url, "pii"), bench._table(url, "piiaudit")
+            try:
+                pii_firsts.append(bench.sync(dialect, config.records, table, audit,
+                                             "sync (pii policy): first run (empty table)", pii=True))
+                if "P3" in want:
+                    pii_seconds.append(bench.sync(dialect, config.records, table, audit,
+                                                  "sync (pii policy): re-run, unchanged data", pii=True))
+            finally:
+                bench.drop_tables()
         if into_other:
             table, audit = bench._table(url, "other"), bench._table(url, "oaudit")
             label = f"sync: first run, table holds {config.records:,} other rows"
@@ -505,13 +525,15 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
     restamped = _median(restamps) if restamps else None
     churned = _median(churns) if churns else None
     other = _median(others) if others else None
+    pii_first = _median(pii_firsts) if pii_firsts else None
+    pii_second = _median(pii_seconds) if pii_seconds else None
     rows += [r for r in (raw, naive, merge) if r is not None]
     if _ok(raw) and _ok(naive):
         naive.vs_copy = naive.rate / raw.rate
     for ceiling in ceilings if is_pg else []:
         if _ok(ceiling) and _ok(raw):  # the most any client can reach from that feed, vs COPY
             ceiling.vs_copy = ceiling.rate / raw.rate
-    rows += [r for r in (first, second, restamped, churned, other) if r is not None]
+    rows += [r for r in (first, second, restamped, churned, other, pii_first, pii_second) if r is not None]
     _floor_notes(ceilings, raw, first, second, dialect)
     inserted_all = False
     if _ok(first):
@@ -563,7 +585,32 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
                      what="re-stamped records")
     if churned is not None:
         _judge_churn(config, churned, restamped, churns, restamps, is_pg=is_pg)
+    if pii_first is not None:
+        _judge_pii_first(config, pii_first, first, pii_firsts, firsts, raw=raw)
+    if pii_second is not None:
+        _judge_rerun(config, pii_second, pii_first, pii_firsts, pii_seconds, goal=PII_RERUN_SPEEDUP, judged=judged,
+                     raw=raw, what="records")
     return first
+
+
+def _judge_pii_first(config: Config, pii_first: Row, first: Row | None, pii_firsts: list[Row], firsts: list[Row],
+                     *, raw: Row | None) -> None:
+    """The first sync under the personal-data policy: every record inserted, at least PII_VS_PLAIN times
+    the records/s of the same first sync without a policy (medians of the same rounds)."""
+    pii_first.goal = f">={PII_VS_PLAIN}x the first sync without a policy"
+    correct = fast = False
+    if _ok(pii_first):
+        inserted = pii_first.raw["counts"].get("inserted")
+        correct = inserted == pii_first.records
+        if not correct:
+            _add_note(pii_first, f"inserted {inserted}, not {pii_first.records}")
+        if _ok(raw):
+            pii_first.vs_copy = pii_first.rate / raw.rate
+        if _ok(first):
+            ratio = pii_first.rate / first.rate
+            pii_first.check = f"{ratio:.2f}x without a policy" + _ratio_range(pii_firsts, firsts)
+            fast = ratio >= PII_VS_PLAIN
+    _judge(pii_first, [pii_first, first], correct=correct, fast=fast, quick=config.quick)
 
 
 def _judge_rerun(config: Config, rerun: Row, first: Row | None, firsts: list[Row], reruns: list[Row], *,
@@ -751,6 +798,9 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--records-max", type=int, default=None,
                    help="P2 large size (default 200000 as a proxy; the target is at 1000000)")
     p.add_argument("--quick", action="store_true", help="small sizes: a smoke run well under a minute")
+    p.add_argument("--pii", action="store_true",
+                   help="each round also runs the first sync and its unchanged re-run under a personal-data "
+                        "policy (hash email and phone, drop attributes.employment; key: BENCH_PII_KEY)")
     p.add_argument("--targets", default=",".join(TARGETS), help="comma list of P1,P2,P3,P4")
     p.add_argument("--dialects", default=",".join(DIALECTS), help="comma list of postgres,sqlite,mysql,duckdb")
     p.add_argument("--style", choices=("execute", "direct"), default="execute",
@@ -807,6 +857,7 @@ def parse_args(argv: list[str] | None) -> Config:
         timeout_s=a.timeout,
         json_out=a.json,
         quick=quick,
+        pii=a.pii,
         feed=a.feed,
         repeat=max(1, a.repeat or (1 if quick else 3)),
         duckdb_memory_limit=None if a.duckdb_memory_limit.lower() == "none" else a.duckdb_memory_limit,

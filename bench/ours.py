@@ -81,6 +81,25 @@ def _reconcile() -> Any:
                            history=os.environ.get("BENCH_HISTORY") == "1")
 
 
+#: ``BENCH_PII_POLICY=1``: the sync's personal-data policy (the bench scenario's records have every
+#: one of these fields; ``attributes.employment`` is the subtree dropped).
+BENCH_PII_POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop"}
+# The key when BENCH_PII_KEY is not set: the bench's own tables only, never a real one.
+_BENCH_PII_KEY = "bench-only-personal-data-key-0123456789-abcdef"
+
+
+def _pii() -> Any:
+    """``BENCH_PII_POLICY=1``: the sync runs under :data:`BENCH_PII_POLICY`, hashed with the key in
+    ``BENCH_PII_KEY`` (default: a fixed bench-only key); otherwise None (no policy)."""
+    if os.environ.get("BENCH_PII_POLICY") != "1":
+        return None
+    from airflow_provider_bos.pii import PiiKey, PiiPolicy
+    from airflow_provider_bos.pii.stream import PolicyRun
+
+    key = PiiKey.from_text(os.environ.get("BENCH_PII_KEY") or _BENCH_PII_KEY, source="BENCH_PII_KEY")
+    return PolicyRun.of(PiiPolicy.parse(BENCH_PII_POLICY), key)
+
+
 def _postgres_cpu_s() -> float | None:
     """CPU seconds of every ``postgres`` process on this machine (the bench's database is local).
 
@@ -115,7 +134,7 @@ def _sync(core: _Core, session: Any, writer: Any, run: Any, *, tool: str, via: s
     from airflow_provider_bos.sync import run_sync
 
     outcome = run_sync(session.federated_read, writer, run, tool_name=tool, arguments=arguments,
-                       via=via, stream=stream, reconcile=_reconcile())
+                       via=via, stream=stream, reconcile=_reconcile(), pii=_pii())
     marks["final_result"] = time.perf_counter()
     return outcome.result, outcome.counts
 

@@ -6,7 +6,16 @@ A ``full`` read returns every person of its scope: a complete one retires who is
 ``bos_people_daily_history``. A partial read retires nothing; the guard keeps a suspiciously large
 retirement (an empty result, a wrong context) from happening, and the sensor then stops the DAG.
 
-Connections: ``bos_default`` (type bos) and ``bos_warehouse`` (sqlite/postgres/mysql).
+Personal data (docs/personal-data.md): the table stores each person's email and phone only as keyed
+hashes (HMAC-SHA-256; join or look a person up with ``airflow-provider-bos pii-hash``) and never
+the ``attributes.employment`` subtree; the history table, staged files, XCom, logs and lineage
+likewise. The key is the password of the ``bos_pii_key`` connection (any type), read by the task,
+never by this file: parsing the DAG needs no key. Create it once, e.g.
+``airflow connections add bos_pii_key --conn-type generic --conn-password "$(python -c 'import
+secrets; print(secrets.token_urlsafe(48))')"``, and keep it: the table refuses a run under another
+key or policy.
+
+Connections: ``bos_default`` (type bos), ``bos_warehouse`` (sqlite/postgres/mysql) and ``bos_pii_key``.
 """
 
 from __future__ import annotations
@@ -20,6 +29,8 @@ from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 
 WAREHOUSE_CONN_ID = "bos_warehouse"
 PEOPLE_TABLE = "bos_people_daily"
+# What the table may hold of a person: hashed or dropped fields never reach it in clear.
+PERSONAL_DATA_POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop"}
 
 with DAG(
     dag_id="bos_sync_people_daily",
@@ -41,6 +52,8 @@ with DAG(
         sync_mode="full",
         history=True,
         max_retire_fraction=0.5,
+        pii_policy=PERSONAL_DATA_POLICY,
+        pii_key_conn_id="bos_pii_key",
     )
 
     check_completeness = BosCompletenessSensor(

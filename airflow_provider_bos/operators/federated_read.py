@@ -19,6 +19,8 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosPartialRea
 from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.reads import check_via
 from airflow_provider_bos.operators.progress import ProgressLogger
+from airflow_provider_bos.pii import PiiPolicy
+from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.sync import run_sync
 from airflow_provider_bos.wire import ReconcileOptions, check_invalid_records, check_reconcile
 
@@ -67,6 +69,13 @@ class BosFederatedReadOperator(BaseOperator):
     :param history: keep every version of every record in ``<destination_table>_history``.
     :param adopt_unscoped_rows: let a full read retire rows written before scopes existed by runs
         of the same read (default False: such rows are outside every scope).
+    :param pii_policy: the personal-data policy: per field, ``"keep"`` (the default), ``"hash"`` or
+        ``"drop"``; fields ``display_name``, ``email``, ``phone``, ``sources[].external_id`` and
+        ``attributes.<path>`` (see docs/personal-data.md). Applied before anything is stored or
+        leaves the task. Checked when the DAG is parsed; not templated (the table remembers the
+        policy it was written with and refuses a run under another, so it cannot vary per run).
+    :param pii_key_conn_id: the Airflow Connection whose password is the hash key (default
+        ``bos_pii_key``); read, in the task, only when the policy hashes something.
     """
 
     template_fields: Sequence[str] = (
@@ -103,9 +112,15 @@ class BosFederatedReadOperator(BaseOperator):
         max_retire_fraction: float | None = 0.5,
         history: bool = False,
         adopt_unscoped_rows: bool = False,
+        pii_policy: Mapping[str, str] | None = None,
+        pii_key_conn_id: str = "bos_pii_key",
         **kwargs: Any,
     ) -> None:
         check_via(via)
+        # At DAG parse time, before any table: a wrong field or action fails the DAG import.
+        self._pii_policy = PiiPolicy.parse(pii_policy)
+        if not isinstance(pii_key_conn_id, str) or not pii_key_conn_id.strip():
+            raise BosConfigurationError("pii_key_conn_id must name an Airflow connection (e.g. 'bos_pii_key').")
         # At DAG parse time: a wrong value fails the DAG import, before any read or table.
         self._reconcile_values: dict[str, Any] = {
             "sync_mode": sync_mode, "scope": scope, "deletions": deletions,
@@ -137,6 +152,9 @@ class BosFederatedReadOperator(BaseOperator):
         self.max_retire_fraction = max_retire_fraction
         self.history = history
         self.adopt_unscoped_rows = adopt_unscoped_rows
+        #: The canonical policy (what the UI shows; field -> action, never a value).
+        self.pii_policy = self._pii_policy.as_dict()
+        self.pii_key_conn_id = pii_key_conn_id
         self._hook: BosHook | None = None
         self._hook_lock = threading.Lock()
         self._lineage: dict[str, Any] = {}
@@ -153,14 +171,26 @@ class BosFederatedReadOperator(BaseOperator):
         validate_identifier(self.audit_table, what="audit_table")
         _check_json_arguments(self.arguments)
         self._reconcile_options(None)  # a templated scope is checked once rendered, before the read
+        pii = self._policy_run()  # a missing key fails here, before any table or read
 
         engine = engine_for_connection(self.destination_conn_id)
         try:
-            return self._sync(context, engine)
+            return self._sync(context, engine, pii)
         finally:
             engine.dispose()  # the task's connections close with it, not with a pool left behind
 
-    def _sync(self, context: Context, engine: Any) -> dict[str, Any]:
+    def _policy_run(self) -> PolicyRun | None:
+        """The run's policy bound to its key (read only when the policy hashes); None: no policy."""
+        if self._pii_policy.is_empty:
+            return None
+        key = None
+        if self._pii_policy.needs_key:
+            from airflow_provider_bos.pii.airflow_key import key_from_connection
+
+            key = key_from_connection(self.pii_key_conn_id)  # registered with the secrets masker
+        return PolicyRun.of(self._pii_policy, key)
+
+    def _sync(self, context: Context, engine: Any, pii: PolicyRun | None) -> dict[str, Any]:
         """Read, land and audit one sync on ``engine``; the task's summary."""
         from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter, hash_arguments
 
@@ -190,6 +220,8 @@ class BosFederatedReadOperator(BaseOperator):
 
         hook = BosHook(self.bos_conn_id)
         reconcile = self._reconcile_options(hook.config.resource_url)
+        if pii is not None:  # field names, actions and the key's public id: nothing secret
+            self.log.info("BOS sync %s: personal-data policy %s", run.run_id, pii.fingerprint.text)
         with self._hook_lock:
             self._hook = hook
         try:
@@ -202,6 +234,7 @@ class BosFederatedReadOperator(BaseOperator):
                 logger=self.log,
                 invalid_records=self.invalid_records,
                 reconcile=reconcile,
+                pii=pii,
                 context_handle=self.context_handle,
                 via=self.via,
                 stream=self.stream,
@@ -283,6 +316,7 @@ class BosFederatedReadOperator(BaseOperator):
         from openlineage.client.event_v2 import InputDataset, OutputDataset
         from openlineage.client.facet_v2 import output_statistics_output_dataset, schema_dataset
 
+        from airflow_provider_bos.assets.pii_lineage import policy_column_descriptions
         from airflow_provider_bos.assets.tables import table_lineage_dataset
         from airflow_provider_bos.warehouse import record_columns
 
@@ -295,8 +329,10 @@ class BosFederatedReadOperator(BaseOperator):
             name=f"{self._lineage['context_handle'] or 'default'}/{self.tool_name}",
         )
         namespace, name = table_lineage_dataset(url, self.destination_schema, self.destination_table)
+        # Columns the personal-data policy hashes or drops say so (field names, never values).
+        described = policy_column_descriptions(self._pii_policy)
         fields = [
-            schema_dataset.SchemaDatasetFacetFields(name=column, type=type_name)
+            schema_dataset.SchemaDatasetFacetFields(name=column, type=type_name, description=described.get(column))
             for column, type_name in record_columns(url.get_backend_name())
         ]
         output = OutputDataset(

@@ -81,11 +81,17 @@ class PiiPlan:
     def __repr__(self) -> str:
         return f"PiiPlan({self.fingerprint.text})"
 
-    def apply(self, record: dict[str, Any]) -> dict[str, Any]:
-        """``record`` as the policy stores it (``record`` itself when the policy keeps everything)."""
+    def apply(
+        self, record: dict[str, Any], *, into: Callable[[dict[str, Any]], dict[str, Any]] = dict,
+    ) -> dict[str, Any]:
+        """``record`` as the policy stores it (``record`` itself when the policy keeps everything).
+
+        ``into`` makes the stored record's copy (e.g. a ``dict`` subclass the writer knows), so it
+        is copied once, not twice.
+        """
         if self.is_empty:
             return record
-        out = dict(record)
+        out = into(record)
         for name, hash_one in self._top:  # no hasher: the field is dropped
             value = out.get(name)
             if value is not None:
@@ -96,7 +102,9 @@ class PiiPlan:
                 out["sources"] = [self._hashed_external_id(entry) for entry in sources]
         if self._attributes is not None:
             attributes = out.get("attributes")
-            if attributes is not None:
+            if type(attributes) is dict and self._attributes.action == _KEEP:
+                out["attributes"] = self._apply_children(self._attributes, attributes)
+            elif attributes is not None:
                 applied = self._apply_node(self._attributes, attributes)
                 out["attributes"] = {} if applied is _DROPPED else applied
         return out
@@ -162,7 +170,13 @@ class PiiPlan:
         for key, child in node.children.items():
             if key not in value:
                 continue
-            applied = self._apply_node(child, value[key])
+            # A leaf rule is applied here, not through two more calls (the common case: a subtree dropped).
+            if child.children:
+                applied = self._apply_node(child, value[key])
+            elif child.action == _DROP:
+                applied = _DROPPED
+            else:
+                applied = self._apply_action(child.action, value[key])
             if applied is value[key]:
                 continue
             if out is None:

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 from afhelpers import task_states
 
 from airflow_provider_bos.testing.scenario import load_scenario
+from airflow_provider_bos.warehouse import WarehouseWriter
 
 REPO_DAGS = Path(__file__).resolve().parents[2] / "dags"
 EXAMPLE_DAG_IDS = {"bos_sync_people", "bos_sync_people_daily", "bos_sync_all_contexts", "bos_completeness_monitor"}
@@ -88,9 +89,14 @@ def test_bos_completeness_monitor_alerts_on_a_partial_sync(bos_airflow, run_dag,
 
 
 @pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
-def test_bos_sync_people_daily_retires_leavers_and_follows_merges(bos_airflow, run_dag) -> None:
+@pytest.mark.skipif(not hasattr(WarehouseWriter, "require_pii_policy"),
+                    reason="its personal-data policy needs WarehouseWriter.require_pii_policy")
+def test_bos_sync_people_daily_retires_leavers_and_follows_merges(bos_airflow, run_dag, monkeypatch) -> None:
+    from airflow_provider_bos.pii import PiiKey, hash_value
     from airflow_provider_bos.testing.federation import day_changes, expected_final
 
+    key_text = "example-dag-test-key-0123456789-abcdefghijk"
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_PII_KEY", json.dumps({"conn_type": "generic", "password": key_text}))
     server, engine = bos_airflow["server"], bos_airflow["engine"]
     server.set_scenario(load_scenario("people_over_time"))
     try:
@@ -106,7 +112,16 @@ def test_bos_sync_people_daily_retires_leavers_and_follows_merges(bos_airflow, r
                 "SELECT record_ref FROM bos_people_daily WHERE _bos_superseded_by IS NOT NULL")).scalars())
         assert current == expected_final("people_over_time", 2).refs
         assert merged == {old for olds in day_changes("people_over_time", 2).merged.values() for old in olds}
+        # The policy: emails stored as their keyed hashes, the employment subtree nowhere.
+        person = next(r.record for r in expected_final("people_over_time", 2).records if r.record["email"])
+        with engine.connect() as conn:
+            email, attributes = conn.execute(sa.text(
+                "SELECT email, attributes FROM bos_people_daily WHERE record_ref = :ref"),
+                {"ref": person["record_ref"]}).one()
+        assert email == hash_value(PiiKey.from_text(key_text, source="the test"), "email", person["email"])
+        assert "employment" not in json.loads(attributes)
     finally:
         with engine.begin() as conn:
-            for table in ("bos_people_daily", "bos_people_daily_history", "bos_people_daily_lineage"):
+            for table in ("bos_people_daily", "bos_people_daily_history", "bos_people_daily_lineage",
+                          "bos_people_daily_rejects", "bos_people_daily_policy"):
                 conn.execute(sa.text(f"DROP TABLE IF EXISTS {table}"))

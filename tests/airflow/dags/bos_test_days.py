@@ -1,10 +1,12 @@
 """Test DAG: one BOS read of a scenario's day -> warehouse (sync mode, history, guard) -> sensor.
 
-Configured by environment variables so each end-to-end test of identities over time can vary it.
+Configured by environment variables so each end-to-end test of identities over time can vary it
+(``BOS_TEST_PII_POLICY``: the personal-data policy as JSON; ``BOS_TEST_PII_KEY_CONN``: its key's connection).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -36,6 +38,9 @@ with DAG(
         history=env("BOS_TEST_HISTORY", "0") == "1",
         max_retire_fraction=None if fraction == "none" else float(fraction),
         read_deadline=timedelta(seconds=60),
+        pii_policy=json.loads(env("BOS_TEST_PII_POLICY", "null")),
+        pii_key_conn_id=env("BOS_TEST_PII_KEY_CONN", "bos_pii_key"),
+        invalid_records=env("BOS_TEST_INVALID_RECORDS", "fail"),
     )
     check = BosCompletenessSensor(
         task_id="check",

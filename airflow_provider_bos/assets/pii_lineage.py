@@ -1,0 +1,37 @@
+"""What the OpenLineage schema facet says of the columns a personal-data policy changes.
+
+A consumer of lineage (a catalog, a data-protection review) sees, per column of the records table,
+whether what it holds is hashed or dropped, without reading the DAG: a hashed column is
+``hashed (HMAC-SHA-256, personal-data policy)``; a dropped one is kept in the facet (the column
+exists, always NULL) and described as dropped; ``attributes`` and ``sources`` name the paths the
+policy hashes or drops inside them. The descriptions name fields and actions only, never a value
+or the key.
+"""
+
+from __future__ import annotations
+
+from airflow_provider_bos.pii import PiiPolicy
+from airflow_provider_bos.pii.fields import EXTERNAL_ID, TOP_LEVEL_FIELDS
+
+__all__ = ["HASHED", "policy_column_descriptions"]
+
+HASHED = "hashed (HMAC-SHA-256, personal-data policy)"
+DROPPED = "dropped (personal-data policy): always NULL"
+
+
+def policy_column_descriptions(policy: PiiPolicy) -> dict[str, str]:
+    """``column -> description`` for the records table's columns that ``policy`` changes."""
+    rules = policy.as_dict()
+    described: dict[str, str] = {}
+    for column in TOP_LEVEL_FIELDS:
+        action = rules.get(column)
+        if action is not None:
+            described[column] = HASHED if action == "hash" else DROPPED
+    if rules.get(EXTERNAL_ID) == "hash":
+        described["sources"] = f"{EXTERNAL_ID} {HASHED}"
+    paths = [(name, action) for name, action in rules.items() if name == "attributes" or name.startswith("attributes.")]
+    if paths:
+        said = {"hash": "hashed (HMAC-SHA-256)", "drop": "dropped", "keep": "kept"}
+        described["attributes"] = "personal-data policy: " + "; ".join(
+            f"{name} {said[action]}" for name, action in paths)
+    return described

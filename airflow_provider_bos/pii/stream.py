@@ -1,0 +1,149 @@
+"""A run's final records as a personal-data policy stores them, with keyed wire hashes.
+
+The run side of a policy (:func:`airflow_provider_bos.sync.run_sync` applies it between the read
+and the writer, so nothing raw reaches staging files, tables, audit notes or rejects):
+
+* every record is replaced by ``plan.apply(record)`` (:class:`~.plan.PiiPlan`);
+* its wire hash (the SHA-256 of its exact JSON bytes, :func:`~airflow_provider_bos.wire.wire_hash`)
+  is stored **keyed**: ``HMAC-SHA-256(key, raw wire hash hex)``, lowercase hex. A plain digest of the
+  raw bytes would let anyone reading the table confirm a guessed email or phone by hashing
+  candidate records; under the key it reveals nothing. The stored hashes still work as the
+  shortcut they are: the read matches each record's raw wire hash *keyed first*
+  (:class:`KeyedWireHashes`), so an unchanged record of a re-run is still not decoded, and its
+  :class:`~airflow_provider_bos.wire.KnownRecord` claim carries the keyed hash and the writer's
+  own stored set, as the writer verifies it.
+* a policy without a key (one that only drops: nothing is hashed, so no key is configured) stores
+  no wire hash at all: a keyless digest of the raw record would confirm guesses of what was
+  dropped. Such a table's re-run decodes every record (and still rewrites none that did not change).
+
+A run without a policy (``None``, or a policy that keeps everything) never gets here: its records
+and hashes are the read's own, untouched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrameRestarted, BosResultError
+from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
+from airflow_provider_bos.pii.keyed_hash import PiiKey
+from airflow_provider_bos.pii.policy import PiiPolicy
+from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord
+
+__all__ = ["KeyedWireHashes", "PolicyRun"]
+
+
+def _unhashable(record: dict[str, Any], exc: BosConfigurationError) -> BosResultError:
+    """The run's error for a record the policy cannot store (names its ref and field, never a value)."""
+    ref = record.get("record_ref")
+    shown = repr(ref[:80]) if isinstance(ref, str) else "without a record_ref"
+    return BosResultError(f"Record {shown} cannot be stored under the personal-data policy: {exc} "
+                          "Nothing was written.")
+
+
+class KeyedWireHashes:
+    """The writer's stored (keyed) wire hashes as a read matches raw ones: each keyed, then looked up.
+
+    The :class:`~airflow_provider_bos.wire.KnownWireHashes` given to the read; ``stored`` is the
+    writer's own set, which :meth:`PolicyRun.stored_records` puts back on each claim.
+    """
+
+    __slots__ = ("stored", "_digest_hex", "_last_raw", "_last_keyed")
+
+    def __init__(self, stored: KnownWireHashes, key: PiiKey) -> None:
+        self.stored = stored
+        self._digest_hex = key.digest_hex
+        # A claim is made right after its match: its hash is keyed once, not twice.
+        self._last_raw = ""
+        self._last_keyed = ""
+
+    def keyed(self, raw_wire_hash: str) -> str:
+        """``HMAC-SHA-256(key, raw_wire_hash)`` in lowercase hex: the wire hash the table stores."""
+        if raw_wire_hash == self._last_raw:
+            return self._last_keyed
+        keyed = self._digest_hex(raw_wire_hash.encode("ascii"))
+        self._last_raw, self._last_keyed = raw_wire_hash, keyed
+        return keyed
+
+    def match(self, wire_hash: str) -> object | None:
+        return self.stored.match(self.keyed(wire_hash))
+
+    def __len__(self) -> int:
+        return len(self.stored)
+
+    def __repr__(self) -> str:
+        return f"KeyedWireHashes({len(self.stored)} stored)"
+
+
+class PolicyRun:
+    """One run's personal-data policy, bound to its key: the fingerprint the table must hold, the
+    matcher the read gets, and the records as they are stored.
+
+    ``key`` is ``None`` only for a policy that hashes nothing (:attr:`PiiPolicy.needs_key`).
+    """
+
+    def __init__(self, policy: PiiPolicy, key: PiiKey | None) -> None:
+        self.policy = policy
+        self.plan = policy.plan(key)
+        #: What the table remembers (recipe, rules, key id); never the key.
+        self.fingerprint: PolicyFingerprint = self.plan.fingerprint
+        self._key = key if policy.needs_key else None
+
+    @classmethod
+    def of(cls, policy: PiiPolicy, key: PiiKey | None) -> PolicyRun | None:
+        """The run of ``policy`` with ``key``; ``None`` for a policy that keeps everything (the run
+        then has no policy: its records and wire hashes are the read's own)."""
+        return None if policy.is_empty else cls(policy, key)
+
+    def __repr__(self) -> str:
+        return f"PolicyRun({self.fingerprint.text})"
+
+    def known_wire_hashes(self, stored: KnownWireHashes) -> KeyedWireHashes | None:
+        """The matcher for the read: ``stored`` keyed (``None`` without a key: no wire hashes are stored)."""
+        return KeyedWireHashes(stored, self._key) if self._key is not None else None
+
+    def stored_records(self, records: Iterator[Any], matcher: KeyedWireHashes | None) -> Iterator[Any]:
+        """``records`` as the policy stores them (``matcher``: the one the read matched claims in).
+
+        A restarted final frame (:class:`BosFinalFrameRestarted`) is passed on with its records
+        transformed too, so the writer's retry sees the same stored form.
+        """
+        try:
+            yield from self._transformed(records, matcher)
+        except BosFinalFrameRestarted as restart:
+            raise BosFinalFrameRestarted(self.stored_records(restart.records, matcher),
+                                         observations=restart.observations) from None
+
+    def _transformed(self, records: Iterator[Any], matcher: KeyedWireHashes | None) -> Iterator[Any]:
+        # The per-record loop of a policy run: flat, with locals, on purpose.
+        apply = self.plan.apply
+        digest_hex = self._key.digest_hex if self._key is not None else None
+        wire_record, known_record = WireRecord, KnownRecord
+        for record in records:
+            kind = type(record)
+            if kind is wire_record:
+                try:
+                    stored: Any = apply(record, into=wire_record)
+                except BosConfigurationError as exc:  # an object or list where a hashed value goes
+                    raise _unhashable(record, exc) from None
+                raw = getattr(record, "wire_hash", None)
+                if raw is not None and digest_hex is not None:
+                    stored.wire_hash = digest_hex(raw.encode("ascii"))
+                yield stored
+            elif kind is known_record:
+                if matcher is None or record.matched is not matcher:
+                    # Only claims matched in this run's keyed matcher can be verified by the writer.
+                    raise BosResultError(
+                        "A record came through as already stored without the personal-data policy's "
+                        "keyed wire hashes; the run is stopped (nothing is written)."
+                    )
+                yield known_record(record.record_ref, matcher.keyed(record.wire_hash), matcher.stored,
+                                   record.handle)
+            elif isinstance(record, dict):
+                try:
+                    yield apply(record)  # a record built another way: no wire hash to key
+                except BosConfigurationError as exc:
+                    raise _unhashable(record, exc) from None
+            else:
+                yield record  # not a record: the writer's check says what is wrong with it

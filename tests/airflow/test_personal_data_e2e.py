@@ -1,0 +1,251 @@
+"""End to end, a personal-data policy: the reference server -> the operator in dag.test() -> a database.
+
+The policy hashes ``email``, ``phone`` and ``sources[].external_id`` and drops the
+``attributes.employment`` subtree. After a run, every table of it (records, history, lineage,
+audit, rejects, the stored policy), every staged file (DuckDB stages NDJSON files: each is read
+when the statement loading it is built, the moment it is complete), every record the writer was
+handed, the XCom summary and the task log are searched for the raw values of those fields as the
+server sent them: none may appear. Then change detection sees what is stored (a change only in a
+dropped field is no change; one in a hashed field is), and a run under another key or policy fails
+before its read reaches the server.
+
+Each behaviour runs on every dialect: SQLite in the fast tier, PostgreSQL, MariaDB and DuckDB in
+the full tier. They need the warehouse side of the policy (``WarehouseWriter.require_pii_policy``
+and the ``<table>_policy`` table).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_summary
+
+from airflow_provider_bos.pii import PiiKey, hash_value
+from airflow_provider_bos.testing.federation import PlannedRead, expected_final
+from airflow_provider_bos.testing.scenario import load_scenario
+from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.dialects.duckdb import DuckDbDialect
+from airflow_provider_bos.warehouse.schema import companion_table_name
+
+pytestmark = [
+    pytest.mark.airflow,
+    # Until the warehouse side of the policy is in (the stored policy and its check): then always run.
+    pytest.mark.skipif(not hasattr(WarehouseWriter, "require_pii_policy"),
+                       reason="needs WarehouseWriter.require_pii_policy (the table's stored policy)"),
+]
+
+SCENARIO = "people_over_time"
+KEY_TEXT = "e2e-personal-data-key-0123456789-abcdefghijkl"
+OTHER_KEY_TEXT = "e2e-personal-data-key-9876543210-zyxwvutsrqpo"
+POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop", "sources[].external_id": "hash"}
+RUN = {"BOS_TEST_SYNC_MODE": "full", "BOS_TEST_HISTORY": "1", "BOS_TEST_PII_POLICY": json.dumps(POLICY)}
+COMPANIONS = ("history", "lineage", "rejects", "policy")
+
+
+def raw_values(records: Any) -> set[str]:
+    """The values of the hashed and dropped fields as the server sends them (strings only: a
+    number such as an FTE of 1.0 is not a person's)."""
+    found: set[str] = set()
+    for record in records:
+        found.update(v for v in (record.get("email"), record.get("phone")) if v)
+        found.update(entry["external_id"] for entry in record["sources"])
+        employment = (record.get("attributes") or {}).get("employment") or {}
+        found.update(v for k, v in employment.items() if isinstance(v, str) and k != "type")
+    return found
+
+
+class Observed:
+    """What left the task on the way to the database, beyond the tables: the staged files, as each
+    is loaded, and every record the writer was handed."""
+
+    def __init__(self) -> None:
+        self.staged: list[bytes] = []
+        self.handed: list[str] = []
+
+    def texts(self) -> Iterator[str]:
+        yield from (piece.decode("utf-8", "replace") for piece in self.staged)
+        yield from self.handed
+
+
+@pytest.fixture()
+def pii(days: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """``days`` with the key connections, the staging directory in ``tmp_path``, the observers, and
+    ``edits`` (record_ref -> a function changing what the server sends for it)."""
+    for conn_id, text in (("BOS_PII_KEY", KEY_TEXT), ("BOS_PII_KEY_OTHER", OTHER_KEY_TEXT)):
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id}", json.dumps({"conn_type": "generic", "password": text}))
+    monkeypatch.setenv("BOS_STAGE_DIR", str(tmp_path / "stage"))
+    observed = Observed()
+
+    def capturing(build: Callable[..., Any]) -> Callable[..., Any]:
+        def build_and_capture(self: Any, table: str, schema: str | None, path: str, **kwargs: Any) -> Any:
+            observed.staged.append(Path(path).read_bytes())  # complete: its load runs next
+            return build(self, table, schema, path, **kwargs)
+        return build_and_capture
+
+    monkeypatch.setattr(DuckDbDialect, "load_file", capturing(DuckDbDialect.load_file))
+    monkeypatch.setattr(DuckDbDialect, "load_file_target", capturing(DuckDbDialect.load_file_target))
+    write_run = WarehouseWriter.write_run
+
+    def handed(self: Any, run: Any, records: Any, options: Any) -> Any:
+        def seen(source: Any) -> Iterator[Any]:
+            for record in source:
+                observed.handed.append(repr(record) if not isinstance(record, dict) else json.dumps(record))
+                yield record
+        return write_run(self, run, seen(records), options)
+
+    monkeypatch.setattr(WarehouseWriter, "write_run", handed)
+    edits: dict[str, Callable[[dict[str, Any]], None]] = {}
+    final_records = PlannedRead.iter_final_records
+
+    def edited(self: Any) -> Iterator[dict]:
+        for record in final_records(self):
+            edit = edits.get(record["record_ref"])
+            if edit is not None:
+                edit(record)
+            yield record
+
+    monkeypatch.setattr(PlannedRead, "iter_final_records", edited)
+    env = {**days, "observed": observed, "edits": edits, "key": PiiKey.from_text(KEY_TEXT, source="the test")}
+    yield env
+    with env["engine"].begin() as conn:
+        for suffix in COMPANIONS:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {companion_table_name(env['table'], suffix)}"))
+
+
+def run(env: dict[str, Any], run_dag: Any, **settings: str) -> Any:
+    return run_dag("bos_test_days", "bos_test_days.py", **{**RUN, **settings})
+
+
+def every_table(env: dict[str, Any]) -> list[str]:
+    """Every row of every table the runs wrote, as text: the records table, its companions, and
+    the audit rows of this table."""
+    engine, table = env["engine"], env["table"]
+    texts = [repr(row) for row in audit_rows(engine, table, env["audit"])]
+    names = [table] + [companion_table_name(table, suffix) for suffix in COMPANIONS]
+    inspector = sa.inspect(engine)
+    for name in names:
+        if inspector.has_table(name):
+            with engine.connect() as conn:
+                texts.extend(repr(tuple(row)) for row in conn.execute(sa.text(f"SELECT * FROM {name}")))
+    return texts
+
+
+def leaks(texts: Any, raw: set[str]) -> set[str]:
+    blob = "\n".join(texts)
+    return {value for value in raw if value in blob}
+
+
+def versions(env: dict[str, Any]) -> int:
+    with env["engine"].connect() as conn:
+        return int(conn.execute(sa.text(
+            f"SELECT COUNT(*) FROM {companion_table_name(env['table'], 'history')}")).scalar_one())
+
+
+def stored(env: dict[str, Any], ref: str) -> dict[str, Any]:
+    with env["engine"].connect() as conn:
+        row = conn.execute(sa.text(f"SELECT email, phone, attributes, sources FROM {env['table']} "
+                                   "WHERE record_ref = :ref"), {"ref": ref}).mappings().one()
+    return {k: json.loads(v) if isinstance(v, str) and k in ("attributes", "sources") else v for k, v in row.items()}
+
+
+@every_dialect
+def test_nothing_raw_of_a_hashed_or_dropped_field_is_stored_staged_handed_logged_or_returned(
+    pii, run_dag, caplog, capsys,
+) -> None:
+    expected = expected_final(SCENARIO, 1).records
+    raw = raw_values(r.record for r in expected)
+    assert len(raw) > 500  # emails, phones, external ids, cost centres, manager ids of 230 people
+    with caplog.at_level(logging.DEBUG):
+        first = run(pii, run_dag)
+        again = run(pii, run_dag)  # unchanged: matched through the keyed wire hashes
+    assert task_states(first) == task_states(again) == {"sync": "success", "check": "success"}
+    summary, second = xcom_summary(first), xcom_summary(again)
+    assert summary["inserted"] == 230 and (second["updated"], second["unchanged"]) == (0, 230)
+
+    log = caplog.text + "".join(capsys.readouterr())
+    assert not leaks(every_table(pii), raw)
+    assert not leaks(pii["observed"].texts(), raw)
+    assert not leaks([json.dumps(summary), json.dumps(second)], raw)
+    assert not leaks([log], raw)
+    assert KEY_TEXT not in log and not leaks(every_table(pii), {KEY_TEXT})
+    if pii["url"].startswith("duckdb"):
+        assert pii["observed"].staged, "DuckDB stages files: the test must have seen them"
+
+    # What is stored is the policy's form: hashes under the key, the subtree gone, the rest kept.
+    person = next(r.record for r in expected if r.record["email"] and r.record["phone"]
+                  and (r.record["attributes"] or {}).get("employment"))
+    row = stored(pii, person["record_ref"])
+    key = pii["key"]
+    assert row["email"] == hash_value(key, "email", person["email"])
+    assert row["phone"] == hash_value(key, "phone", person["phone"])
+    assert "employment" not in row["attributes"]
+    assert row["attributes"]["department"] == person["attributes"]["department"]
+    assert [e["external_id"] for e in row["sources"]] == [
+        hash_value(key, "sources[].external_id", e["external_id"]) for e in person["sources"]]
+
+
+@every_dialect
+def test_change_detection_sees_what_is_stored(pii, run_dag) -> None:
+    assert task_states(run(pii, run_dag))["sync"] == "success"
+    person = next(r.record for r in expected_final(SCENARIO, 1).records
+                  if r.record["phone"] and (r.record["attributes"] or {}).get("employment"))
+    ref = person["record_ref"]
+    before, history = table_dump(pii["engine"], pii["table"]), versions(pii)
+
+    # Only the dropped subtree changed: nothing to store differently, so nothing is written.
+    pii["edits"][ref] = lambda r: r["attributes"]["employment"].update(cost_center="CC-CHANGED-0001")
+    dropped_only = xcom_summary(run(pii, run_dag))
+    assert (dropped_only["updated"], dropped_only["unchanged"]) == (0, 230)
+    assert table_dump(pii["engine"], pii["table"]) == before and versions(pii) == history
+
+    # A hashed field changed: the row is rewritten and a version added.
+    pii["edits"][ref] = lambda r: r.update(phone="+99 123 4567890")
+    hashed = xcom_summary(run(pii, run_dag))
+    assert (hashed["updated"], hashed["unchanged"]) == (1, 229)
+    assert versions(pii) == history + 1
+    assert stored(pii, ref)["phone"] == hash_value(pii["key"], "phone", "+99 123 4567890")
+
+
+@every_dialect
+@pytest.mark.parametrize("other", [
+    {"BOS_TEST_PII_KEY_CONN": "bos_pii_key_other"},
+    {"BOS_TEST_PII_POLICY": json.dumps({**POLICY, "display_name": "hash"})},
+    {"BOS_TEST_PII_POLICY": "null"},
+], ids=["another-key", "another-policy", "no-policy"])
+def test_a_run_under_another_key_or_policy_fails_before_its_read(pii, run_dag, other: dict[str, str]) -> None:
+    assert task_states(run(pii, run_dag))["sync"] == "success"
+    before, rows = pii["server"].counters.snapshot(), table_dump(pii["engine"], pii["table"])
+    refused = run(pii, run_dag, **other)
+    assert task_states(refused)["sync"] == "failed"
+    after = pii["server"].counters.snapshot()
+    assert after["tool_calls"] == before["tool_calls"], "the read reached the server"
+    assert table_dump(pii["engine"], pii["table"]) == rows
+    failed = audit_rows(pii["engine"], pii["table"], pii["audit"])[-1]
+    assert failed["status"] == "failed"
+    assert "another personal-data policy or key" in failed["error_message"]
+    assert "Nothing was read" in failed["error_message"] and KEY_TEXT not in failed["error_message"]
+
+
+@every_dialect
+def test_quarantined_records_are_stored_under_the_policy_too(pii, run_dag, caplog, capsys) -> None:
+    """Two final records no table can store (a record_ref too long, a display_name that is an object):
+    quarantined in ``<table>_rejects``, which holds nothing raw of a hashed or dropped field either."""
+    scenario = load_scenario(SCENARIO)
+    scenario = scenario.model_copy(update={"faults": scenario.faults.model_copy(
+        update={"unstorable_final_records": True})})
+    pii["server"].set_scenario(scenario)
+    raw = raw_values(r.record for r in expected_final(scenario, 1).records)
+    with caplog.at_level(logging.DEBUG):
+        dag_run = run(pii, run_dag, BOS_TEST_INVALID_RECORDS="quarantine")
+    assert task_states(dag_run)["sync"] == "success"  # partial: the sensor then stops the DAG
+    summary = xcom_summary(dag_run)
+    assert (summary["inserted"], summary["rejected"]) == (230, 2)
+    assert sa.inspect(pii["engine"]).has_table(companion_table_name(pii["table"], "rejects"))
+    log = caplog.text + "".join(capsys.readouterr())
+    assert not leaks([*every_table(pii), *pii["observed"].texts(), json.dumps(summary), log], raw)
