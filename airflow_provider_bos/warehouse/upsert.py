@@ -333,9 +333,10 @@ class WarehouseWriter:
         A table without a stored policy was written without one, unless it holds no row: a new or
         emptied table (and its history) adopts the run's policy, stored by its first write.
         """
+        looked = not self._tables_ready  # ensure_tables looks for the policy table: no second look
         self._ensure_once()
         try:
-            policy = self._present_policy_table()
+            policy = self._present_policy_table(look=not looked)
             with self.engine.connect() as conn:
                 self._refuse_other_policy(conn, policy, fingerprint)
         except sa.exc.SQLAlchemyError as exc:
