@@ -1,6 +1,12 @@
 """``airflow-provider-bos erase``: delete a person's rows on request (see :mod:`.warehouse.erase`).
 
     airflow-provider-bos erase --conn-id warehouse --table bos_people --record-ref bos:person:42
+    airflow-provider-bos erase --conn-id warehouse --table bos_people --email alice@example.org \
+        --phone "+49 30 123456" --external-id crm-eu:4711
+
+``--email``, ``--phone`` and ``--external-id SOURCE:ID`` find every record_ref whose current row or
+any history version holds that value (normalised as the personal-data hash recipe normalises it;
+hashed with the table's key, from ``--key-conn-id``, where the table's policy hashes the field).
 
 Deletes the rows of each ``--record-ref`` from the table, its history, lineage and rejects tables
 in one transaction that also replaces the refs in the audit table's messages, writes an audit row
@@ -13,7 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.pii import PiiKey
 
 __all__ = ["add_erase_parser"]
 
@@ -29,9 +38,16 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
         with open(args.record_refs_from, encoding="utf-8") as lines:
             refs += [line.strip() for line in lines if line.strip()]
     engine = engine_for_connection(args.conn_id)
+
+    def key() -> PiiKey:  # read only if the table's policy hashes a field a finder names
+        from airflow_provider_bos.pii.airflow_key import key_from_connection
+
+        return key_from_connection(args.key_conn_id)
+
     try:
         erased = erase_records(engine, table=args.table, schema=args.schema, audit_table=args.audit_table,
-                               record_refs=refs, conn_id=args.conn_id)
+                               record_refs=refs, emails=args.email or (), phones=args.phone or (),
+                               external_ids=args.external_id or (), key=key, conn_id=args.conn_id)
     finally:
         engine.dispose()
     print(json.dumps(erased.as_dict(), indent=2), file=out)
@@ -41,8 +57,9 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
 def add_erase_parser(commands: Any) -> None:
     """The ``erase`` subcommand, on the CLI's subparsers."""
     erase = commands.add_parser(
-        "erase", help="Delete the rows of record_refs from a table, its history, lineage and rejects, scrub them "
-                 "from the audit messages and reclaim the freed space (on request).",
+        "erase", help="Delete the rows of record_refs (given, or found by email, phone or external id) from a "
+                 "table, its history, lineage and rejects, scrub them from the audit messages and reclaim the "
+                 "freed space (on request).",
     )
     erase.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
     erase.add_argument("--table", required=True, help="The records table (as the operator's destination_table).")
@@ -51,4 +68,16 @@ def add_erase_parser(commands: Any) -> None:
     erase.add_argument("--record-ref", action="append", metavar="REF", help="A record_ref to erase (repeatable).")
     erase.add_argument("--record-refs-from", metavar="FILE",
                        help="Also erase the record_refs in FILE, one a line ('-': standard input).")
+    erase.add_argument("--email", action="append", metavar="EMAIL",
+                       help="Also erase every record whose email is (or was, in history) EMAIL, compared "
+                            "case-folded and trimmed (repeatable).")
+    erase.add_argument("--phone", action="append", metavar="PHONE",
+                       help="Also erase every record whose phone is (or was) PHONE, compared as digits and a "
+                            "leading + (repeatable).")
+    erase.add_argument("--external-id", action="append", metavar="SOURCE:ID",
+                       help="Also erase every record with a provenance entry whose source_identity or "
+                            "source_type is SOURCE and whose external_id is ID (repeatable).")
+    erase.add_argument("--key-conn-id", default="bos_pii_key",
+                       help="The Airflow connection whose password holds the personal-data hash key; read only "
+                            "when the table's policy hashes a field named above (default bos_pii_key).")
     erase.set_defaults(handler=_cmd_erase)

@@ -1,21 +1,28 @@
-"""``airflow-provider-bos pii-hash``: the hash a table stores for a value (see :mod:`.pii`).
+"""The personal-data commands (see :mod:`.pii`): ``pii-hash`` and ``pii-apply``.
 
     airflow-provider-bos pii-hash --key-conn-id bos_pii_key --field email alice@example.com
+    airflow-provider-bos pii-apply --conn-id warehouse --table bos_people \
+        --policy '{"email": "hash", "phone": "hash"}' --key-conn-id bos_pii_key
 
 Reads the key from the Airflow Connection's password (which also consults the secrets backend),
 hashes each value as the operator's ``pii_policy`` does for that field, and prints one hash a line,
 in the order given, so a person can be looked up (or erased) by their email or phone in a table
 that stores only hashes. The key is never printed.
+
+``pii-apply`` re-applies a stricter policy to a stored table, its history and rejects in one
+transaction (:mod:`.warehouse.pii_apply`), and prints what it rewrote as JSON; a looser policy or
+another key is refused (it needs a full re-read).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any, TextIO
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 
-__all__ = ["add_pii_hash_parser"]
+__all__ = ["add_pii_apply_parser", "add_pii_hash_parser"]
 
 
 def _cmd_pii_hash(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
@@ -52,3 +59,60 @@ def add_pii_hash_parser(commands: Any) -> None:
                           help="Also hash the values in FILE, one a line ('-': standard input).")
     pii_hash.add_argument("values", nargs="*", metavar="VALUE", help="A raw value to hash.")
     pii_hash.set_defaults(handler=_cmd_pii_hash)
+
+
+def _policy_argument(text: str) -> dict[str, str]:
+    try:
+        policy = json.loads(text)
+    except ValueError:
+        raise BosConfigurationError(
+            "--policy must be the policy as a JSON object, e.g. '{\"email\": \"hash\", \"phone\": \"drop\"}'."
+        ) from None
+    if not isinstance(policy, dict):
+        raise BosConfigurationError("--policy must be a JSON object of field to 'keep', 'hash' or 'drop'.")
+    return policy
+
+
+def _cmd_pii_apply(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
+    from airflow_provider_bos.hooks.connections import engine_for_connection
+    from airflow_provider_bos.pii import PiiPolicy
+    from airflow_provider_bos.pii.airflow_key import key_from_connection
+    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+
+    if args.policy_file:
+        with open(args.policy_file, encoding="utf-8") as file:
+            text = file.read()
+    elif args.policy is not None:
+        text = args.policy
+    else:
+        raise BosConfigurationError("Give the stricter policy: --policy JSON or --policy-file FILE.")
+    policy = PiiPolicy.parse(_policy_argument(text))  # a wrong policy fails before anything is read
+    key = key_from_connection(args.key_conn_id) if policy.needs_key else None
+    engine = engine_for_connection(args.conn_id)
+    try:
+        applied = apply_stricter_policy(engine, table=args.table, schema=args.schema, audit_table=args.audit_table,
+                                        policy=policy, key=key, conn_id=args.conn_id)
+    finally:
+        engine.dispose()
+    print(json.dumps(applied.as_dict(), indent=2), file=out)
+    return 0
+
+
+def add_pii_apply_parser(commands: Any) -> None:
+    """The ``pii-apply`` subcommand, on the CLI's subparsers."""
+    apply = commands.add_parser(
+        "pii-apply", help="Re-apply a stricter personal-data policy to a stored table, its history and rejects "
+                          "(one transaction, no re-read), then reclaim the freed space.",
+    )
+    apply.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
+    apply.add_argument("--table", required=True, help="The records table (as the operator's destination_table).")
+    apply.add_argument("--schema", default=None, help="Its schema / database (as destination_schema).")
+    apply.add_argument("--audit-table", default="bos_sync_runs", help="The audit table (default bos_sync_runs).")
+    apply.add_argument("--policy", metavar="JSON",
+                       help="The new policy as a JSON object, as the operator's pii_policy (the whole policy, "
+                            "not only what changes).")
+    apply.add_argument("--policy-file", metavar="FILE", help="Read the policy's JSON from FILE instead.")
+    apply.add_argument("--key-conn-id", default="bos_pii_key",
+                       help="The Airflow connection whose password holds the hash key (read when the policy "
+                            "hashes a field; it must be the key the table's hashes were made with).")
+    apply.set_defaults(handler=_cmd_pii_apply)

@@ -117,3 +117,12 @@ CREATE TABLE IF NOT EXISTS bos_records_history (
     PRIMARY KEY (record_ref, _bos_valid_from),
     INDEX ix_bos_records_history_run (_bos_run_id)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Only for a table written under a personal-data policy (pii_policy): the policy's fingerprint, one
+-- row (the canonical rules, the hash recipe's version and the key's public id; never the key). A run
+-- with another policy or key is refused before it reads (see docs/personal-data.md).
+CREATE TABLE IF NOT EXISTS bos_records_policy (
+    fingerprint  LONGTEXT NOT NULL,
+    set_at       DATETIME(6) NOT NULL,
+    run_id       VARCHAR(64)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;

@@ -114,3 +114,12 @@ CREATE TABLE IF NOT EXISTS bos_records_history (
     _bos_run_id       VARCHAR(64) NOT NULL,
     PRIMARY KEY (record_ref, _bos_valid_from)
 );
+
+-- Only for a table written under a personal-data policy (pii_policy): the policy's fingerprint, one
+-- row (the canonical rules, the hash recipe's version and the key's public id; never the key). A run
+-- with another policy or key is refused before it reads (see docs/personal-data.md).
+CREATE TABLE IF NOT EXISTS bos_records_policy (
+    fingerprint  TEXT NOT NULL,
+    set_at       TIMESTAMP_TZ NOT NULL,
+    run_id       VARCHAR(64)
+);

@@ -120,3 +120,12 @@ CREATE TABLE IF NOT EXISTS bos_records_history (
 );
 
 CREATE INDEX IF NOT EXISTS ix_bos_records_history_run ON bos_records_history (_bos_run_id);
+
+-- Only for a table written under a personal-data policy (pii_policy): the policy's fingerprint, one
+-- row (the canonical rules, the hash recipe's version and the key's public id; never the key). A run
+-- with another policy or key is refused before it reads (see docs/personal-data.md).
+CREATE TABLE IF NOT EXISTS bos_records_policy (
+    fingerprint  TEXT NOT NULL,
+    set_at       DATETIME NOT NULL,
+    run_id       VARCHAR(64)
+);

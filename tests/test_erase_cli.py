@@ -93,3 +93,70 @@ def test_a_duckdb_file_held_elsewhere_in_the_process_is_erased_and_the_rewrite_r
         assert code == 1 and "erasure is committed" in err and "other connection(s) of this process" in err
         assert list(rows_by_ref(engine, unique_table)) == [make_record(2)["record_ref"]]
     engine.dispose()
+
+
+# --- erase by what a request names ------------------------------------------------------------------
+
+
+def _key_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.warehouse.pii_helpers import KEY_TEXT
+
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_PII_KEY", json.dumps({"conn_type": "generic", "password": KEY_TEXT}))
+
+
+def test_erase_by_email_phone_and_external_id(synced, monkeypatch) -> None:
+    engine, writer = synced
+    _key_connection(monkeypatch)
+    out = io.StringIO()
+    code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table, "--email", " P3@example.com", "--external-id", "crm-eu:4"], stdout=out)
+    assert code == 0
+    counts = json.loads(out.getvalue())
+    assert counts["found"] == 2 and counts["records"] == 2
+    assert {make_record(3)["record_ref"], make_record(4)["record_ref"]}.isdisjoint(rows_by_ref(engine, writer.table))
+
+
+def test_erase_by_a_hashed_email_reads_the_key(warehouse_url, unique_table, monkeypatch) -> None:
+    from tests.warehouse.pii_helpers import KEY, STRICT, person, write_under
+
+    engine = sa.create_engine(warehouse_url)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    try:
+        write_under(writer, STRICT.plan(KEY), [person(1), person(2)])
+        engine.dispose()
+        monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(warehouse_url))
+        _key_connection(monkeypatch)
+        out = io.StringIO()
+        assert main(["erase", "--conn-id", "bos_erase_warehouse", "--table", unique_table, "--audit-table",
+                     f"{unique_table}_runs", "--phone", "+49 30 12342", "--key-conn-id", "bos_pii_key"],
+                    stdout=out) == 0
+        assert json.loads(out.getvalue())["found"] == 1
+        assert list(rows_by_ref(engine, unique_table)) == [person(1)["record_ref"]]
+    finally:
+        with engine.begin() as conn:
+            for name in (unique_table, f"{unique_table}_runs", companion_table_name(unique_table, "policy"),
+                         companion_table_name(unique_table, "lineage")):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+        engine.dispose()
+
+
+def test_erase_by_a_dropped_field_exits_1(warehouse_url, unique_table, monkeypatch, capsys) -> None:
+    from airflow_provider_bos.pii import PiiPolicy
+    from tests.warehouse.pii_helpers import person, write_under
+
+    engine = sa.create_engine(warehouse_url)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    try:
+        write_under(writer, PiiPolicy.parse({"email": "drop"}).plan(None), [person(1)])
+        engine.dispose()
+        monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(warehouse_url))
+        code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", unique_table, "--audit-table",
+                     f"{unique_table}_runs", "--email", "p1@example.com"], stdout=io.StringIO())
+        assert code == 1 and "not stored" in capsys.readouterr().err
+        assert list(rows_by_ref(engine, unique_table)) == [person(1)["record_ref"]]
+    finally:
+        with engine.begin() as conn:
+            for name in (unique_table, f"{unique_table}_runs", companion_table_name(unique_table, "policy"),
+                         companion_table_name(unique_table, "lineage")):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+        engine.dispose()

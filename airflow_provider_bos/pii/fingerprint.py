@@ -24,15 +24,18 @@ __all__ = ["PiiPolicyMismatch", "PolicyFingerprint"]
 class PiiPolicyMismatch(BosConfigurationError):
     """The run's personal-data policy or key differs from the one the table was written with."""
 
-    def __init__(self, table: str, differences: list[str]) -> None:
+    def __init__(self, table: str, differences: list[str], *, way_forward: str | None = None) -> None:
         self.table = table
         self.differences = differences
+        way_forward = way_forward or (
+            "Run with the policy and key the table was written with, or write this policy into a new "
+            "table (a policy or key change changes what is stored for every record, so the table "
+            "cannot be continued with it)."
+        )
         super().__init__(
             f"Table {table} was written with another personal-data policy or key: "
             + "; ".join(differences)
-            + ". Nothing was read. Run with the policy and key the table was written with, or write "
-            "this policy into a new table (a policy or key change changes what is stored for every "
-            "record, so the table cannot be continued with it)."
+            + f". Nothing was read. {way_forward}"
         )
 
 

@@ -18,7 +18,10 @@ One module per concept (one sync's write, top-down: ``upsert`` -> ``transaction`
 - ``rehash``: the one-time re-hash of rows hashed with their observation stamps.
 - ``rejects``: quarantined records.
 - ``audit``: the audit row and its reader.
-- ``erase``: erasure on request.
+- ``erase``: erasure on request; ``erase_finders``: the refs an email, phone or external id names.
+- ``policy_store``: the personal-data policy a table was written with (``<table>_policy``).
+- ``pii_apply``: a stricter personal-data policy re-applied to stored rows (``pii-apply``).
+- ``scan``: every row of a table in batches (keyset pagination).
 - ``reclaim``: the space an erasure freed, given back.
 - ``dialects/``: the SQL text per database, and each database's capabilities.
 - ``copy_format``: COPY text encoders.

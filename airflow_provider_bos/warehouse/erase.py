@@ -7,6 +7,10 @@ audit row's ``error_message`` (a failed run's error names the record it refused)
 row that says how many rows went from each table but names no ref. After the commit it reclaims
 the space the deleted rows held (:mod:`.reclaim`), so the database files keep no copy of them.
 A later sync brings a person back only if BOS still returns them.
+
+A request may name a person by an email, a phone number or an external id instead of a ref: the
+refs of every row of the records table or its history that holds it are found first, in the same
+transaction (:mod:`.erase_finders`, under the table's personal-data policy), and erased alike.
 """
 
 from __future__ import annotations
@@ -19,11 +23,19 @@ from dataclasses import asdict, dataclass
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
+from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
+from airflow_provider_bos.warehouse.erase_finders import Finders, KeySource, find_refs
+from airflow_provider_bos.warehouse.policy_store import read_stored_policy
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.schema import (
+    companion_table_name,
+    history_table,
+    policy_table,
+    records_table,
+)
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
 
@@ -41,6 +53,8 @@ class ErasedRows:
     """How many rows one erasure deleted from each table."""
 
     run_id: str
+    #: Refs the finders (email, phone, external id) matched.
+    found: int = 0
     records: int = 0
     history: int = 0
     lineage: int = 0
@@ -54,17 +68,24 @@ class ErasedRows:
         return asdict(self)
 
 
-def _checked_refs(record_refs: list[str]) -> list[str]:
-    if not record_refs or any(not isinstance(r, str) or not r for r in record_refs):
-        raise BosConfigurationError("Give at least one record_ref to erase, each a non-empty string.")
+def _checked_refs(record_refs: list[str], *, finders: bool) -> list[str]:
+    if (not record_refs and not finders) or any(not isinstance(r, str) or not r for r in record_refs):
+        raise BosConfigurationError("Give at least one record_ref to erase, each a non-empty string (or an "
+                                    "email, phone or external id to find them by).")
     return sorted(set(record_refs))
 
 
 def erase_records(
-    engine: sa.Engine, *, table: str, record_refs: Iterable[str], schema: str | None = None,
+    engine: sa.Engine, *, table: str, record_refs: Iterable[str] = (), schema: str | None = None,
     audit_table: str = "bos_sync_runs", conn_id: str | None = None, lock_timeout_s: float = 300.0,
+    emails: Iterable[str] = (), phones: Iterable[str] = (), external_ids: Iterable[str] = (),
+    key: KeySource = None,
 ) -> ErasedRows:
     """Delete ``record_refs`` from ``table`` and the tables beside it, in one transaction; audit it.
+
+    ``emails``, ``phones``, ``external_ids`` (``SOURCE:ID``): also erase every ref whose row or
+    history version holds one of them (:mod:`.erase_finders`). ``key``: the table's personal-data
+    hash key, or a callable giving it; needed only when the table's policy hashes a field named.
 
     After the commit the space the deleted rows held is reclaimed (:func:`~.reclaim.reclaim_space`:
     SQLite VACUUM, a rewrite of the DuckDB file, PostgreSQL VACUUM, MariaDB OPTIMIZE TABLE). On
@@ -75,7 +96,8 @@ def erase_records(
     :raises BosWarehouseError: the database refused (nothing was deleted), or the space could not be
         reclaimed after the commit (the message says so and what to run).
     """
-    refs = _checked_refs(list(record_refs))
+    finders = Finders.parse(emails, phones, external_ids)
+    refs = _checked_refs(list(record_refs), finders=bool(finders))
     writer = WarehouseWriter(engine, table=table, schema=schema, audit_table=audit_table, lock_timeout_s=lock_timeout_s)
     try:
         present = sa.inspect(engine)
@@ -83,7 +105,7 @@ def erase_records(
             raise BosConfigurationError(f"There is no table {writer.destination_table} to erase from.")
         writer.ensure_tables()  # the audit table (and columns added since) for the erasure's row
         companions = {
-            kind: name for kind in ("history", "lineage", "rejects")
+            kind: name for kind in ("history", "lineage", "rejects", "policy")
             if present.has_table(name := companion_table_name(writer.table, kind), schema=writer.schema)
         }
     except sa.exc.SQLAlchemyError as exc:
@@ -98,6 +120,10 @@ def erase_records(
         try:
             tx.begin()
             tx.lock()
+            if finders:
+                found = _find(tx.conn, writer, companions, finders, key)
+                erased.found = len(found)
+                refs = sorted(set(refs) | found)
             for i in range(0, len(refs), _REFS_PER_STATEMENT):
                 chunk = refs[i : i + _REFS_PER_STATEMENT]
                 # An over-long ref is only ever in the rejects table (it was quarantined for its length).
@@ -134,9 +160,23 @@ def erase_records(
     finally:
         tx.close()
     log.info("BOS erasure %s: %s", run.run_id, note)
-    erased.reclaimed = reclaim_space(engine, d, [writer.table, *companions.values(), writer.audit_table],
-                                     writer.schema)
+    touched = [name for kind, name in companions.items() if kind != "policy"]
+    erased.reclaimed = reclaim_space(engine, d, [writer.table, *touched, writer.audit_table], writer.schema)
     return erased
+
+
+def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, str], finders: Finders,
+          key: KeySource) -> set[str]:
+    """The refs the finders match in the records table and its history, under the table's policy."""
+    metadata, name = sa.MetaData(), writer.dialect.name
+    stored = None
+    if "policy" in companions:
+        text = read_stored_policy(conn, policy_table(metadata, name, companions["policy"], writer.schema))
+        stored = PolicyFingerprint.parse(text) if text is not None else None
+    tables = [records_table(metadata, name, writer.table, writer.schema)]
+    if "history" in companions:
+        tables.append(history_table(metadata, name, companions["history"], writer.schema))
+    return find_refs(conn, tables, finders, stored, key)
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

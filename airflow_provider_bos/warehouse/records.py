@@ -193,6 +193,16 @@ def _document_text(
     )
 
 
+class UnstorableRecord(BosWarehouseError):
+    """A record the table cannot store, refused with a message that quotes one of its values;
+    ``without_values`` says the same without it (what a quarantined record's reason is under a
+    personal-data policy, see :mod:`.rejects`)."""
+
+    def __init__(self, message: str, *, without_values: str) -> None:
+        super().__init__(message)
+        self.without_values = without_values
+
+
 def _as_dict(record: Any) -> Mapping[str, Any]:
     if isinstance(record, Mapping):
         return record
@@ -283,8 +293,9 @@ def _checked(data: Mapping[str, Any], default_observed_at: str | datetime | None
             try:
                 parsed = parse_timestamp(stamp)
             except ValueError:
-                raise BosWarehouseError(
-                    f"Record {ref!r}: sources[].observed_at {str(stamp)[:40]!r} is not an ISO 8601 timestamp."
+                raise UnstorableRecord(
+                    f"Record {ref!r}: sources[].observed_at {str(stamp)[:40]!r} is not an ISO 8601 timestamp.",
+                    without_values=f"Record {ref!r}: a sources[].observed_at is not an ISO 8601 timestamp.",
                 ) from None
             if type(stamp) is str and len(cache) < 4096:
                 cache[stamp] = parsed
@@ -469,7 +480,9 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -
         sources_text = canonical_json(data.get("sources"))
         hashed_sources = _content_sources_text(data.get("sources"))
     except (TypeError, ValueError) as exc:
-        raise BosWarehouseError(f"Record {ref!r} holds a value that is not JSON: {exc}") from None
+        raise UnstorableRecord(f"Record {ref!r} holds a value that is not JSON: {exc}",
+                               without_values=f"Record {ref!r} holds a value that is not JSON "
+                                              f"({type(exc).__name__}).") from None
     hashed = _document_text(
         attributes_text, display_name, email, identity_match, lifecycle, phone, ref, hashed_sources
     )

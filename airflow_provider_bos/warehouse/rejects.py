@@ -6,7 +6,10 @@ non-finite number, a field of the wrong shape) to :class:`Rejects` instead of ra
 inserts them in the run's transaction, counts them, and the run becomes ``partial``. With
 ``"fail"`` (the default) the first such record rolls the whole run back, as before.
 
-The rows hold the record (its personal data) and its ref; the run's audit note counts them and gives
+Under a personal-data policy (``keep_records=False``) a row holds only the ref and a reason that
+quotes no value of the record (``record`` is empty): the policy is about what is stored, and a
+record that failed its check may not have been through it the way a stored one is. Without a
+policy the rows hold the record (its personal data) and its ref; the run's audit note counts them and gives
 the first reasons without the refs (:meth:`Rejects.note`), so an erasure, which deletes the rows by
 ref, leaves nothing of the person in the audit table.
 """
@@ -45,7 +48,8 @@ def record_bytes(record: Any) -> bytes:
 class Rejects:
     """The records one run quarantined, as rows of ``<table>_rejects`` (held until the run's commit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keep_records: bool = True) -> None:
+        self.keep_records = keep_records
         self.rows: list[dict[str, Any]] = []
         self._reasons: list[str] = []  # the note's: the first few, without their refs
 
@@ -56,8 +60,8 @@ class Rejects:
         """Keep ``record``, refused with ``error``, for the rejects table."""
         get = getattr(record, "get", None)
         ref = get("record_ref") if get is not None else getattr(record, "record_ref", None)
-        data = record_bytes(record)
-        reason = str(error)[:_REASON_MAX]
+        data = record_bytes(record) if self.keep_records else b""
+        reason = (str(error) if self.keep_records else getattr(error, "without_values", str(error)))[:_REASON_MAX]
         self.rows.append({
             "record_ref": ref if isinstance(ref, str) else None,
             "reason": reason,

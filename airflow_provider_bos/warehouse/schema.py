@@ -41,6 +41,7 @@ __all__ = [
     "guard_index_name",
     "history_table",
     "lineage_table",
+    "policy_table",
     "record_columns",
     "records_table",
     "rejects_table",
@@ -328,6 +329,22 @@ def lineage_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
     _index(dialect_name, _index_name(name, "ref"), table.c.record_ref)
     _index(dialect_name, _index_name(name, "successor"), table.c.successor_ref)
     return table
+
+
+def policy_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
+    """``<table>_policy``: the personal-data policy the records table was written with, one row (see
+    :mod:`.policy_store`): its fingerprint text, when it was set and by which run. Made by the first
+    run with a policy; never holds the key."""
+    t = column_types(dialect_name)
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("fingerprint", t["text"], nullable=False),
+        sa.Column("set_at", t["ts"], nullable=False),
+        sa.Column("run_id", t["id"], nullable=True),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
 
 
 def rejects_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
@@ -23,6 +23,7 @@ from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_cl
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import SeenKeys
+from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refuse_unless_same, store_policy
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
@@ -38,6 +39,7 @@ from airflow_provider_bos.warehouse.schema import (
     companion_table_name,
     history_table,
     lineage_table,
+    policy_table,
     records_table,
     rejects_table,
     rejects_table_name,
@@ -51,6 +53,9 @@ from airflow_provider_bos.warehouse.settle import (
 )
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts, db_detail, execute
 from airflow_provider_bos.wire import ReconcileOptions, WriteOptions, check_invalid_records
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.pii import PolicyFingerprint
 
 __all__ = ["UpsertCounts", "WarehouseWriter", "WriteOptions"]
 
@@ -160,6 +165,11 @@ class WarehouseWriter:
         return self._qualified(companion_table_name(self.table, "lineage"))
 
     @property
+    def policy_destination(self) -> str:
+        """``schema.<table>_policy``: the personal-data policy the table was written with."""
+        return self._qualified(companion_table_name(self.table, "policy"))
+
+    @property
     def staging_method(self) -> str:
         """``"copy"``, ``"executemany"`` or ``"staged_file"``: how rows reach the staging table."""
         return self.dialect.capabilities.loader.name
@@ -209,6 +219,7 @@ class WarehouseWriter:
                     )
             if self._dialect_class.capabilities.uses_guard_index:
                 self.guard_index = self._find_guard_index(sa.inspect(self.engine), records.name)
+            self._present_policy_table()  # once per writer: whether the table was written under a policy
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(
                 f"Could not create or inspect {self._qualified(self.table)} / "
@@ -285,6 +296,76 @@ class WarehouseWriter:
         """Create ``<table>_history`` if missing (its own transaction, as :meth:`ensure_tables`)."""
         name = validate_identifier(companion_table_name(self.table, "history"), kind="history table")
         return self._ensure_companion(history_table(sa.MetaData(), self._dialect_class.name, name, self.schema))
+
+    def _policy_table(self) -> sa.Table:
+        name = validate_identifier(companion_table_name(self.table, "policy"), kind="policy table")
+        return policy_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
+
+    def ensure_policy_table(self) -> sa.Table:
+        """Create ``<table>_policy`` if missing (its own transaction, as :meth:`ensure_tables`)."""
+        return self._ensure_companion(self._policy_table())
+
+    def _present_policy_table(self, *, look: bool = True) -> sa.Table | None:
+        """``<table>_policy`` if it exists (a table written under a policy), else None. ``look=False``:
+        as :meth:`ensure_tables` or the last :meth:`require_pii_policy` found it (no query: a run
+        without a policy adds none)."""
+        table = self._policy_table()
+        if look and table.name not in self._companions_ready and sa.inspect(self.engine).has_table(
+                table.name, schema=self.schema):
+            self._companions_ready.add(table.name)
+        return table if table.name in self._companions_ready else None
+
+    def _holds_rows(self, conn: sa.Connection) -> bool:
+        """The records table or its history holds a row (an empty pair adopts any policy)."""
+        metadata = sa.MetaData()
+        tables = [records_table(metadata, self._dialect_class.name, self.table, self.schema)]
+        history = companion_table_name(self.table, "history")
+        if sa.inspect(conn).has_table(history, schema=self.schema):
+            tables.append(history_table(metadata, self._dialect_class.name, history, self.schema))
+        return any(conn.execute(sa.select(sa.literal(1)).select_from(t).limit(1)).first() is not None
+                   for t in tables)
+
+    def require_pii_policy(self, fingerprint: PolicyFingerprint | None) -> None:
+        """Refuse a run whose personal-data policy (``None``: none) is not the one the table was written
+        with, before it reads anything: :class:`~airflow_provider_bos.pii.PiiPolicyMismatch` names the
+        difference and the way forward. One small query (two when the table holds a policy).
+
+        A table without a stored policy was written without one, unless it holds no row: a new or
+        emptied table (and its history) adopts the run's policy, stored by its first write.
+        """
+        looked = not self._tables_ready  # ensure_tables looks for the policy table: no second look
+        self._ensure_once()
+        try:
+            policy = self._present_policy_table(look=not looked)
+            with self.engine.connect() as conn:
+                self._refuse_other_policy(conn, policy, fingerprint)
+        except sa.exc.SQLAlchemyError as exc:
+            raise BosWarehouseError(f"Could not read the personal-data policy of {self.destination_table}: "
+                                    f"{db_detail(exc)}") from exc
+
+    def _refuse_other_policy(self, conn: sa.Connection, policy: sa.Table | None,
+                             fingerprint: PolicyFingerprint | None) -> str | None:
+        """Raise unless ``fingerprint`` matches the stored one (or the table is empty); return the stored text."""
+        stored = read_stored_policy(conn, policy) if policy is not None else None
+        if stored is None and (fingerprint is None or not fingerprint.rules):
+            return stored
+        if stored is not None and fingerprint is not None and stored == fingerprint.text:
+            return stored
+        if self._holds_rows(conn):
+            refuse_unless_same(stored, fingerprint, table=self.table)
+        return stored
+
+    def _settle_policy(self, tx: RunTransaction, policy: sa.Table | None, fingerprint: PolicyFingerprint | None,
+                       run_id: str) -> None:
+        """In the run's transaction: refuse another policy (a run may have changed it since
+        :meth:`require_pii_policy`), and store this run's when the table has another or none."""
+        if policy is None:
+            return
+        stored = self._refuse_other_policy(tx.conn, policy, fingerprint)
+        if fingerprint is not None and stored != fingerprint.text:
+            store_policy(tx.conn, policy, fingerprint, run_id=run_id, at=utcnow())
+        elif fingerprint is None and stored is not None:  # an emptied table, written without a policy now
+            tx.conn.execute(policy.delete())
 
     def _ensure_companion(self, table: sa.Table) -> sa.Table:
         """Create a companion table of the records table once per writer, when a run first needs it."""
@@ -378,14 +459,18 @@ class WarehouseWriter:
                 "know which rows its scope wrote; add it with the ALTER TABLE in sql/ and run again."
             )
         quarantine = self.ensure_rejects_table() if options.invalid_records == "quarantine" else None
+        try:
+            policy = self.ensure_policy_table() if options.pii is not None else self._present_policy_table(look=False)
+        except sa.exc.SQLAlchemyError as exc:
+            raise BosWarehouseError(f"Could not inspect {self.policy_destination}: {db_detail(exc)}") from exc
         history = self.ensure_history_table().name if options.reconcile.history else None
         life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history,
                          frozenset(self.audit_columns))
-        return self._write(run, records, default_obs, options, quarantine, life)
+        return self._write(run, records, default_obs, options, quarantine, life, policy)
 
     def _write(
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
-        quarantine: sa.Table | None, life: Lifecycle,
+        quarantine: sa.Table | None, life: Lifecycle, policy: sa.Table | None = None,
     ) -> UpsertCounts:
         ddl_commits = self.dialect.capabilities.ddl_commits
         tx = RunTransaction(self.engine, self.dialect, table=self.table, schema=self.schema, run_id=run.run_id,
@@ -393,6 +478,7 @@ class WarehouseWriter:
         try:
             try:
                 tx.begin()
+                self._settle_policy(tx, policy, options.pii, run.run_id)
                 rehashed = self._prepare(tx, life)
                 direct, parse_json = self._prepare_staging(tx, options)
                 rejects, loaded = self._load_records(tx, records, default_obs, options, quarantine is not None,
@@ -482,7 +568,8 @@ class WarehouseWriter:
         synced_at = utcnow()
         tx.mark_records_start()
         while True:
-            rejects = Rejects() if quarantine else None
+            # Under a personal-data policy a quarantined record keeps only its ref and reason.
+            rejects = Rejects(keep_records=options.pii is None or not options.pii.rules) if quarantine else None
             try:
                 if direct:
                     loaded, staged = loader.load_direct(tx, records, default_obs, synced_at,

@@ -12,7 +12,8 @@ from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql", "duckdb": "duckdb.sql"}
-TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_history")
+TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_history",
+          "bos_records_policy")
 
 
 def _statements(path: Path) -> list[str]:
@@ -73,6 +74,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer.ensure_tables()
             writer.ensure_rejects_table()
             writer.ensure_history_table()
+            writer.ensure_policy_table()
             with file_engine.begin() as conn:
                 for statement in statements:
                     conn.exec_driver_sql(statement)
@@ -87,6 +89,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             writer.ensure_tables()
             writer.ensure_rejects_table()
             writer.ensure_history_table()
+            writer.ensure_policy_table()
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"USE {file_ns}" if dialect == "mysql" else f"SET search_path TO {file_ns}")
                 for statement in statements:

@@ -67,8 +67,8 @@ def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunIn
         "provisional_records": 0,
         "provisional_pages": 0,
     }
-    options = {name: kwargs.pop(name) for name in ("known", "default_observed_at", "invalid_records", "reconcile")
-               if name in kwargs}
+    options = {name: kwargs.pop(name) for name in ("known", "default_observed_at", "invalid_records", "reconcile",
+                                                   "pii") if name in kwargs}
     audit.update(kwargs)
     return writer.write_run(run or run_info(), records, WriteOptions(audit=audit, **options))
 

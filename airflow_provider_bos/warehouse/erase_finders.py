@@ -1,0 +1,148 @@
+"""Finding the record_refs an erasure request names by a value: an email, a phone number, an external id.
+
+A request names a person by what they know, not by a ref. :func:`find_refs` looks through the records
+table and its history (an old email is only there) for every row holding the value, as the table
+stores it under its personal-data policy (``<table>_policy``):
+
+* a field the policy **hashes**: the value's keyed hash (the recipe of :mod:`airflow_provider_bos.pii`,
+  with the table's key), compared with what is stored;
+* a field it **keeps**: the value normalised as the recipe normalises it (an email case-folded and
+  trimmed, a phone number reduced to its digits and a leading ``+``), compared with each stored value
+  normalised alike (in Python: SQL has no case-folding or Unicode normalisation to match it);
+* a field it **drops**: nothing is stored to find it by, so the request is refused.
+
+An external id ``SOURCE:ID`` matches a provenance entry whose ``source_identity`` or ``source_type`` is
+SOURCE and whose ``external_id`` is ID. Runs on request, under the erasure's lock: every row is read
+once, in batches.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.pii import PiiKey, PolicyFingerprint, lookup_hash, normalise
+from airflow_provider_bos.pii.fields import EXTERNAL_ID
+from airflow_provider_bos.warehouse.policy_store import effective_action
+from airflow_provider_bos.warehouse.scan import rows_in_batches
+
+__all__ = ["Finders", "KeySource", "find_refs"]
+
+#: The key, or how to get it (read only when the table's policy hashes a field a finder names).
+KeySource = PiiKey | Callable[[], PiiKey] | None
+
+
+@dataclass(frozen=True)
+class Finders:
+    """The values a request names, as given (raw)."""
+
+    emails: tuple[str, ...] = ()
+    phones: tuple[str, ...] = ()
+    external_ids: tuple[tuple[str, str], ...] = ()  # (source, id)
+
+    @classmethod
+    def parse(cls, emails: Iterable[str], phones: Iterable[str], external_ids: Iterable[str]) -> Finders:
+        """:raises BosConfigurationError: an empty value, or an external id not of the form SOURCE:ID."""
+        emails, phones = tuple(emails), tuple(phones)
+        for kind, values in (("email", emails), ("phone", phones)):
+            if any(not isinstance(v, str) or not v.strip() for v in values):
+                raise BosConfigurationError(f"Each {kind} to erase by must be a non-empty text.")
+        pairs = []
+        for given in external_ids:
+            source, colon, ident = given.partition(":") if isinstance(given, str) else ("", "", "")
+            if not colon or not source.strip() or not ident.strip():
+                raise BosConfigurationError(
+                    f"An external id to erase by is written SOURCE:ID (a source_identity or source_type, a "
+                    f"colon, the id), e.g. crm-eu:4711; {str(given)[:80]!r} is not.")
+            pairs.append((source.strip(), ident))
+        return cls(emails, phones, tuple(pairs))
+
+    def __bool__(self) -> bool:
+        return bool(self.emails or self.phones or self.external_ids)
+
+
+class _Wanted:
+    """The stored forms a finder's values take under the table's policy, and the test of a stored value."""
+
+    def __init__(self, field: str, values: Iterable[str], action: str, key: Callable[[], PiiKey]) -> None:
+        self.hashed = action == "hash"
+        self.field = field
+        self.forms = ({lookup_hash(key(), field, v) for v in values} if self.hashed
+                      else {normalise(field, v) for v in values})
+
+    def holds(self, stored: Any) -> bool:
+        if stored is None or not isinstance(stored, str | int | float):  # a number: an id stored as JSON
+            return False
+        return (stored if self.hashed else normalise(self.field, stored)) in self.forms
+
+
+def _action(stored: PolicyFingerprint | None, field: str, option: str) -> str:
+    action = effective_action(dict(stored.rules), field) if stored is not None else "keep"
+    if action == "drop":
+        raise BosConfigurationError(
+            f"The table's personal-data policy drops {field}: it is not stored, so no record can be found by "
+            f"it. Erase by --record-ref, or by --external-id SOURCE:ID ({option} cannot find anyone)."
+        )
+    return action
+
+
+def _key_reader(key: KeySource, stored: PolicyFingerprint | None) -> Callable[[], PiiKey]:
+    cache: list[PiiKey] = []
+
+    def read() -> PiiKey:
+        if not cache:
+            found = key() if callable(key) else key
+            if found is None:
+                raise BosConfigurationError(
+                    "The table's personal-data policy hashes a field named to erase by: give its key "
+                    "(--key-conn-id: the Airflow connection whose password holds it).")
+            if stored is not None and stored.key_id and found.key_id != stored.key_id:
+                raise BosConfigurationError(
+                    f"The key given (key id {found.key_id}) is not the one the table's hashes were made with "
+                    f"(key id {stored.key_id}): nobody could be found with it. Give the table's key.")
+            cache.append(found)
+        return cache[0]
+
+    return read
+
+
+def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders, stored: PolicyFingerprint | None,
+              key: KeySource) -> set[str]:
+    """The record_refs of every row of ``tables`` (the records table, its history) a finder matches."""
+    read_key = _key_reader(key, stored)
+    top = [_Wanted(field, values, _action(stored, field, f"--{field}"), read_key)
+           for field, values in (("email", finders.emails), ("phone", finders.phones)) if values]
+    external: dict[str, _Wanted] = {}
+    if finders.external_ids:
+        action = _action(stored, EXTERNAL_ID, "--external-id")
+        by_source: dict[str, list[str]] = {}
+        for source, ident in finders.external_ids:
+            by_source.setdefault(source, []).append(ident)
+        external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in by_source.items()}
+    columns = [w.field for w in top] + (["sources"] if external else [])
+    found: set[str] = set()
+    for table in tables:
+        key_columns = ("record_ref", "_bos_valid_from") if "_bos_valid_from" in table.c else ("record_ref",)
+        for rows in rows_in_batches(conn, table, columns, key=key_columns):
+            for row in rows:
+                if any(w.holds(row[w.field]) for w in top) or (external and _has_external_id(row["sources"], external)):
+                    found.add(row["record_ref"])
+    return found
+
+
+def _has_external_id(sources: Any, wanted: dict[str, _Wanted]) -> bool:
+    if isinstance(sources, str | bytes):
+        sources = json.loads(sources)
+    for entry in sources if isinstance(sources, list) else ():
+        if not isinstance(entry, dict):
+            continue
+        for name in ("source_identity", "source_type"):
+            finder = wanted.get(entry.get(name))  # type: ignore[arg-type]
+            if finder is not None and finder.holds(entry.get("external_id")):
+                return True
+    return False

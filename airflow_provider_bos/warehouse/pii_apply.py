@@ -1,0 +1,266 @@
+"""Re-applying a stricter personal-data policy to a stored table (``airflow-provider-bos pii-apply``).
+
+:func:`apply_stricter_policy` rewrites the records table, ``<table>_history`` and ``<table>_rejects``
+as a run under the new policy would have written them, in ONE transaction under the writers' lock,
+without reading BOS again: what was kept and is now hashed is hashed, what is now dropped is
+dropped; what was hashed already stays as it is. It then stores the new policy's fingerprint.
+
+Why not in SQL: HMAC-SHA-256 is not available in SQLite, MariaDB or DuckDB SQL, and a key bound into
+SQL text would reach the server's statement logs. So the rows are read in batches, changed in
+Python with the same plan a run applies, and written back with their values bound. Each rewritten
+row gets its content hash again (the function the writer uses), so the next sync under the policy
+finds it unchanged. Wire hashes: a table written without a policy holds each record's raw wire hash;
+it is keyed (HMAC under the key, as a run under a policy keys it) so the next re-run still skips
+byte-identical records; a table written under a policy already has them in its policy's form, and
+they are cleared (the next run decodes every record once and stores them again).
+
+A looser policy (hash or drop to keep, drop to hash), another key or recipe cannot be applied to
+stored rows: the raw values are gone. It is refused, saying it needs a full re-read.
+
+Audit: like an erasure, one row with ``tool_name`` ``airflow-provider-bos pii-apply`` and a note of
+the counts and the fields changed (no value, no ref); the sensors look up runs by their read's tool
+name, so it is never taken for a sync. After the commit the freed space is reclaimed
+(:mod:`.reclaim`): the raw values remain in the database's free pages until then.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
+from airflow_provider_bos.pii import PiiKey, PiiPlan, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint
+from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.policy_store import (
+    action_changes,
+    effective_action,
+    loosening,
+    read_stored_policy,
+    store_policy,
+    way_forward,
+)
+from airflow_provider_bos.warehouse.reclaim import reclaim_space
+from airflow_provider_bos.warehouse.records import (
+    CONTENT_FIELDS,
+    parse_timestamp,
+    record_to_row,
+)
+from airflow_provider_bos.warehouse.scan import rows_in_batches
+from airflow_provider_bos.warehouse.schema import (
+    WIRE_HASH_COLUMN,
+    companion_table_name,
+    history_table,
+    records_table,
+    rejects_table,
+)
+from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
+from airflow_provider_bos.warehouse.upsert import WarehouseWriter
+
+__all__ = ["PII_APPLY_TOOL_NAME", "PolicyApplied", "apply_stricter_policy", "delta_policy"]
+
+log = logging.getLogger(__name__)
+
+#: The audit row's ``tool_name`` of a re-applied policy.
+PII_APPLY_TOOL_NAME = "airflow-provider-bos pii-apply"
+_BATCH = 1000
+_JSON_FIELDS = ("lifecycle", "identity_match", "attributes", "sources")
+# The columns a policy can change (record_ref and the _bos_* columns never change).
+_POLICY_COLUMNS = ("display_name", "email", "phone", "attributes", "sources")
+
+
+@dataclass
+class PolicyApplied:
+    """What one re-application rewrote."""
+
+    run_id: str
+    fingerprint: str
+    records: int = 0
+    history: int = 0
+    rejects: int = 0
+    #: Rows whose wire hash was keyed (or cleared).
+    wire_hashes: int = 0
+    #: What was run after the commit to reclaim the rewritten rows' old space.
+    reclaimed: str = ""
+
+    def as_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+
+def delta_policy(stored: PolicyFingerprint | None, new: PolicyFingerprint) -> PiiPolicy:
+    """What rows stored under ``stored`` need to be stored as under ``new`` (which is as strict or
+    stricter): hash what was kept and is hashed now, drop what is dropped now and was not; leave the
+    rest (a hashed value is not hashed again)."""
+    was = dict(stored.rules) if stored is not None else {}
+    rules: dict[str, str] = {}
+    for field in sorted(set(was) | set(new.rules) | {"attributes"}):
+        before, after = effective_action(was, field), effective_action(dict(new.rules), field)
+        rules[field] = ("hash" if (before, after) == ("keep", "hash")
+                        else "drop" if after == "drop" and before != "drop" else "keep")
+    return PiiPolicy.parse(rules)
+
+
+def apply_stricter_policy(
+    engine: sa.Engine, *, table: str, policy: PiiPolicy | Mapping[str, str], key: PiiKey | None,
+    schema: str | None = None, audit_table: str = "bos_sync_runs", conn_id: str | None = None,
+    lock_timeout_s: float = 300.0,
+) -> PolicyApplied:
+    """Re-apply ``policy`` (with ``key``) to ``table``, its history and rejects in one transaction.
+
+    :raises PiiPolicyMismatch: the policy is looser than the table's, or the key or recipe differs
+        (nothing changed; a full re-read is needed).
+    :raises BosConfigurationError: no such table, an invalid policy, a policy that hashes without a key.
+    :raises BosWarehouseError: the database refused (rolled back), or the space could not be reclaimed
+        after the commit.
+    """
+    policy = PiiPolicy.parse(policy)
+    new = policy.fingerprint(key)
+    writer = WarehouseWriter(engine, table=table, schema=schema, audit_table=audit_table, lock_timeout_s=lock_timeout_s)
+    try:
+        inspector = sa.inspect(engine)
+        if not inspector.has_table(writer.table, schema=writer.schema):
+            raise BosConfigurationError(f"There is no table {writer.destination_table} to apply a policy to.")
+        writer.ensure_tables()
+        policy_table = writer.ensure_policy_table()
+        present = {kind for kind in ("history", "rejects")
+                   if inspector.has_table(companion_table_name(writer.table, kind), schema=writer.schema)}
+    except sa.exc.SQLAlchemyError as exc:
+        raise BosWarehouseError(f"Could not inspect {writer.destination_table}: {db_detail(exc)}") from exc
+    d = writer.dialect
+    run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id=conn_id, tool_name=PII_APPLY_TOOL_NAME, started_at=utcnow())
+    applied = PolicyApplied(run_id=run.run_id, fingerprint=new.text)
+    metadata = sa.MetaData()
+    records = records_table(metadata, d.name, writer.table, writer.schema)
+    tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
+                        lock_timeout_s=lock_timeout_s, guard_index=None)
+    try:
+        try:
+            tx.begin()
+            tx.lock()
+            stored_text = read_stored_policy(tx.conn, policy_table)
+            stored = PolicyFingerprint.parse(stored_text) if stored_text is not None else None
+            refused = loosening(stored, new)
+            if refused:
+                raise PiiPolicyMismatch(writer.destination_table, refused,
+                                        way_forward=way_forward(stored, new, table=writer.table))
+            if stored_text == new.text or (stored is None and policy.is_empty):
+                tx.rollback()
+                return applied
+            delta = delta_policy(stored, new)
+            plan = delta.plan(key if delta.needs_key else None)
+            # Raw wire hashes (no policy before) are keyed; a policy's own form is cleared.
+            wire_key = key if stored is None else None
+            applied.records, applied.wire_hashes = _rewrite(
+                tx.conn, records, plan, d.name, key=("record_ref",), wire=(wire_key,) if d.wire_hash_column else None,
+            )
+            if "history" in present:
+                history = history_table(metadata, d.name, companion_table_name(writer.table, "history"), writer.schema)
+                applied.history, _ = _rewrite(tx.conn, history, plan, d.name, key=("record_ref", "_bos_valid_from"),
+                                              wire=None)
+            if "rejects" in present and not policy.is_empty:
+                rejects = rejects_table(metadata, d.name, companion_table_name(writer.table, "rejects"), writer.schema)
+                applied.rejects = _empty_quarantined_records(tx.conn, rejects)
+            store_policy(tx.conn, policy_table, new, run_id=run.run_id, at=utcnow())
+            note = _note(stored, new, applied, writer.destination_table)
+            tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
+                                 completeness=None, result_count=applied.records, error_message=note,
+                                 destination_table=writer.destination_table, present=writer.audit_columns))
+            tx.conn.commit()
+        except BaseException as exc:
+            tx.rollback()
+            if isinstance(exc, sa.exc.SQLAlchemyError):
+                raise BosWarehouseError(f"Applying the policy to {writer.destination_table} failed and was rolled "
+                                        f"back (nothing changed): {db_detail(exc)}") from exc
+            raise
+    finally:
+        tx.close()
+    log.info("BOS pii-apply %s: %s", run.run_id, note)
+    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in sorted(present))]
+    applied.reclaimed = reclaim_space(engine, d, tables, writer.schema)
+    return applied
+
+
+def _stored_record(row: sa.RowMapping) -> dict[str, Any]:
+    """A row's stored content as a record (JSON columns a driver hands back as text decoded)."""
+    record = {name: row[name] for name in CONTENT_FIELDS}
+    for name in _JSON_FIELDS:
+        if isinstance(record[name], str | bytes):
+            record[name] = json.loads(record[name])
+    return record
+
+
+def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.ColumnElement[Any]:
+    """A bound JSON text for ``column``: cast where the column's type is not text (PostgreSQL JSONB,
+    DuckDB JSON); MariaDB's JSON and SQLite's columns take the text as it is."""
+    value = sa.bindparam(name, type_=sa.Text())
+    return sa.cast(value, column.type) if dialect_name in ("postgresql", "duckdb") else value
+
+
+def _rewrite(
+    conn: sa.Connection, table: sa.Table, plan: PiiPlan, dialect_name: str, *, key: tuple[str, ...],
+    wire: tuple[PiiKey | None] | None,
+) -> tuple[int, int]:
+    """Apply ``plan`` to every row of ``table``; with ``wire``, key each wire hash with its key (or
+    clear it, key ``None``). Returns (rows whose content changed, rows whose wire hash changed)."""
+    where = sa.and_(*(table.c[name] == sa.bindparam(f"k_{name}", type_=table.c[name].type) for name in key))
+    content = {name: (_json_value(dialect_name, table.c[name], name) if name in _JSON_FIELDS
+                      else sa.bindparam(name, type_=sa.Text()))
+               for name in _POLICY_COLUMNS}
+    update_content = sa.update(table).where(where).values(
+        **content, _bos_record_hash=sa.bindparam("record_hash", type_=sa.Text()),
+        **({WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())} if wire is not None else {}),
+    )
+    update_wire = sa.update(table).where(where).values(
+        {WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())})
+    columns = [*CONTENT_FIELDS, "_bos_observed_at", *((WIRE_HASH_COLUMN,) if wire is not None else ())]
+    changed = rekeyed = 0
+    for rows in rows_in_batches(conn, table, columns, key=key, batch_size=_BATCH):
+        contents: list[dict[str, Any]] = []
+        wires: list[dict[str, Any]] = []
+        for row in rows:
+            ident = {f"k_{name}": row[name] for name in key}
+            wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
+            record = _stored_record(row)
+            stored = plan.apply(record)
+            if stored != record:
+                new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]))
+                contents.append({**ident, "display_name": new_row.display_name, "email": new_row.email,
+                                 "phone": new_row.phone, "attributes": new_row.attributes,
+                                 "sources": new_row.sources, "record_hash": new_row.record_hash,
+                                 **({"wire_hash": wire_hash} if wire is not None else {})})
+            elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
+                wires.append({**ident, "wire_hash": wire_hash})
+        if contents:
+            conn.execute(update_content, contents)
+        if wires:
+            conn.execute(update_wire, wires)
+        changed += len(contents)
+        rekeyed += len(wires) + (len(contents) if wire is not None else 0)
+    return changed, rekeyed
+
+
+def _new_wire_hash(stored: str | None, key: PiiKey | None) -> str | None:
+    """A raw wire hash keyed as a run under a policy keys it (HMAC-SHA-256 of its hex under the key);
+    ``None`` without a key."""
+    if stored is None or key is None:
+        return None
+    return key.digest_hex(stored.encode("ascii"))
+
+
+def _empty_quarantined_records(conn: sa.Connection, rejects: sa.Table) -> int:
+    """Under a policy a quarantined record keeps only its ref and reason: empty the stored records."""
+    empty = sa.bindparam("empty", b"", type_=rejects.c.record.type)
+    result = conn.execute(sa.update(rejects).where(rejects.c.record != empty).values(record=b"", truncated=False))
+    return int(result.rowcount or 0)
+
+
+def _note(stored: PolicyFingerprint | None, new: PolicyFingerprint, applied: PolicyApplied, table: str) -> str:
+    changes = ", ".join(f"{field} {a} -> {b}" for field, (a, b) in action_changes(stored, new).items())
+    return (f"Re-applied a stricter personal-data policy ({changes}) without a re-read: rewrote "
+            f"{applied.records} row(s) of {table}, {applied.history} history version(s), emptied "
+            f"{applied.rejects} quarantined record(s); {applied.wire_hashes} wire hash(es) keyed or cleared.")

@@ -1,0 +1,39 @@
+"""Every row of a table, a batch at a time, in key order (keyset pagination: no cursor stays open while
+the caller's statements run on the same connection)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+__all__ = ["rows_in_batches"]
+
+
+def rows_in_batches(
+    conn: sa.Connection, table: sa.Table, columns: Sequence[str], *, key: Sequence[str], batch_size: int = 1000,
+) -> Iterator[list[sa.RowMapping]]:
+    """``columns`` (the ``key`` columns included) of every row of ``table``, ordered by ``key`` (one
+    column, or two: a record_ref and its version), ``batch_size`` rows at a time."""
+    selected = [table.c[name] for name in dict.fromkeys([*key, *columns])]
+    keys = [table.c[name] for name in key]
+    last: tuple[Any, ...] | None = None
+    while True:
+        query = sa.select(*selected).order_by(*keys).limit(batch_size)
+        if last is not None:
+            query = query.where(_after(keys, last))
+        rows = list(conn.execute(query).mappings())
+        if not rows:
+            return
+        yield rows
+        last = tuple(rows[-1][name] for name in key)
+
+
+def _after(keys: Sequence[sa.Column[Any]], last: tuple[Any, ...]) -> sa.ColumnElement[bool]:
+    """``keys > last`` in key order, written without row values (portable)."""
+    first, *rest = keys
+    later: sa.ColumnElement[bool] = first > last[0]
+    if not rest:
+        return later
+    return sa.or_(later, sa.and_(first == last[0], _after(rest, last[1:])))

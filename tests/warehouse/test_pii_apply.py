@@ -1,0 +1,130 @@
+"""Re-applying a stricter policy to a table, its history and rejects in one transaction, no re-read; a
+looser one is refused; the next sync under the new policy rewrites nothing (every dialect)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch, lookup_hash
+from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.wire import WireRecord, wire_hash
+from tests.warehouse.pii_helpers import (
+    HISTORY,
+    KEY,
+    OTHER_KEY,
+    STRICT,
+    every_text,
+    person,
+    raw_values,
+    write_under,
+)
+from tests.warehouse.test_pii_policy import stored_policy
+from tests.warehouse.whhelpers import T2, reflect, rows_by_ref
+
+EMAIL_ONLY = PiiPolicy.parse({"email": "hash"})
+ALL_FIELDS = ("email", "phone", "display_name", "external_id", "home")
+
+
+def day1() -> list[dict]:
+    return [person(i) for i in range(1, 6)]
+
+
+def day2() -> list[dict]:
+    return [person(1), person(2, observed_at=T2, email="changed2@example.com"), *(person(i) for i in range(3, 6))]
+
+
+def wire_records(records: list[dict]) -> list[WireRecord]:
+    """As the scanner sends them: decoded from their bytes, each with its (raw) wire hash."""
+    out = []
+    for record in records:
+        element = orjson.dumps(record)
+        wire = WireRecord(orjson.loads(element))
+        wire.wire_hash = wire_hash(element)
+        out.append(wire)
+    return out
+
+
+def apply(engine, writer, policy: PiiPolicy, key=KEY):
+    return apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy=policy, key=key)
+
+
+def test_a_table_written_without_a_policy_keeps_no_raw_value_after_it(make_writer, engine) -> None:
+    writer = make_writer()
+    write_under(writer, None, wire_records(day1()), reconcile=HISTORY)
+    write_under(writer, None, [*day2(), person(9, phone=12345)], reconcile=HISTORY, invalid_records="quarantine")
+    tables = (writer.table, companion_table_name(writer.table, "history"), rejects_table_name(writer.table))
+    raw = raw_values([*day1(), *day2(), person(9)], *ALL_FIELDS)
+    assert any(value in every_text(engine, writer.table) for value in raw)
+    raw_wire = {ref: row["_bos_wire_hash"] for ref, row in rows_by_ref(engine, writer.table).items()}
+
+    applied = apply(engine, writer, STRICT)
+
+    assert (applied.records, applied.history, applied.rejects) == (5, 6, 1)
+    for table in tables:
+        text = every_text(engine, table)
+        for value in raw:
+            assert value not in text, (table, value)
+    rows = rows_by_ref(engine, writer.table)
+    ref1 = person(1)["record_ref"]
+    assert rows[ref1]["email"] == lookup_hash(KEY, "email", "p1@example.com") and rows[ref1]["display_name"] is None
+    assert rows[ref1]["_bos_wire_hash"] == KEY.digest_hex(raw_wire[ref1].encode())  # keyed, as a policy run keys it
+    assert stored_policy(engine, writer.table)[0][0] == STRICT.fingerprint(KEY).text
+
+    # The next sync under the policy is accepted and rewrites nothing.
+    writer.require_pii_policy(STRICT.fingerprint(KEY))
+    counts = write_under(writer, STRICT.plan(KEY), day2(), reconcile=HISTORY)
+    assert (counts.inserted, counts.updated, counts.unchanged) == (0, 0, 5)
+
+
+def test_a_stricter_policy_leaves_what_is_hashed_already(make_writer, engine) -> None:
+    writer = make_writer()
+    write_under(writer, EMAIL_ONLY.plan(KEY), day1(), reconcile=HISTORY)
+    before = rows_by_ref(engine, writer.table)
+    applied = apply(engine, writer, STRICT)
+    assert applied.records == 5
+    after = rows_by_ref(engine, writer.table)
+    assert all(after[ref]["email"] == before[ref]["email"] for ref in before)  # not hashed twice
+    assert all(row["_bos_wire_hash"] is None for row in after.values())
+    counts = write_under(writer, STRICT.plan(KEY), day1(), reconcile=HISTORY)
+    assert (counts.updated, counts.unchanged) == (0, 5)
+
+
+@pytest.mark.parametrize(("looser", "key"), [
+    (PiiPolicy.parse({"email": "hash"}), KEY),  # phone hash -> keep, display_name drop -> keep, ...
+    (PiiPolicy.parse({"email": "hash", "phone": "hash", "display_name": "hash", "attributes.private": "drop",
+                      "sources[].external_id": "hash"}), KEY),  # display_name drop -> hash
+    (STRICT, OTHER_KEY),  # another key
+])
+def test_a_looser_policy_or_another_key_is_refused(make_writer, engine, looser, key) -> None:
+    writer = make_writer()
+    write_under(writer, STRICT.plan(KEY), day1(), reconcile=HISTORY)
+    before = rows_by_ref(engine, writer.table)
+    with pytest.raises(PiiPolicyMismatch, match="full re-read"):
+        apply(engine, writer, looser, key)
+    assert rows_by_ref(engine, writer.table) == before
+    assert stored_policy(engine, writer.table)[0][0] == STRICT.fingerprint(KEY).text
+
+
+def test_the_same_policy_changes_nothing(make_writer, engine) -> None:
+    writer = make_writer()
+    write_under(writer, STRICT.plan(KEY), day1())
+    applied = apply(engine, writer, STRICT)
+    assert (applied.records, applied.history, applied.rejects) == (0, 0, 0)
+
+
+def test_the_audit_row_names_the_command_and_no_value(make_writer, engine) -> None:
+    writer = make_writer()
+    write_under(writer, None, day1())
+    audit = reflect(engine, writer.audit_table)
+    with engine.connect() as conn:
+        runs_before = conn.execute(sa.select(sa.func.count()).select_from(audit)).scalar_one()
+    applied = apply(engine, writer, STRICT)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(audit).where(audit.c.run_id == applied.run_id)).mappings().all()
+        runs_after = conn.execute(sa.select(sa.func.count()).select_from(audit)).scalar_one()
+    assert runs_after == runs_before + 1
+    [row] = rows
+    assert row["tool_name"] == "airflow-provider-bos pii-apply" and "p1@example.com" not in str(dict(row))

@@ -1,0 +1,89 @@
+"""Erase by what a request names: an email, a phone number, an external id, found in the records table and
+its history (hashed with the table's key where its policy hashes the field), on every dialect."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.pii import PiiPolicy
+from airflow_provider_bos.warehouse import AuditReader
+from airflow_provider_bos.warehouse.erase import erase_records
+from airflow_provider_bos.warehouse.schema import companion_table_name
+from tests.warehouse.pii_helpers import HISTORY, KEY, STRICT, person, write_under
+from tests.warehouse.whhelpers import T2, reflect, rows_by_ref
+
+HASHED = PiiPolicy.parse({"email": "hash", "phone": "hash", "sources[].external_id": "hash"})
+
+
+def history_refs(engine, table: str) -> set[str]:
+    import sqlalchemy as sa
+
+    t = reflect(engine, companion_table_name(table, "history"))
+    with engine.connect() as conn:
+        return set(conn.execute(sa.select(t.c.record_ref)).scalars())
+
+
+def people_with_an_old_email(writer, policy: PiiPolicy | None) -> None:
+    """1..4; 2's email changed in the second run (its old one only in history)."""
+    plan = policy.plan(KEY) if policy is not None else None
+    write_under(writer, plan, [person(i) for i in range(1, 5)], reconcile=HISTORY)
+    write_under(writer, plan, [person(1), person(2, observed_at=T2, email="new2@example.com"), person(3), person(4)],
+                reconcile=HISTORY)
+
+
+def erase(engine, writer, **finders):
+    return erase_records(engine, table=writer.table, audit_table=writer.audit_table, key=KEY, **finders)
+
+
+@pytest.mark.parametrize("policy", [None, HASHED], ids=["kept", "hashed"])
+def test_erase_by_email_finds_current_and_old_emails(make_writer, engine, policy) -> None:
+    writer = make_writer()
+    people_with_an_old_email(writer, policy)
+    # an old email (only in history), spelled differently from how it was stored
+    erased = erase(engine, writer, emails=["  P2@Example.COM "])
+    assert erased.found == 1 and erased.records == 1 and erased.history == 2
+    assert person(2)["record_ref"] not in rows_by_ref(engine, writer.table)
+    assert person(2)["record_ref"] not in history_refs(engine, writer.table)
+    erased = erase(engine, writer, emails=["p3@example.com", "nobody@example.com"])
+    assert erased.found == 1 and set(rows_by_ref(engine, writer.table)) == {person(1)["record_ref"],
+                                                                           person(4)["record_ref"]}
+    audit = AuditReader(engine, table=writer.audit_table).get_run(erased.run_id)
+    assert "p3@example.com" not in str(audit) and person(3)["record_ref"] not in str(audit)
+
+
+@pytest.mark.parametrize("policy", [None, HASHED], ids=["kept", "hashed"])
+def test_erase_by_phone_compares_normalised_numbers(make_writer, engine, policy) -> None:
+    writer = make_writer()
+    people_with_an_old_email(writer, policy)
+    erased = erase(engine, writer, phones=["+49-30-12341"])  # stored as "+49 30 12341"
+    assert erased.found == 1 and person(1)["record_ref"] not in rows_by_ref(engine, writer.table)
+
+
+@pytest.mark.parametrize("policy", [None, HASHED], ids=["kept", "hashed"])
+def test_erase_by_external_id_matches_the_source_identity_or_type(make_writer, engine, policy) -> None:
+    writer = make_writer()
+    people_with_an_old_email(writer, policy)
+    erased = erase(engine, writer, external_ids=["crm-eu:ext-3", "crm:ext-4", "other:ext-1"])
+    assert erased.found == 2
+    assert set(rows_by_ref(engine, writer.table)) == {person(1)["record_ref"], person(2)["record_ref"]}
+
+
+def test_erase_by_a_dropped_field_is_refused(make_writer, engine) -> None:
+    writer = make_writer()
+    people_with_an_old_email(writer, PiiPolicy.parse({"email": "drop"}))
+    before = rows_by_ref(engine, writer.table)
+    with pytest.raises(BosConfigurationError, match="not stored") as raised:
+        erase(engine, writer, emails=["p1@example.com"])
+    assert "--record-ref" in str(raised.value) and "--external-id" in str(raised.value)
+    assert rows_by_ref(engine, writer.table) == before
+
+
+def test_a_hashed_field_needs_the_key_and_a_bad_external_id_is_refused(make_writer, engine) -> None:
+    writer = make_writer()
+    people_with_an_old_email(writer, STRICT)
+    with pytest.raises(BosConfigurationError, match="key"):
+        erase_records(engine, table=writer.table, audit_table=writer.audit_table, emails=["p1@example.com"])
+    with pytest.raises(BosConfigurationError, match="SOURCE:ID"):
+        erase(engine, writer, external_ids=["no-colon"])
+    assert len(rows_by_ref(engine, writer.table)) == 4

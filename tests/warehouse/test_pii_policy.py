@@ -1,0 +1,168 @@
+"""The policy is part of the table: ``<table>_policy`` remembers the fingerprint a table was written with,
+a run with another one fails before reading, rejects keep only their ref and reason, and change
+detection sees what is stored (records through a plan, as the run side sends them), on every dialect."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch
+from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from tests.warehouse.pii_helpers import (
+    HISTORY,
+    KEY,
+    OTHER_KEY,
+    STRICT,
+    every_text,
+    person,
+    raw_values,
+    write_under,
+)
+from tests.warehouse.test_content_changes import history_count
+from tests.warehouse.whhelpers import reflect, rows_by_ref
+
+
+def stored_policy(engine: sa.Engine, table: str) -> list[tuple[str, str]]:
+    t = reflect(engine, companion_table_name(table, "policy"))
+    with engine.connect() as conn:
+        return [(row.fingerprint, row.run_id) for row in conn.execute(sa.select(t))]
+
+
+def has_table(engine: sa.Engine, name: str) -> bool:
+    return sa.inspect(engine).has_table(name)
+
+
+# --- the stored policy -----------------------------------------------------------------------------
+
+
+def test_a_run_under_a_policy_stores_its_fingerprint_once(writer, engine) -> None:
+    plan = STRICT.plan(KEY)
+    writer.require_pii_policy(plan.fingerprint)  # a new table adopts any policy
+    counts = write_under(writer, plan, [person(1), person(2)])
+    assert counts.inserted == 2
+    [(fingerprint, run_id)] = stored_policy(engine, writer.table)
+    assert fingerprint == plan.fingerprint.text and run_id
+    write_under(writer, plan, [person(1), person(3)])
+    assert stored_policy(engine, writer.table) == [(fingerprint, run_id)]  # unchanged: the same policy
+    writer.require_pii_policy(plan.fingerprint)
+
+
+def test_a_run_without_a_policy_creates_no_policy_table(writer, engine) -> None:
+    writer.require_pii_policy(None)
+    write_under(writer, None, [person(1)])
+    writer.require_pii_policy(None)
+    assert not has_table(engine, companion_table_name(writer.table, "policy"))
+
+
+@pytest.mark.parametrize(("other", "says"), [
+    (PiiPolicy.parse({"email": "hash"}), "for phone the table hashes it, this run keeps it"),
+    (PiiPolicy.parse({"email": "drop", "phone": "hash", "display_name": "drop", "attributes.private": "drop",
+                      "sources[].external_id": "hash"}), "for email the table hashes it, this run drops it"),
+    (None, "for email the table hashes it, this run keeps it"),
+])
+def test_another_policy_is_refused_before_anything_is_written(writer, engine, other, says) -> None:
+    plan = STRICT.plan(KEY)
+    write_under(writer, plan, [person(1)])
+    before = rows_by_ref(engine, writer.table)
+    fingerprint = other.fingerprint(KEY) if other is not None else None
+    with pytest.raises(PiiPolicyMismatch) as raised:
+        writer.require_pii_policy(fingerprint)
+    message = str(raised.value)
+    assert says in message and writer.table in message
+    with pytest.raises(PiiPolicyMismatch):  # the writer refuses it too, inside the run's transaction
+        write_under(writer, other.plan(KEY) if other is not None else None, [person(1, email="new@example.com")])
+    assert rows_by_ref(engine, writer.table) == before
+    assert stored_policy(engine, writer.table)[0][0] == plan.fingerprint.text
+
+
+def test_the_way_forward_depends_on_the_direction(writer) -> None:
+    write_under(writer, PiiPolicy.parse({"email": "hash", "phone": "hash"}).plan(KEY), [person(1)])
+    with pytest.raises(PiiPolicyMismatch) as stricter:
+        writer.require_pii_policy(STRICT.fingerprint(KEY))
+    assert "airflow-provider-bos pii-apply" in str(stricter.value)
+    with pytest.raises(PiiPolicyMismatch) as looser:
+        writer.require_pii_policy(PiiPolicy.parse({"email": "hash"}).fingerprint(KEY))
+    assert "full re-read" in str(looser.value) and "pii-apply" not in str(looser.value)
+    with pytest.raises(PiiPolicyMismatch) as new_key:
+        writer.require_pii_policy(PiiPolicy.parse({"email": "hash", "phone": "hash"}).fingerprint(OTHER_KEY))
+    assert "key differs" in str(new_key.value) and "full re-read" in str(new_key.value)
+
+
+def test_a_table_written_without_a_policy_refuses_one(writer, engine) -> None:
+    write_under(writer, None, [person(1)])
+    with pytest.raises(PiiPolicyMismatch) as raised:
+        writer.require_pii_policy(STRICT.fingerprint(KEY))
+    assert "for email the table keeps it, this run hashes it" in str(raised.value)
+    assert "pii-apply" in str(raised.value)
+    # A policy that keeps everything is no policy.
+    writer.require_pii_policy(PiiPolicy.parse({}).fingerprint(None))
+
+
+def test_an_emptied_table_adopts_a_new_policy(writer, engine) -> None:
+    write_under(writer, STRICT.plan(KEY), [person(1)])
+    records = reflect(engine, writer.table)
+    with engine.begin() as conn:
+        conn.execute(records.delete())
+    new = PiiPolicy.parse({"email": "hash"}).plan(OTHER_KEY)
+    writer.require_pii_policy(new.fingerprint)
+    write_under(writer, new, [person(1)])
+    assert stored_policy(engine, writer.table)[0][0] == new.fingerprint.text
+
+
+# --- rejects under a policy ------------------------------------------------------------------------
+
+
+def test_rejects_under_a_policy_keep_only_the_ref_and_a_reason_without_values(writer, engine) -> None:
+    plan = STRICT.plan(KEY)
+    bad = [person("x" * 600), person(2, sources="not a list"), person(3, attributes={"x": float("nan")}),
+           person(4, sources=[{"external_id": "ext-4", "observed_at": "secret-time"}])]
+    good = person(5)
+    counts = write_under(writer, plan, [*bad, good], invalid_records="quarantine")
+    assert counts.rejected == 4 and counts.inserted == 1
+    t = reflect(engine, rejects_table_name(writer.table))
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(t.c.record_ref, t.c.reason, t.c.record)).all()
+    assert sorted(r.record_ref for r in rows) == sorted(b["record_ref"] for b in bad)
+    assert all(bytes(r.record) == b"" for r in rows)
+    text = every_text(engine, rejects_table_name(writer.table)) + every_text(engine, writer.audit_table)
+    stored = [plan.apply(b) for b in bad if isinstance(b["sources"], list)]
+    for value in (*raw_values(bad[:1], "email", "display_name", "phone"), "ext-4", "secret-time", "nan",
+                  *(s["email"] for s in stored)):
+        assert value not in text, value
+
+
+def test_rejects_without_a_policy_keep_the_record_as_before(writer, engine) -> None:
+    write_under(writer, None, [person(1, phone=12345), person(2)], invalid_records="quarantine")
+    t = reflect(engine, rejects_table_name(writer.table))
+    with engine.connect() as conn:
+        [record] = conn.execute(sa.select(t.c.record)).scalars().all()
+    assert b"p1@example.com" in bytes(record)
+
+
+# --- change detection sees what is stored ----------------------------------------------------------
+
+
+def test_a_change_of_a_dropped_field_rewrites_nothing_and_a_hashed_one_does(writer, engine) -> None:
+    plan = STRICT.plan(KEY)
+    write_under(writer, plan, [person(1), person(2)], reconcile=HISTORY)
+    before = rows_by_ref(engine, writer.table)
+    versions = history_count(engine, writer.table)
+
+    dropped_changed = [person(1, name="Renamed", attributes={"dept": "eng", "private": {"home": "Elsewhere"}}),
+                       person(2)]
+    counts = write_under(writer, plan, dropped_changed, reconcile=HISTORY)
+    assert (counts.inserted, counts.updated, counts.unchanged) == (0, 0, 2)
+    assert history_count(engine, writer.table) == versions
+    after = rows_by_ref(engine, writer.table)
+    assert after[person(1)["record_ref"]]["_bos_synced_at"] == before[person(1)["record_ref"]]["_bos_synced_at"]
+
+    hashed_changed = [person(1, email="moved@example.com"), person(2)]
+    counts = write_under(writer, plan, hashed_changed, reconcile=HISTORY)
+    assert (counts.inserted, counts.updated, counts.unchanged) == (0, 1, 1)
+    assert history_count(engine, writer.table) == versions + 1
+    for table in (writer.table, companion_table_name(writer.table, "history")):
+        text = every_text(engine, table)
+        for value in raw_values([person(1), person(2), *dropped_changed, *hashed_changed],
+                                "email", "phone", "display_name", "external_id", "home"):
+            assert value not in text, (table, value)

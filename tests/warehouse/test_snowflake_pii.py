@@ -1,0 +1,58 @@
+"""Personal data on Snowflake (fakesnow): the stored policy, a refused policy, erasure by a hashed email,
+and a stricter policy re-applied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
+
+from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch, lookup_hash
+from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.erase import erase_records
+from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+from airflow_provider_bos.warehouse.schema import companion_table_name
+from tests.warehouse.pii_helpers import KEY, STRICT, person, write_under
+
+pytestmark = pytest.mark.snowflake
+
+EMAIL_ONLY = PiiPolicy.parse({"email": "hash"})
+
+
+@pytest.fixture()
+def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[WarehouseWriter]:  # noqa: F811
+    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    yield writer
+    with engine.begin() as conn:
+        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
+                                                                for s in ("history", "lineage", "rejects", "policy"))):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+    engine.dispose()
+
+
+def emails(writer: WarehouseWriter) -> dict[str, str | None]:
+    with writer.engine.connect() as conn:
+        return dict(conn.exec_driver_sql(f"SELECT record_ref, email FROM {writer.table}").all())
+
+
+def test_policy_erase_and_pii_apply_on_snowflake(sf_writer: WarehouseWriter) -> None:
+    engine = sf_writer.engine
+    write_under(sf_writer, EMAIL_ONLY.plan(KEY), [person(1), person(2), person(3)])
+    assert emails(sf_writer)[person(1)["record_ref"]] == lookup_hash(KEY, "email", "p1@example.com")
+    sf_writer.require_pii_policy(EMAIL_ONLY.fingerprint(KEY))
+    with pytest.raises(PiiPolicyMismatch, match="pii-apply"):
+        sf_writer.require_pii_policy(STRICT.fingerprint(KEY))
+
+    erased = erase_records(engine, table=sf_writer.table, audit_table=sf_writer.audit_table,
+                           emails=["P2@example.com"], key=KEY)
+    assert erased.found == 1 and person(2)["record_ref"] not in emails(sf_writer)
+
+    applied = apply_stricter_policy(engine, table=sf_writer.table, audit_table=sf_writer.audit_table,
+                                    policy=STRICT, key=KEY)
+    assert applied.records == 2 and applied.reclaimed.startswith("nothing")
+    sf_writer.require_pii_policy(STRICT.fingerprint(KEY))
+    counts = write_under(sf_writer, STRICT.plan(KEY), [person(1), person(3)])
+    assert (counts.updated, counts.unchanged) == (0, 2)
