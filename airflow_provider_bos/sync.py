@@ -16,8 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosError, BosResultError
-from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
+from airflow_provider_bos.exceptions import BosError, BosResultError
 from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.redaction import redact, redacted_prefix
 from airflow_provider_bos.wire import (
@@ -34,7 +33,7 @@ from airflow_provider_bos.wire import (
 
 __all__ = [
     "KNOWN_COMPLETENESS", "SyncOutcome", "contradiction_message", "cyclic_gc_paused", "failure_message",
-    "require_pii_policy", "run_status", "run_sync",
+    "run_status", "run_sync",
 ]
 
 log = logging.getLogger(__name__)
@@ -191,22 +190,6 @@ def _known_wire_hashes(writer: RecordSink) -> Iterator[Future[KnownWireHashes]]:
         yield pool.submit(writer.known_wire_hashes)
 
 
-def require_pii_policy(writer: RecordSink, fingerprint: PolicyFingerprint | None) -> None:
-    """Refuse the run before its read if the table was written under another personal-data policy.
-
-    A sink that cannot remember a policy (one without ``require_pii_policy``) may only take runs
-    without one: a policy it would not enforce on the next run is no policy.
-    """
-    require = getattr(writer, "require_pii_policy", None)
-    if require is not None:
-        require(fingerprint)
-    elif fingerprint is not None:
-        raise BosConfigurationError(
-            f"The destination ({type(writer).__name__}) cannot remember a personal-data policy, so it "
-            "cannot take a run with one; write to a warehouse table (WarehouseWriter)."
-        )
-
-
 def run_sync(
     read: FederatedRead,
     writer: RecordSink,
@@ -237,7 +220,7 @@ def run_sync(
     fingerprint = pii.fingerprint if pii is not None else None
     try:
         # Before any request to BOS: a table written under another policy (or key) is never read for.
-        require_pii_policy(writer, fingerprint)
+        writer.require_pii_policy(fingerprint)
         with cyclic_gc_paused(), _known_wire_hashes(writer) as known:
             # The context is noted on the run as soon as the read knows it: a read that fails
             # before its final result is then audited under it (a sensor watching that context

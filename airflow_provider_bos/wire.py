@@ -385,16 +385,14 @@ class WriteOptions:
 
 
 class RecordSink(Protocol):
-    """Where a sync's records and audit row land (``WarehouseWriter``).
+    """Where a sync's records and audit row land (``WarehouseWriter``)."""
 
-    A sink that stores personal data under a policy also has ``require_pii_policy(fingerprint:
-    PolicyFingerprint | None) -> None``: it raises
-    :class:`~airflow_provider_bos.pii.PiiPolicyMismatch`, writing nothing, when the table was
-    written under another policy or key than ``fingerprint`` (None: the run has no policy; a table
-    with rows and no stored policy counts as written without one, an empty one adopts the run's).
-    :func:`airflow_provider_bos.sync.run_sync` calls it before the read; a sink without it takes
-    only runs without a policy.
-    """
+    def require_pii_policy(self, fingerprint: PolicyFingerprint | None) -> None:
+        """Raise :class:`~airflow_provider_bos.pii.PiiPolicyMismatch`, writing nothing, when the table
+        was written under another personal-data policy or key than ``fingerprint`` (None: the run has
+        no policy; a table with rows and no stored policy counts as written without one, an empty one
+        adopts the run's). :func:`airflow_provider_bos.sync.run_sync` calls it before the read."""
+        ...
 
     def known_wire_hashes(self) -> KnownWireHashes:
         """The wire hashes already stored (read on a thread while the read starts)."""

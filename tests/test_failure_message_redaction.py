@@ -56,6 +56,9 @@ class _Sink:
     def known_wire_hashes(self) -> Any:
         return None
 
+    def require_pii_policy(self, fingerprint: Any) -> None:
+        pass
+
     def write_run(self, run: Any, records: Any, options: Any) -> Any:
         raise AssertionError("the read failed; nothing is written")
 

@@ -10,7 +10,6 @@ import sqlalchemy as sa
 from afhelpers import task_states
 
 from airflow_provider_bos.testing.scenario import load_scenario
-from airflow_provider_bos.warehouse import WarehouseWriter
 
 REPO_DAGS = Path(__file__).resolve().parents[2] / "dags"
 EXAMPLE_DAG_IDS = {"bos_sync_people", "bos_sync_people_daily", "bos_sync_all_contexts", "bos_completeness_monitor"}
@@ -89,8 +88,6 @@ def test_bos_completeness_monitor_alerts_on_a_partial_sync(bos_airflow, run_dag,
 
 
 @pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
-@pytest.mark.skipif(not hasattr(WarehouseWriter, "require_pii_policy"),
-                    reason="its personal-data policy needs WarehouseWriter.require_pii_policy")
 def test_bos_sync_people_daily_retires_leavers_and_follows_merges(bos_airflow, run_dag, monkeypatch) -> None:
     from airflow_provider_bos.pii import PiiKey, hash_value
     from airflow_provider_bos.testing.federation import day_changes, expected_final

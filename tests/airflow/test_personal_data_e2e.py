@@ -35,9 +35,6 @@ from airflow_provider_bos.warehouse.schema import companion_table_name
 
 pytestmark = [
     pytest.mark.airflow,
-    # Until the warehouse side of the policy is in (the stored policy and its check): then always run.
-    pytest.mark.skipif(not hasattr(WarehouseWriter, "require_pii_policy"),
-                       reason="needs WarehouseWriter.require_pii_policy (the table's stored policy)"),
 ]
 
 SCENARIO = "people_over_time"

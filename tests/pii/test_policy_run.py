@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrameRestarted, BosResultError
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosResultError
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint, hash_value
 from airflow_provider_bos.pii.stream import KeyedWireHashes, PolicyRun
 from airflow_provider_bos.sync import run_sync
@@ -116,7 +116,7 @@ class _Read:
 class _Sink:
     """A RecordSink keeping the table's policy and wire hashes as a WarehouseWriter does (in memory)."""
 
-    def __init__(self, *, keeps_policy: bool = True) -> None:
+    def __init__(self) -> None:
         self.stored = _Stored(set())
         self.policy: str | None = None
         self.has_rows = False
@@ -124,8 +124,6 @@ class _Sink:
         self.options: WriteOptions | None = None
         self.failures: list[str] = []
         self.required: list[PolicyFingerprint | None] = []
-        if not keeps_policy:
-            self.require_pii_policy = None  # type: ignore[assignment]
 
     def require_pii_policy(self, fingerprint: PolicyFingerprint | None) -> None:
         self.required.append(fingerprint)
@@ -239,14 +237,6 @@ def test_a_mismatched_policy_fails_before_the_read(key: PiiKey, other_key: PiiKe
         assert read.calls == 0, "the read was started"
         assert sink.failures[-1].startswith("PiiPolicyMismatch: Table people")
         assert KEY_TEXT not in str(caught.value)
-
-
-def test_a_sink_that_cannot_keep_a_policy_takes_runs_without_one_only(key: PiiKey) -> None:
-    sync(_Read(PEOPLE), _Sink(keeps_policy=False), None)
-    read = _Read(PEOPLE)
-    with pytest.raises(BosConfigurationError, match="cannot remember a personal-data policy"):
-        sync(read, _Sink(keeps_policy=False), policy_run(key))
-    assert read.calls == 0
 
 
 def test_a_policy_that_only_drops_stores_no_wire_hash_and_asks_no_key() -> None:

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.mcp import McpSession
@@ -26,9 +25,6 @@ from airflow_provider_bos.sync import run_sync
 from airflow_provider_bos.testing.scenario import large_scenario
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.warehouse.schema import companion_table_name
-
-pytestmark = pytest.mark.skipif(not hasattr(WarehouseWriter, "require_pii_policy"),
-                                reason="needs WarehouseWriter.require_pii_policy (the table's stored policy)")
 
 RECORDS = 600
 KEY_TEXT = "known-records-pii-key-0123456789-abcdefghijk"
