@@ -16,6 +16,7 @@ and the ``<table>_policy`` table).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ import pytest
 import sqlalchemy as sa
 from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_summary
 
+from airflow_provider_bos.cli import main
 from airflow_provider_bos.pii import PiiKey, hash_value
 from airflow_provider_bos.testing.federation import PlannedRead, expected_final
 from airflow_provider_bos.testing.scenario import load_scenario
@@ -246,3 +248,88 @@ def test_quarantined_records_are_stored_under_the_policy_too(pii, run_dag, caplo
     assert sa.inspect(pii["engine"]).has_table(companion_table_name(pii["table"], "rejects"))
     log = caplog.text + "".join(capsys.readouterr())
     assert not leaks([*every_table(pii), *pii["observed"].texts(), json.dumps(summary), log], raw)
+
+
+def command(env: dict[str, Any], *args: str) -> tuple[int, dict[str, Any] | None]:
+    """``airflow-provider-bos <args>`` in this process, on the run's warehouse connection and audit
+    table; returns the exit code and the JSON it printed. The test's engine is disposed first: the
+    command's own process holds no other connection (DuckDB rewrites its file to reclaim space)."""
+    env["engine"].dispose()
+    out = io.StringIO()
+    code = main([args[0], "--conn-id", "bos_warehouse", "--table", env["table"], "--audit-table", env["audit"],
+                 *args[1:]], stdout=out)
+    return code, json.loads(out.getvalue()) if out.getvalue() else None
+
+
+def history_dump(env: dict[str, Any]) -> list[tuple]:
+    return table_dump(env["engine"], companion_table_name(env["table"], "history"))
+
+
+@every_dialect
+def test_erase_by_the_raw_email_phone_and_external_id_a_request_names(pii, run_dag) -> None:
+    """After a run under the policy the table holds only hashes; a request names a person by what
+    BOS sent (an email, a phone, ``SOURCE:ID``): exactly those people go from the table and history."""
+    assert task_states(run(pii, run_dag)) == {"sync": "success", "check": "success"}
+    people = [r.record for r in expected_final(SCENARIO, 1).records]
+    by_email = next(p for p in people if p["email"])
+    by_phone = next(p for p in people if p["phone"] and p["record_ref"] != by_email["record_ref"])
+    by_source = next(p for p in people if p["record_ref"] not in (by_email["record_ref"], by_phone["record_ref"]))
+    source = by_source["sources"][0]
+    gone = {by_email["record_ref"], by_phone["record_ref"], by_source["record_ref"]}
+    # Each value is this one person's: the scenario gives no two people the same email, phone or id.
+    assert sum(p["email"] == by_email["email"] for p in people) == 1
+    assert sum(p["phone"] == by_phone["phone"] for p in people) == 1
+    assert sum(e["external_id"] == source["external_id"] for p in people for e in p["sources"]) == 1
+    records, history = table_dump(pii["engine"], pii["table"]), history_dump(pii)
+    assert [row[0] for row in records] == [row[0] for row in history] == sorted(p["record_ref"] for p in people)
+
+    code, erased = command(pii, "erase", "--email", by_email["email"], "--phone", by_phone["phone"],
+                           "--external-id", f"{source['source_identity']}:{source['external_id']}",
+                           "--key-conn-id", "bos_pii_key")
+    assert code == 0 and erased is not None
+    assert (erased["found"], erased["records"], erased["history"], erased["lineage"]) == (3, 3, 3, 0)
+    assert table_dump(pii["engine"], pii["table"]) == [row for row in records if row[0] not in gone]
+    assert history_dump(pii) == [row for row in history if row[0] not in gone]
+
+    # The same request again: nobody holds that email any more; nothing is deleted.
+    after = table_dump(pii["engine"], pii["table"]), history_dump(pii)
+    code, again = command(pii, "erase", "--email", by_email["email"], "--key-conn-id", "bos_pii_key")
+    assert code == 0 and again is not None
+    assert (again["found"], again["records"], again["history"]) == (0, 0, 0)
+    assert (table_dump(pii["engine"], pii["table"]), history_dump(pii)) == after
+
+
+@every_dialect
+def test_pii_apply_brings_a_table_synced_without_a_policy_under_it(pii, run_dag) -> None:
+    """A table synced without a policy holds the raw values; ``pii-apply`` with the policy and its key
+    leaves none in any table, and the next run under the policy passes the policy check and
+    rewrites no unchanged person (the same day: nobody changed)."""
+    people = [r.record for r in expected_final(SCENARIO, 1).records]
+    raw = raw_values(people)
+    person = next(p for p in people if p["email"] and p["phone"] and (p["attributes"] or {}).get("employment"))
+    plain = run(pii, run_dag, BOS_TEST_PII_POLICY="null")
+    assert task_states(plain) == {"sync": "success", "check": "success"}
+    assert xcom_summary(plain)["inserted"] == 230
+    theirs = raw_values([person])
+    assert len(theirs) >= 4 and leaks(every_table(pii), theirs) == theirs  # stored raw, to begin with
+
+    code, applied = command(pii, "pii-apply", "--policy", json.dumps(POLICY), "--key-conn-id", "bos_pii_key")
+    assert code == 0 and applied is not None
+    assert (applied["records"], applied["history"]) == (230, 230)
+    assert not leaks(every_table(pii), raw)
+    row, key = stored(pii, person["record_ref"]), pii["key"]
+    assert (row["email"], row["phone"]) == (hash_value(key, "email", person["email"]),
+                                            hash_value(key, "phone", person["phone"]))
+    assert "employment" not in row["attributes"]
+    assert [e["external_id"] for e in row["sources"]] == [
+        hash_value(key, "sources[].external_id", e["external_id"]) for e in person["sources"]]
+    records, history = table_dump(pii["engine"], pii["table"]), history_dump(pii)
+
+    under = run(pii, run_dag)  # the same day under the policy: nobody changed
+    assert task_states(under) == {"sync": "success", "check": "success"}
+    summary = xcom_summary(under)
+    assert (summary["inserted"], summary["updated"], summary["unchanged"]) == (0, 0, 230)
+    audit = audit_rows(pii["engine"], pii["table"], pii["audit"])[-1]
+    assert (audit["status"], audit["inserted"] or 0, audit["updated"] or 0) == ("complete", 0, 0)
+    assert table_dump(pii["engine"], pii["table"]) == records and history_dump(pii) == history
+    assert not leaks(every_table(pii), raw)
