@@ -25,7 +25,6 @@ name, so it is never taken for a sync. After the commit the freed space is recla
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Mapping
@@ -48,8 +47,10 @@ from airflow_provider_bos.warehouse.policy_store import (
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import (
     CONTENT_FIELDS,
+    JSON_CONTENT_FIELDS,
     parse_timestamp,
     record_to_row,
+    stored_record,
 )
 from airflow_provider_bos.warehouse.scan import rows_in_batches
 from airflow_provider_bos.warehouse.schema import (
@@ -69,7 +70,6 @@ log = logging.getLogger(__name__)
 #: The audit row's ``tool_name`` of a re-applied policy.
 PII_APPLY_TOOL_NAME = "airflow-provider-bos pii-apply"
 _BATCH = 1000
-_JSON_FIELDS = ("lifecycle", "identity_match", "attributes", "sources")
 # The columns a policy can change (record_ref and the _bos_* columns never change).
 _POLICY_COLUMNS = ("display_name", "email", "phone", "attributes", "sources")
 
@@ -185,15 +185,6 @@ def apply_stricter_policy(
     return applied
 
 
-def _stored_record(row: sa.RowMapping) -> dict[str, Any]:
-    """A row's stored content as a record (JSON columns a driver hands back as text decoded)."""
-    record = {name: row[name] for name in CONTENT_FIELDS}
-    for name in _JSON_FIELDS:
-        if isinstance(record[name], str | bytes):
-            record[name] = json.loads(record[name])
-    return record
-
-
 def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.ColumnElement[Any]:
     """A bound JSON text for ``column``: cast where the column's type is not text (PostgreSQL JSONB,
     DuckDB JSON); MariaDB's JSON and SQLite's columns take the text as it is."""
@@ -208,7 +199,7 @@ def _rewrite(
     """Apply ``plan`` to every row of ``table``; with ``wire``, key each wire hash with its key (or
     clear it, key ``None``). Returns (rows whose content changed, rows whose wire hash changed)."""
     where = sa.and_(*(table.c[name] == sa.bindparam(f"k_{name}", type_=table.c[name].type) for name in key))
-    content = {name: (_json_value(dialect_name, table.c[name], name) if name in _JSON_FIELDS
+    content = {name: (_json_value(dialect_name, table.c[name], name) if name in JSON_CONTENT_FIELDS
                       else sa.bindparam(name, type_=sa.Text()))
                for name in _POLICY_COLUMNS}
     update_content = sa.update(table).where(where).values(
@@ -225,7 +216,7 @@ def _rewrite(
         for row in rows:
             ident = {f"k_{name}": row[name] for name in key}
             wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
-            record = _stored_record(row)
+            record = stored_record(row)
             stored = plan.apply(record)
             if stored != record:
                 new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]))

@@ -57,6 +57,7 @@ __all__ = [
     "record_to_row",
     "row_fields",
     "row_values",
+    "stored_record",
 ]
 
 MAX_RECORD_REF_LENGTH = 512
@@ -73,6 +74,17 @@ CONTENT_FIELDS = (
     "record_ref",
     "sources",
 )
+#: The content fields stored as JSON (a driver may hand them back as text).
+JSON_CONTENT_FIELDS = ("lifecycle", "identity_match", "attributes", "sources")
+
+
+def stored_record(row: Mapping[Any, Any]) -> dict[str, Any]:
+    """A stored row's content as a record (JSON columns a driver hands back as text decoded)."""
+    record = {name: row[name] for name in CONTENT_FIELDS}
+    for name in JSON_CONTENT_FIELDS:
+        if isinstance(record[name], str | bytes):
+            record[name] = json.loads(record[name])
+    return record
 
 
 _ENCODER = json.JSONEncoder(

@@ -14,7 +14,6 @@ content did not change. The same run then gives each unchanged row its new wire 
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -25,22 +24,13 @@ from airflow_provider_bos.warehouse.records import (
     canonical_json,
     parse_timestamp,
     record_to_row,
+    stored_record,
 )
 from airflow_provider_bos.warehouse.transaction import RunTransaction
 
 __all__ = ["rehash_stamped_rows"]
 
 _BATCH = 5000
-_JSON_FIELDS = ("lifecycle", "identity_match", "attributes", "sources")
-
-
-def _record(row: sa.RowMapping) -> dict[str, Any]:
-    """The stored content of a row as a record (JSON columns a driver hands back as text decoded)."""
-    record = {name: row[name] for name in CONTENT_FIELDS}
-    for name in _JSON_FIELDS:
-        if isinstance(record[name], str | bytes):
-            record[name] = json.loads(record[name])
-    return record
 
 
 def _stamped_hash(record: Mapping[str, Any]) -> str:
@@ -52,7 +42,7 @@ def _stamped_hash(record: Mapping[str, Any]) -> str:
 
 
 def _content_hash(row: sa.RowMapping) -> str:
-    record = _record(row)
+    record = stored_record(row)
     return record_to_row(record, default_observed_at=parse_timestamp(row["_bos_observed_at"])).record_hash
 
 
@@ -82,7 +72,7 @@ def rehash_stamped_rows(tx: RunTransaction, table: sa.Table) -> int:
     if sample is None:
         return 0
     stored = sample["_bos_record_hash"]
-    if stored != _stamped_hash(_record(sample)) or stored == _content_hash(sample):
+    if stored != _stamped_hash(stored_record(sample)) or stored == _content_hash(sample):
         return 0
     tx.lock()  # the hashes rewritten are the ones the merge then compares with
     update = (sa.update(table).where(table.c.record_ref == sa.bindparam("ref"))

@@ -478,7 +478,9 @@ class WarehouseWriter:
         try:
             try:
                 tx.begin()
-                self._settle_policy(tx, policy, options.pii, run.run_id)
+                if policy is not None:  # the stored policy read under the lock: no pii-apply commits in between
+                    tx.lock()
+                    self._settle_policy(tx, policy, options.pii, run.run_id)
                 rehashed = self._prepare(tx, life)
                 direct, parse_json = self._prepare_staging(tx, options)
                 rejects, loaded = self._load_records(tx, records, default_obs, options, quarantine is not None,
