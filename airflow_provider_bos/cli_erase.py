@@ -54,6 +54,14 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     return 0
 
 
+def add_table_arguments(parser: Any) -> None:
+    """The arguments naming a records table: its warehouse connection, name, schema and audit table."""
+    parser.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
+    parser.add_argument("--table", required=True, help="The records table (as the operator's destination_table).")
+    parser.add_argument("--schema", default=None, help="Its schema / database (as destination_schema).")
+    parser.add_argument("--audit-table", default="bos_sync_runs", help="The audit table (default bos_sync_runs).")
+
+
 def add_erase_parser(commands: Any) -> None:
     """The ``erase`` subcommand, on the CLI's subparsers."""
     erase = commands.add_parser(
@@ -61,10 +69,7 @@ def add_erase_parser(commands: Any) -> None:
                  "table, its history, lineage and rejects, scrub them from the audit messages and reclaim the "
                  "freed space (on request).",
     )
-    erase.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
-    erase.add_argument("--table", required=True, help="The records table (as the operator's destination_table).")
-    erase.add_argument("--schema", default=None, help="Its schema / database (as destination_schema).")
-    erase.add_argument("--audit-table", default="bos_sync_runs", help="The audit table (default bos_sync_runs).")
+    add_table_arguments(erase)
     erase.add_argument("--record-ref", action="append", metavar="REF", help="A record_ref to erase (repeatable).")
     erase.add_argument("--record-refs-from", metavar="FILE",
                        help="Also erase the record_refs in FILE, one a line ('-': standard input).")

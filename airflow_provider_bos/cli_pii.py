@@ -21,6 +21,7 @@ import json
 from typing import Any, TextIO
 
 from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.cli_erase import add_table_arguments
 
 __all__ = ["add_pii_apply_parser", "add_pii_hash_parser"]
 
@@ -104,10 +105,7 @@ def add_pii_apply_parser(commands: Any) -> None:
         "pii-apply", help="Re-apply a stricter personal-data policy to a stored table, its history and rejects "
                           "(one transaction, no re-read), then reclaim the freed space.",
     )
-    apply.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
-    apply.add_argument("--table", required=True, help="The records table (as the operator's destination_table).")
-    apply.add_argument("--schema", default=None, help="Its schema / database (as destination_schema).")
-    apply.add_argument("--audit-table", default="bos_sync_runs", help="The audit table (default bos_sync_runs).")
+    add_table_arguments(apply)
     apply.add_argument("--policy", metavar="JSON",
                        help="The new policy as a JSON object, as the operator's pii_policy (the whole policy, "
                             "not only what changes).")

@@ -98,6 +98,14 @@ def test_a_duckdb_file_held_elsewhere_in_the_process_is_erased_and_the_rewrite_r
 # --- erase by what a request names ------------------------------------------------------------------
 
 
+def _drop_tables(engine: sa.Engine, table: str) -> None:
+    with engine.begin() as conn:
+        for name in (table, f"{table}_runs", companion_table_name(table, "policy"),
+                     companion_table_name(table, "lineage")):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+    engine.dispose()
+
+
 def _key_connection(monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.warehouse.pii_helpers import KEY_TEXT
 
@@ -133,11 +141,7 @@ def test_erase_by_a_hashed_email_reads_the_key(warehouse_url, unique_table, monk
         assert json.loads(out.getvalue())["found"] == 1
         assert list(rows_by_ref(engine, unique_table)) == [person(1)["record_ref"]]
     finally:
-        with engine.begin() as conn:
-            for name in (unique_table, f"{unique_table}_runs", companion_table_name(unique_table, "policy"),
-                         companion_table_name(unique_table, "lineage")):
-                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-        engine.dispose()
+        _drop_tables(engine, unique_table)
 
 
 def test_erase_by_a_dropped_field_exits_1(warehouse_url, unique_table, monkeypatch, capsys) -> None:
@@ -155,8 +159,4 @@ def test_erase_by_a_dropped_field_exits_1(warehouse_url, unique_table, monkeypat
         assert code == 1 and "not stored" in capsys.readouterr().err
         assert list(rows_by_ref(engine, unique_table)) == [person(1)["record_ref"]]
     finally:
-        with engine.begin() as conn:
-            for name in (unique_table, f"{unique_table}_runs", companion_table_name(unique_table, "policy"),
-                         companion_table_name(unique_table, "lineage")):
-                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-        engine.dispose()
+        _drop_tables(engine, unique_table)

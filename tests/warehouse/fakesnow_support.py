@@ -79,3 +79,20 @@ def snowflake_connection_json(kwargs: dict[str, Any]) -> dict[str, Any]:
             "protocol": kwargs["protocol"],
         },
     }
+
+
+@pytest.fixture()
+def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[Any]:
+    """A WarehouseWriter on fakesnow for ``unique_table``; the table and its companions dropped after."""
+    import sqlalchemy as sa
+
+    from airflow_provider_bos.warehouse import WarehouseWriter
+    from airflow_provider_bos.warehouse.schema import companion_table_name
+
+    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
+    yield WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    with engine.begin() as conn:
+        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, kind)
+                                                             for kind in ("history", "lineage", "rejects", "policy"))):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+    engine.dispose()

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import sqlalchemy as sa
-from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
+from fakesnow_support import fakesnow_server, sf_writer, snowflake_url  # noqa: F401 - fixtures
 from whhelpers import make_record, run_info, write
 
 from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
 from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.schema import rejects_table_name
 
 pytestmark = pytest.mark.snowflake
 
 REF = "bos:person:erase-me-0042"
 
 
-@pytest.fixture()
-def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[WarehouseWriter]:  # noqa: F811
-    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
-    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
-    yield writer
-    with engine.begin() as conn:
-        for name in (unique_table, f"{unique_table}_runs", rejects_table_name(unique_table)):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-    engine.dispose()
 
 
-def test_erasure_scrubs_the_audit_and_says_time_travel_keeps_the_rows(sf_writer: WarehouseWriter) -> None:
+def test_erasure_scrubs_the_audit_and_says_time_travel_keeps_the_rows(sf_writer: WarehouseWriter) -> None:  # noqa: F811
     engine = sf_writer.engine
     write(sf_writer, [make_record(1), make_record(REF)])
     failed = run_info()

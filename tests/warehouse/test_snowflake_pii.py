@@ -3,17 +3,13 @@ and a stricter policy re-applied."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-import sqlalchemy as sa
-from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
+from fakesnow_support import fakesnow_server, sf_writer, snowflake_url  # noqa: F401 - fixtures
 
 from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch, lookup_hash
 from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.erase import erase_records
 from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
-from airflow_provider_bos.warehouse.schema import companion_table_name
 from tests.warehouse.pii_helpers import KEY, STRICT, person, write_under
 
 pytestmark = pytest.mark.snowflake
@@ -21,16 +17,6 @@ pytestmark = pytest.mark.snowflake
 EMAIL_ONLY = PiiPolicy.parse({"email": "hash"})
 
 
-@pytest.fixture()
-def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[WarehouseWriter]:  # noqa: F811
-    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
-    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
-    yield writer
-    with engine.begin() as conn:
-        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
-                                                                for s in ("history", "lineage", "rejects", "policy"))):
-            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
-    engine.dispose()
 
 
 def emails(writer: WarehouseWriter) -> dict[str, str | None]:
@@ -38,7 +24,7 @@ def emails(writer: WarehouseWriter) -> dict[str, str | None]:
         return dict(conn.exec_driver_sql(f"SELECT record_ref, email FROM {writer.table}").all())
 
 
-def test_policy_erase_and_pii_apply_on_snowflake(sf_writer: WarehouseWriter) -> None:
+def test_policy_erase_and_pii_apply_on_snowflake(sf_writer: WarehouseWriter) -> None:  # noqa: F811
     engine = sf_writer.engine
     write_under(sf_writer, EMAIL_ONLY.plan(KEY), [person(1), person(2), person(3)])
     assert emails(sf_writer)[person(1)["record_ref"]] == lookup_hash(KEY, "email", "p1@example.com")
