@@ -20,8 +20,8 @@ import argparse
 import json
 from typing import Any, TextIO
 
-from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.cli_erase import add_table_arguments
+from airflow_provider_bos.exceptions import BosConfigurationError
 
 __all__ = ["add_pii_apply_parser", "add_pii_hash_parser"]
 
