@@ -66,6 +66,7 @@ def _writer(db_path: Path, **kwargs) -> WarehouseWriter:
 def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, engine, monkeypatch):
     monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
     write(writer, [make_record(1000)])  # a table with rows: the records are staged, then merged
+    # Other processes (test workers) stage beside this test and clear their files: none of ours may stay.
     staged_before = set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson"))
     with statements(engine) as seen:
         counts = write(writer, [make_record(i) for i in range(25)])
@@ -75,7 +76,7 @@ def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, eng
     assert len(loads) == 3 and all("bos_stage_" in sql for sql in loads)  # 10 + 10 + 5 rows
     assert not [sql for sql in seen if sql.lstrip().upper().startswith("INSERT") and "VALUES" in sql
                 and "bos_stage_" in sql]
-    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) == staged_before  # the file is gone
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) <= staged_before  # the file is gone
     assert len(dump(engine, writer.table)) == 26
 
 
@@ -92,7 +93,7 @@ def test_an_empty_table_is_loaded_from_the_file_straight_into_the_table(writer, 
     into_table = [sql for sql in loads if "bos_stage_" not in sql.split("SELECT")[0]]
     assert len(into_table) == 3  # 10 + 10 + 5 rows
     assert len(loads) - len(into_table) == 1  # the later copy, staged
-    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) == staged_before
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) <= staged_before
     rows = {r[0]: r for r in dump(engine, writer.table)}
     assert len(rows) == 25 and repr("later copy") in rows[repr(make_record(3)["record_ref"])]
 
@@ -147,7 +148,7 @@ def test_a_read_failing_while_a_block_loads_leaves_nothing_behind(writer, engine
     with pytest.raises(BosWarehouseError, match="the stream broke"):
         write(writer, records())
     assert dump(engine, writer.table) == before
-    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) == staged_before
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) <= staged_before
     assert not [t for t in threading.enumerate() if t.name.startswith("bos-file-load")]
 
 

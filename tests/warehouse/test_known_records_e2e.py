@@ -67,7 +67,9 @@ def test_reruns_skip_decoding_byte_identical_records(
     assert again.result.known_records == RECORDS  # not one record decoded
     if engine.dialect.name == "postgresql":  # the claims were confirmed at once, none staged and joined
         assert any("HASHTEXTEXTENDED" in sql for sql in seen)
-        assert not any(re.search(r"\bJOIN\b", sql) for sql in seen)
+        # (the catalog look-up for a personal-data policy table joins pg_catalog tables: not claims)
+        joined = [sql for sql in seen if re.search(r"\bJOIN\b", sql) and "pg_catalog." not in sql]
+        assert not joined, joined
     assert (again.counts.inserted, again.counts.updated, again.counts.unchanged) == (0, 0, RECORDS)
     assert again.status == "complete" and content(engine, writer.table) == before
 
