@@ -63,10 +63,9 @@ def _writer(db_path: Path, **kwargs) -> WarehouseWriter:
     return WarehouseWriter(engine, table="people", audit_table="people_runs", **kwargs)
 
 
-def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, engine, monkeypatch):
+def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, engine, monkeypatch, stage_base):
     monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
     write(writer, [make_record(1000)])  # a table with rows: the records are staged, then merged
-    # Other processes (test workers) stage beside this test and clear their files: none of ours may stay.
     staged_before = set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson"))
     with statements(engine) as seen:
         counts = write(writer, [make_record(i) for i in range(25)])
@@ -76,11 +75,12 @@ def test_rows_are_staged_by_a_file_in_blocks_not_a_statement_per_row(writer, eng
     assert len(loads) == 3 and all("bos_stage_" in sql for sql in loads)  # 10 + 10 + 5 rows
     assert not [sql for sql in seen if sql.lstrip().upper().startswith("INSERT") and "VALUES" in sql
                 and "bos_stage_" in sql]
-    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) <= staged_before  # the file is gone
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) == staged_before  # the file is gone
     assert len(dump(engine, writer.table)) == 26
 
 
-def test_an_empty_table_is_loaded_from_the_file_straight_into_the_table(writer, engine, monkeypatch):
+def test_an_empty_table_is_loaded_from_the_file_straight_into_the_table(writer, engine, monkeypatch,
+                                                                         stage_base):
     """The first sync: each block of the file is read into the table itself (no staging table and no
     second pass); a record_ref seen again goes through staging and the later copy wins."""
     monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
@@ -93,7 +93,7 @@ def test_an_empty_table_is_loaded_from_the_file_straight_into_the_table(writer, 
     into_table = [sql for sql in loads if "bos_stage_" not in sql.split("SELECT")[0]]
     assert len(into_table) == 3  # 10 + 10 + 5 rows
     assert len(loads) - len(into_table) == 1  # the later copy, staged
-    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) <= staged_before
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) == staged_before
     rows = {r[0]: r for r in dump(engine, writer.table)}
     assert len(rows) == 25 and repr("later copy") in rows[repr(make_record(3)["record_ref"])]
 
@@ -130,7 +130,8 @@ def test_the_next_block_is_read_while_the_last_one_loads(writer, engine, monkeyp
 
 
 @pytest.mark.parametrize("seeded", [False, True], ids=["direct", "staged"])
-def test_a_read_failing_while_a_block_loads_leaves_nothing_behind(writer, engine, monkeypatch, seeded):
+def test_a_read_failing_while_a_block_loads_leaves_nothing_behind(writer, engine, monkeypatch, seeded,
+                                                                  stage_base):
     """The read fails after two blocks were handed to the loading thread: the run waits for the load,
     rolls everything back and removes its files."""
     monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 10)
@@ -148,7 +149,7 @@ def test_a_read_failing_while_a_block_loads_leaves_nothing_behind(writer, engine
     with pytest.raises(BosWarehouseError, match="the stream broke"):
         write(writer, records())
     assert dump(engine, writer.table) == before
-    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) <= staged_before
+    assert set(Path(tempfile.gettempdir()).glob("bos-stage/*/*.ndjson")) == staged_before
     assert not [t for t in threading.enumerate() if t.name.startswith("bos-file-load")]
 
 

@@ -7,7 +7,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -47,15 +46,6 @@ def staged_emails(base: Path) -> list[str]:
     return [str(p) for p in base.rglob("*") if p.is_file() and b"p3@example.com" in p.read_bytes()]
 
 
-@pytest.fixture()
-def stage_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary directory of this test's processes (TMPDIR), where staging lives by default."""
-    base = tmp_path / "tmp"
-    base.mkdir()
-    monkeypatch.setenv("TMPDIR", str(base))
-    monkeypatch.delenv("BOS_STAGE_DIR", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(base))
-    return base
 
 
 def kill_a_load_midway(db: Path) -> None:
