@@ -210,9 +210,19 @@ def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
 
 def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime, keys: RunKeys) -> int:
     d, schema = tx.dialect, tx.schema
-    others = tx.work_table("_o", "provenance")
     sources = life.sources_table
-    if not _rows(tx.exec(d.collect_others(others, keys, tx.table, sources, schema, observed_before=observed))):
+    candidates = tx.work_table("_c", "keys")
+    for statement in d.entry_lookup_settings():
+        tx.exec(statement)
+    found = _rows(tx.exec(d.collect_candidates(candidates, sources, schema)))
+    if d.entry_lookup_settings():
+        for statement in d.reconcile_settings():
+            tx.exec(statement)
+    if not found:
+        return 0
+    others = tx.work_table("_o", "provenance")
+    if not _rows(tx.exec(d.collect_others(others, candidates, keys, tx.table, sources, schema,
+                                          observed_before=observed))):
         return 0
     successors = tx.work_table("_n", "provenance")
     if not _rows(tx.exec(d.collect_successors(successors, others, keys, sources, schema))):

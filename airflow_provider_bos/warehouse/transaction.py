@@ -22,7 +22,9 @@ from airflow_provider_bos.warehouse.dialects.lifecycle import ScopeFilter
 __all__ = ["RunTransaction", "UpsertCounts", "db_detail", "execute"]
 
 #: The lifecycle steps' work tables (suffix, kind), made up front where DDL commits (see precreate).
-LIFECYCLE_WORK_TABLES = (("_o", "provenance"), ("_n", "provenance"), ("_s", "successors"), ("_r", "keys"))
+LIFECYCLE_WORK_TABLES = (
+    ("_c", "keys"), ("_o", "provenance"), ("_n", "provenance"), ("_s", "successors"), ("_r", "keys"),
+)
 # Bound parameters per suspect lookup (SQLite before 3.32 allows 999).
 #: What driver SQL returns: rows of any width and types (the SQL text is the dialect's).
 DriverResult: TypeAlias = "sa.CursorResult[*tuple[Any, ...]]"

@@ -66,4 +66,4 @@ def test_statements_grow_with_batches_not_records(snowflake_url: str, unique_tab
     # merge, supersession's look-up, the scope's newest confirmation, the one-row look at whether the
     # table's hashes need re-hashing, the provenance table's look and its written rows' entries,
     # audit row, commit.
-    assert len(large_first) <= 6 + 26
+    assert len(large_first) <= 6 + 28

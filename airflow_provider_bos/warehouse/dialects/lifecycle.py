@@ -9,8 +9,9 @@ after the merge and before the audit row.
 
 The work tables (TEMPORARY, one set per run, dropped with the staging tables):
 
+- ``candidates`` (record_ref): the current rows holding an entry another current row holds too;
 - ``others`` (record_ref, source_type, source_identity, external_id): the provenance entries of
-  every current row the result did NOT return that shares an entry with another current row;
+  every candidate the result did NOT return;
 - ``successors`` (same columns): the provenance entries of the result's rows that share one with
   ``others``;
 - ``superseded`` (record_ref, successor_ref): the rows of ``others`` ALL of whose entries belong
@@ -241,26 +242,40 @@ class LifecycleSql:
 
     # --- supersede ----------------------------------------------------------------------------
 
+    def collect_candidates(self, candidates: str, sources: str, schema: str | None) -> Statement:
+        """Into ``candidates``: the current rows holding an entry another current row holds too.
+
+        Only such a row can be superseded. The entries held more than once (usually none) come
+        from one ordered pass over the entry index; their rows are then looked up by entry.
+        """
+        ref, sources_ref = self.quote("record_ref"), self.table_ref(sources, schema)
+        entry = ", ".join(f"g.{c}" for c in PROVENANCE_KEY)
+        shared = (f"(SELECT {entry} FROM {sources_ref} g WHERE g.is_current GROUP BY {entry} "
+                  f"HAVING COUNT(*) > 1{self._fence()}) d")
+        return Statement(
+            f"INSERT INTO {self.stage_ref(candidates, schema)} ({ref}) SELECT DISTINCT x.{ref} FROM {shared} "
+            f"JOIN {sources_ref} x ON {self._keys_equal('x', 'd')} WHERE x.is_current"
+        )
+
     def collect_others(
-        self, others: str, keys: RunKeys, target: str, sources: str, schema: str | None, *,
+        self, others: str, candidates: str, keys: RunKeys, target: str, sources: str, schema: str | None, *,
         observed_before: datetime,
     ) -> Statement:
-        """Into ``others``: every entry of each current row the result did not return, observed no
-        later than the read (an older read never supersedes a newer row), that shares an entry with
-        another current row. A row sharing none cannot be superseded: the entry index finds the
-        few that do, instead of expanding every row's provenance."""
+        """Into ``others``: every entry of each of the ``candidates`` the result did not return, observed
+        no later than the read (an older read never supersedes a newer row)."""
         ref, obs, cols = self.quote("record_ref"), self.quote("_bos_observed_at"), ", ".join(PROVENANCE_KEY)
-        sources_ref = self.table_ref(sources, schema)
         return Statement(
             f"INSERT INTO {self.stage_ref(others, schema)} ({ref}, {cols}) "
-            f"SELECT o.{ref}, {', '.join(f'o.{c}' for c in PROVENANCE_KEY)} FROM {sources_ref} o "
-            f"WHERE o.is_current AND o.{ref} IN (SELECT x.{ref} FROM {sources_ref} x "
-            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = x.{ref} "
-            f"WHERE x.is_current AND t.{obs} <= {self.placeholder} AND {self._not_returned(keys, schema, 'x')} "
-            f"AND EXISTS (SELECT 1 FROM {sources_ref} r WHERE {self._keys_equal('r', 'x')} "
-            f"AND r.is_current AND r.{ref} <> x.{ref}))",
+            f"SELECT o.{ref}, {', '.join(f'o.{c}' for c in PROVENANCE_KEY)} FROM {self.table_ref(sources, schema)} o "
+            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = o.{ref} "
+            f"WHERE o.is_current AND o.{ref} IN (SELECT c.{ref} FROM {self.stage_ref(candidates, schema)} c) "
+            f"AND t.{obs} <= {self.placeholder} AND {self._not_returned(keys, schema, 'o')}",
             (self.bind_timestamp(observed_before),),
         )
+
+    def entry_lookup_settings(self) -> list[Statement]:
+        """Statements run before :meth:`collect_candidates` (and :meth:`reconcile_settings` again after it)."""
+        return []
 
     def withhold_revivals(self, source: str, target: str, schema: str | None, *, observed_before: datetime,
                           ) -> Statement:

@@ -172,6 +172,11 @@ class PostgresDialect(WarehouseDialect):
         # anti-join chosen on a guess of a few rows costs rows x rows. Hash joins either way.
         return [Statement("SET LOCAL enable_nestloop = off")]
 
+    def entry_lookup_settings(self) -> list[Statement]:
+        # The entries held twice are few: their rows looked up in the entry index, not a hash join
+        # of every entry with every other (it reads no run table, so no guess about one misleads it).
+        return [Statement("SET LOCAL enable_nestloop = on")]
+
     def _fence(self) -> str:
         return " OFFSET 0"  # keeps the planner from expanding JSON before the anti-join filters rows
 
