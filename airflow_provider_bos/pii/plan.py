@@ -77,20 +77,26 @@ def _attribute_trie(rules: Mapping[str, str]) -> _PathNode | None:
     return root
 
 
+def _dropped(value: Any) -> None:
+    """A dropped top-level field's stored value: its column is NULL."""
+    return None
+
+
 class PiiPlan:
     """Applies a policy to records (:meth:`apply`). Built by :meth:`PiiPolicy.plan`."""
 
     def __init__(self, rules: Mapping[str, str], key: PiiKey | None, fingerprint: PolicyFingerprint) -> None:
         self.fingerprint = fingerprint
         self._key = key
-        self._hashed_top = tuple((name, self._hasher(name)) for name in TOP_LEVEL_FIELDS if rules.get(name) == _HASH)
-        self._dropped_top = tuple(name for name in TOP_LEVEL_FIELDS if rules.get(name) == _DROP)
+        # Per top-level field, what its stored value is made with (its hasher, or _dropped); None: kept.
+        self._display_name, self._email, self._phone = (self._top_rule(rules, name) for name in TOP_LEVEL_FIELDS)
         self._hash_external_id = self._hasher(EXTERNAL_ID) if rules.get(EXTERNAL_ID) == _HASH else None
         self._attributes = _attribute_trie(rules)
         # The usual attributes rules (paths below a kept root): only the named children can change.
         self._kept_attributes = self._attributes if self._attributes and self._attributes.action == _KEEP else None
         self._attribute_hashes: dict[str, str] = {}
-        self.is_empty = not (self._hashed_top or self._dropped_top or self._hash_external_id or self._attributes)
+        self.is_empty = not (self._display_name or self._email or self._phone or self._hash_external_id
+                             or self._attributes)
 
     def __repr__(self) -> str:
         return f"PiiPlan({self.fingerprint.text})"
@@ -106,13 +112,13 @@ class PiiPlan:
         if self.is_empty:
             return record
         out = into(record)
-        for name, hash_one in self._hashed_top:
-            value = out.get(name)
-            if value is not None:
-                out[name] = hash_one(value)
-        for name in self._dropped_top:
-            if out.get(name) is not None:
-                out[name] = None
+        # The three fields one after the other, not in a loop: this runs for every record.
+        if self._display_name is not None and (value := out.get("display_name")) is not None:
+            out["display_name"] = self._display_name(value)
+        if self._email is not None and (value := out.get("email")) is not None:
+            out["email"] = self._email(value)
+        if self._phone is not None and (value := out.get("phone")) is not None:
+            out["phone"] = self._phone(value)
         if self._hash_external_id is not None:
             sources = out.get("sources")
             if isinstance(sources, list):
@@ -137,6 +143,10 @@ class PiiPlan:
         return out
 
     # --- the parts ---------------------------------------------------------------------------------
+
+    def _top_rule(self, rules: Mapping[str, str], field: str) -> Callable[[Any], str | None] | None:
+        action = rules.get(field)
+        return self._hasher(field) if action == _HASH else _dropped if action == _DROP else None
 
     def _hasher(self, field: str) -> Callable[[Any], str | None]:
         assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
