@@ -197,8 +197,8 @@ def hash_value(key: PiiKey, field: str, value: Any) -> str | None:
 
 
 def hasher_for(key: PiiKey, field: str) -> Callable[[Any], str | None]:
-    """``hash_value(key, field, ...)`` as one callable, its normaliser chosen once (the write path's
-    per-value cost is mostly calls: this saves four a value)."""
+    """``hash_value(key, field, ...)`` as one callable, its normaliser chosen once and the HMAC
+    inlined (the write path's per-value cost is mostly calls)."""
     to_utf8 = _UTF8_NORMALISERS.get(field, _text_utf8)
     inner_copy, outer_copy = key._inner.copy, key._outer.copy
 
