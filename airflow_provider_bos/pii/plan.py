@@ -39,11 +39,22 @@ _ATTRIBUTE_HASHES_KEPT = 16384  # a few MiB at most; emptied when full
 class _PathNode:
     """One attributes path: the action for its value, and the paths below it that say otherwise."""
 
-    __slots__ = ("action", "children")
+    __slots__ = ("action", "children", "dropped_leaves", "other_children")
 
     def __init__(self, action: str) -> None:
         self.action = action
         self.children: dict[str, _PathNode] = {}
+        #: ``children`` split once the trie is built (:meth:`split`): the keys whose whole value goes,
+        #: and the rest; a kept object then drops its keys without a call each.
+        self.dropped_leaves: tuple[str, ...] = ()
+        self.other_children: tuple[tuple[str, _PathNode], ...] = ()
+
+    def split(self) -> None:
+        """Fill in ``dropped_leaves`` and ``other_children`` here and below."""
+        self.dropped_leaves = tuple(k for k, c in self.children.items() if c.action == _DROP and not c.children)
+        self.other_children = tuple((k, c) for k, c in self.children.items() if k not in self.dropped_leaves)
+        for child in self.children.values():
+            child.split()
 
 
 def _attribute_trie(rules: Mapping[str, str]) -> _PathNode | None:
@@ -62,7 +73,13 @@ def _attribute_trie(rules: Mapping[str, str]) -> _PathNode | None:
         for key in path:
             node = node.children.setdefault(key, _PathNode(node.action))
         node.action = action
+    root.split()
     return root
+
+
+def _dropped(value: Any) -> None:
+    """A dropped top-level field's stored value: its column is NULL."""
+    return None
 
 
 class PiiPlan:
@@ -71,12 +88,15 @@ class PiiPlan:
     def __init__(self, rules: Mapping[str, str], key: PiiKey | None, fingerprint: PolicyFingerprint) -> None:
         self.fingerprint = fingerprint
         self._key = key
-        self._top = tuple((name, self._hasher(name) if rules[name] == _HASH else None)
-                          for name in TOP_LEVEL_FIELDS if name in rules)
+        # Per top-level field, what its stored value is made with (its hasher, or _dropped); None: kept.
+        self._display_name, self._email, self._phone = (self._top_rule(rules, name) for name in TOP_LEVEL_FIELDS)
         self._hash_external_id = self._hasher(EXTERNAL_ID) if rules.get(EXTERNAL_ID) == _HASH else None
         self._attributes = _attribute_trie(rules)
+        # The usual attributes rules (paths below a kept root): only the named children can change.
+        self._kept_attributes = self._attributes if self._attributes and self._attributes.action == _KEEP else None
         self._attribute_hashes: dict[str, str] = {}
-        self.is_empty = not (self._top or self._hash_external_id or self._attributes)
+        self.is_empty = not (self._display_name or self._email or self._phone or self._hash_external_id
+                             or self._attributes)
 
     def __repr__(self) -> str:
         return f"PiiPlan({self.fingerprint.text})"
@@ -92,24 +112,41 @@ class PiiPlan:
         if self.is_empty:
             return record
         out = into(record)
-        for name, hash_one in self._top:  # no hasher: the field is dropped
-            value = out.get(name)
-            if value is not None:
-                out[name] = hash_one(value) if hash_one is not None else None
+        # The three fields one after the other, not in a loop: this runs for every record.
+        if self._display_name is not None and (value := out.get("display_name")) is not None:
+            out["display_name"] = self._display_name(value)
+        if self._email is not None and (value := out.get("email")) is not None:
+            out["email"] = self._email(value)
+        if self._phone is not None and (value := out.get("phone")) is not None:
+            out["phone"] = self._phone(value)
         if self._hash_external_id is not None:
             sources = out.get("sources")
             if isinstance(sources, list):
                 out["sources"] = [self._hashed_external_id(entry) for entry in sources]
         if self._attributes is not None:
             attributes = out.get("attributes")
-            if type(attributes) is dict and self._attributes.action == _KEEP:
-                out["attributes"] = self._apply_children(self._attributes, attributes)
+            kept = self._kept_attributes
+            if kept is not None and type(attributes) is dict:
+                applied = attributes
+                for key in kept.dropped_leaves:  # as _apply_children does, without its call
+                    if key in applied:
+                        if applied is attributes:
+                            applied = dict(attributes)
+                        del applied[key]
+                if kept.other_children:
+                    applied = self._apply_children(kept, applied)
+                if applied is not attributes:
+                    out["attributes"] = applied
             elif attributes is not None:
                 applied = self._apply_node(self._attributes, attributes)
                 out["attributes"] = {} if applied is _DROPPED else applied
         return out
 
     # --- the parts ---------------------------------------------------------------------------------
+
+    def _top_rule(self, rules: Mapping[str, str], field: str) -> Callable[[Any], str | None] | None:
+        action = rules.get(field)
+        return self._hasher(field) if action == _HASH else _dropped if action == _DROP else None
 
     def _hasher(self, field: str) -> Callable[[Any], str | None]:
         assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
@@ -167,17 +204,18 @@ class PiiPlan:
     def _apply_children(self, node: _PathNode, value: dict[str, Any]) -> dict[str, Any]:
         """A kept object: only its named children can change; it is copied only if one does."""
         out: dict[str, Any] | None = None
-        for key, child in node.children.items():
+        for key in node.dropped_leaves:  # the common rule (a subtree dropped), with no call per key
+            if key in value:
+                if out is None:
+                    out = dict(value)
+                del out[key]
+        for key, child in node.other_children:
             if key not in value:
                 continue
-            # A leaf rule is applied here, not through two more calls (the common case: a subtree dropped).
-            if child.children:
-                applied = self._apply_node(child, value[key])
-            elif child.action == _DROP:
-                applied = _DROPPED
-            else:
-                applied = self._apply_action(child.action, value[key])
-            if applied is value[key]:
+            current = value[key]
+            applied = (self._apply_node(child, current) if child.children
+                       else self._apply_action(child.action, current))
+            if applied is current:
                 continue
             if out is None:
                 out = dict(value)

@@ -5,9 +5,10 @@ and the writer, so nothing raw reaches staging files, tables, audit notes or rej
 
 * every record is replaced by ``plan.apply(record)`` (:class:`~.plan.PiiPlan`);
 * its wire hash (the SHA-256 of its exact JSON bytes, :func:`~airflow_provider_bos.wire.wire_hash`)
-  is stored **keyed**: ``HMAC-SHA-256(key, raw wire hash hex)``, lowercase hex. A plain digest of the
-  raw bytes would let anyone reading the table confirm a guessed email or phone by hashing
-  candidate records; under the key it reveals nothing. The stored hashes still work as the
+  is stored **keyed** (:meth:`~.keyed_hash.PiiKey.wire_hash_hex`: BLAKE2b-256 of the raw wire hash's
+  hex under a key derived from the policy's key), lowercase hex. A plain digest of the raw bytes
+  would let anyone reading the table confirm a guessed email or phone by hashing candidate
+  records; under the key it reveals nothing. The stored hashes still work as the
   shortcut they are: the read matches each record's raw wire hash *keyed first*
   (:class:`KeyedWireHashes`), so an unchanged record of a re-run is still not decoded, and its
   :class:`~airflow_provider_bos.wire.KnownRecord` claim carries the keyed hash and the writer's
@@ -22,8 +23,8 @@ and hashes are the read's own, untouched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrameRestarted, BosResultError
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
@@ -31,7 +32,7 @@ from airflow_provider_bos.pii.keyed_hash import PiiKey
 from airflow_provider_bos.pii.policy import PiiPolicy
 from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord
 
-__all__ = ["KeyedWireHashes", "PolicyRun"]
+__all__ = ["KeyedMatch", "KeyedWireHashes", "PolicyRun"]
 
 
 def _unhashable(record: dict[str, Any], exc: BosConfigurationError) -> BosResultError:
@@ -42,32 +43,49 @@ def _unhashable(record: dict[str, Any], exc: BosConfigurationError) -> BosResult
                           "Nothing was written.")
 
 
+class KeyedMatch:
+    """What :meth:`KeyedWireHashes.match` hands the read for a stored record: the stored (keyed) wire
+    hash that matched, which the claim carries, and the stored set's own handle."""
+
+    __slots__ = ("keyed_wire_hash", "handle")
+
+    def __init__(self, keyed_wire_hash: str, handle: object) -> None:
+        self.keyed_wire_hash = keyed_wire_hash
+        self.handle = handle
+
+
+def _hmac_wire_hash(key: PiiKey) -> Callable[[str], str]:
+    """The keyed wire hash of tables written before :meth:`PiiKey.wire_hash_hex`: HMAC-SHA-256."""
+    digest_hex = key.digest_hex
+    return lambda raw_wire_hash: digest_hex(raw_wire_hash.encode("ascii"))
+
+
 class KeyedWireHashes:
     """The writer's stored (keyed) wire hashes as a read matches raw ones: each keyed, then looked up.
 
     The :class:`~airflow_provider_bos.wire.KnownWireHashes` given to the read; ``stored`` is the
-    writer's own set, which :meth:`PolicyRun.stored_records` puts back on each claim.
+    writer's own set, which :meth:`PolicyRun.stored_records` puts back on each claim. A table written
+    before the wire hashes were keyed with BLAKE2b holds HMAC-SHA-256 ones: a raw hash is looked up in
+    both forms, the one that matched last first, so that table's unchanged records are still not
+    decoded (their rows keep the form they hold; a row written anew takes the current one).
     """
 
-    __slots__ = ("stored", "_digest_hex", "_last_raw", "_last_keyed")
+    __slots__ = ("stored", "_forms")
 
     def __init__(self, stored: KnownWireHashes, key: PiiKey) -> None:
         self.stored = stored
-        self._digest_hex = key.digest_hex
-        # A claim is made right after its match: its hash is keyed once, not twice.
-        self._last_raw = ""
-        self._last_keyed = ""
+        self._forms = [key.wire_hash_hex, _hmac_wire_hash(key)]
 
-    def keyed(self, raw_wire_hash: str) -> str:
-        """``HMAC-SHA-256(key, raw_wire_hash)`` in lowercase hex: the wire hash the table stores."""
-        if raw_wire_hash == self._last_raw:
-            return self._last_keyed
-        keyed = self._digest_hex(raw_wire_hash.encode("ascii"))
-        self._last_raw, self._last_keyed = raw_wire_hash, keyed
-        return keyed
-
-    def match(self, wire_hash: str) -> object | None:
-        return self.stored.match(self.keyed(wire_hash))
+    def match(self, wire_hash: str) -> KeyedMatch | None:
+        forms = self._forms
+        for keyed_form in forms:
+            keyed = keyed_form(wire_hash)
+            handle = self.stored.match(keyed)
+            if handle is not None:
+                if keyed_form is not forms[0]:
+                    forms.reverse()  # the table's rows are likely all of this form: it goes first now
+                return KeyedMatch(keyed, handle)
+        return None
 
     def __len__(self) -> int:
         return len(self.stored)
@@ -109,41 +127,39 @@ class PolicyRun:
         A restarted final frame (:class:`BosFinalFrameRestarted`) is passed on with its records
         transformed too, so the writer's retry sees the same stored form.
         """
+        # The per-record loop of a policy run: flat, with locals, one generator, on purpose.
+        apply = self.plan.apply
+        keyed_wire_hash = self._key.wire_hash_hex if self._key is not None else None
+        wire_record, known_record = WireRecord, KnownRecord
         try:
-            yield from self._transformed(records, matcher)
+            for record in records:
+                kind = type(record)
+                if kind is wire_record:
+                    try:
+                        stored: Any = apply(record, into=wire_record)
+                    except BosConfigurationError as exc:  # an object or list where a hashed value goes
+                        raise _unhashable(record, exc) from None
+                    if keyed_wire_hash is not None:
+                        raw = getattr(record, "wire_hash", None)
+                        if raw is not None:
+                            stored.wire_hash = keyed_wire_hash(raw)
+                    yield stored
+                elif kind is known_record:
+                    if matcher is None or record.matched is not matcher:
+                        # Only claims matched in this run's keyed matcher can be verified by the writer.
+                        raise BosResultError(
+                            "A record came through as already stored without the personal-data policy's "
+                            "keyed wire hashes; the run is stopped (nothing is written)."
+                        )
+                    matched = cast(KeyedMatch, record.handle)  # what this run's matcher gave the read
+                    yield known_record(record.record_ref, matched.keyed_wire_hash, matcher.stored, matched.handle)
+                elif isinstance(record, dict):
+                    try:
+                        yield apply(record)  # a record built another way: no wire hash to key
+                    except BosConfigurationError as exc:
+                        raise _unhashable(record, exc) from None
+                else:
+                    yield record  # not a record: the writer's check says what is wrong with it
         except BosFinalFrameRestarted as restart:
             raise BosFinalFrameRestarted(self.stored_records(restart.records, matcher),
                                          observations=restart.observations) from None
-
-    def _transformed(self, records: Iterator[Any], matcher: KeyedWireHashes | None) -> Iterator[Any]:
-        # The per-record loop of a policy run: flat, with locals, on purpose.
-        apply = self.plan.apply
-        digest_hex = self._key.digest_hex if self._key is not None else None
-        wire_record, known_record = WireRecord, KnownRecord
-        for record in records:
-            kind = type(record)
-            if kind is wire_record:
-                try:
-                    stored: Any = apply(record, into=wire_record)
-                except BosConfigurationError as exc:  # an object or list where a hashed value goes
-                    raise _unhashable(record, exc) from None
-                raw = getattr(record, "wire_hash", None)
-                if raw is not None and digest_hex is not None:
-                    stored.wire_hash = digest_hex(raw.encode("ascii"))
-                yield stored
-            elif kind is known_record:
-                if matcher is None or record.matched is not matcher:
-                    # Only claims matched in this run's keyed matcher can be verified by the writer.
-                    raise BosResultError(
-                        "A record came through as already stored without the personal-data policy's "
-                        "keyed wire hashes; the run is stopped (nothing is written)."
-                    )
-                yield known_record(record.record_ref, matcher.keyed(record.wire_hash), matcher.stored,
-                                   record.handle)
-            elif isinstance(record, dict):
-                try:
-                    yield apply(record)  # a record built another way: no wire hash to key
-                except BosConfigurationError as exc:
-                    raise _unhashable(record, exc) from None
-            else:
-                yield record  # not a record: the writer's check says what is wrong with it

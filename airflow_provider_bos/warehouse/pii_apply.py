@@ -10,7 +10,7 @@ SQL text would reach the server's statement logs. So the rows are read in batche
 Python with the same plan a run applies, and written back with their values bound. Each rewritten
 row gets its content hash again (the function the writer uses), so the next sync under the policy
 finds it unchanged. Wire hashes: a table written without a policy holds each record's raw wire hash;
-it is keyed (HMAC under the key, as a run under a policy keys it) so the next re-run still skips
+it is keyed (under the key, as a run under a policy keys it) so the next re-run still skips
 byte-identical records; a table written under a policy already has them in its policy's form, and
 they are cleared (the next run decodes every record once and stores them again).
 
@@ -239,11 +239,11 @@ def _rewrite(
 
 
 def _new_wire_hash(stored: str | None, key: PiiKey | None) -> str | None:
-    """A raw wire hash keyed as a run under a policy keys it (HMAC-SHA-256 of its hex under the key);
-    ``None`` without a key."""
+    """A raw wire hash keyed as a run under a policy keys it (:meth:`PiiKey.wire_hash_hex`); ``None``
+    without a key."""
     if stored is None or key is None:
         return None
-    return key.digest_hex(stored.encode("ascii"))
+    return key.wire_hash_hex(stored)
 
 
 def _empty_quarantined_records(conn: sa.Connection, rejects: sa.Table) -> int:

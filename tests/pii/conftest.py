@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import pytest
 
 from airflow_provider_bos.pii import PiiKey
 
 KEY_TEXT = "test-pii-key-0123456789-abcdefghijklmnop"
 OTHER_KEY_TEXT = "another-pii-key-9876543210-zyxwvutsrqpon"
+
+
+def reference_wire_hash(key_text: str, raw_wire_hash: str) -> str:
+    """The keyed wire hash a table under a policy stores, written independently of the package:
+    BLAKE2b-256 of the raw hash's hex, keyed with HMAC-SHA-256(key, "bos-pii-wire-hash")."""
+    wire_key = hmac.new(key_text.encode("utf-8"), b"bos-pii-wire-hash", hashlib.sha256).digest()
+    return hashlib.blake2b(raw_wire_hash.encode("ascii"), key=wire_key, digest_size=32).hexdigest()
+
+
+def hmac_wire_hash(key_text: str, raw_wire_hash: str) -> str:
+    """The keyed wire hash of tables written before BLAKE2b: HMAC-SHA-256 of the raw hash's hex."""
+    return hmac.new(key_text.encode("utf-8"), raw_wire_hash.encode("ascii"), hashlib.sha256).hexdigest()
 
 
 @pytest.fixture()

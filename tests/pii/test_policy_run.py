@@ -4,8 +4,6 @@ wire hashes are stored keyed, claims carry what the writer verifies, and no poli
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -15,10 +13,10 @@ import pytest
 
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosResultError
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint, hash_value
-from airflow_provider_bos.pii.stream import KeyedWireHashes, PolicyRun
+from airflow_provider_bos.pii.stream import KeyedMatch, KeyedWireHashes, PolicyRun
 from airflow_provider_bos.sync import run_sync
 from airflow_provider_bos.wire import KnownRecord, WireRecord, WriteOptions, wire_hash
-from tests.pii.conftest import KEY_TEXT
+from tests.pii.conftest import KEY_TEXT, hmac_wire_hash, reference_wire_hash
 
 POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop", "sources[].external_id": "hash"}
 RAW = ("Zoe.Martin@Example.org", "+49 30 1234-56", "CC-4711", "WD-00042", "zoe.b@example.net", "+1 555 0100")
@@ -169,7 +167,7 @@ def policy_run(key: PiiKey | None, policy: dict[str, str] | None = None) -> Poli
 
 
 def keyed(raw_hash: str) -> str:
-    return hmac.new(KEY_TEXT.encode(), raw_hash.encode(), hashlib.sha256).hexdigest()
+    return reference_wire_hash(KEY_TEXT, raw_hash)
 
 
 def test_without_a_policy_the_reads_records_and_hashes_go_to_the_writer_as_they_are() -> None:
@@ -253,12 +251,39 @@ def test_a_restarted_final_frame_is_stored_under_the_policy_too(key: PiiKey) -> 
     assert [r["email"] for r in sink.written] == [hash_value(key, "email", RAW[0]), hash_value(key, "email", RAW[4])]
 
 
-def test_the_keyed_matcher_keys_each_hash_once_per_claim(key: PiiKey) -> None:
+def test_the_keyed_matcher_hands_the_stored_hash_that_matched_to_the_claim(key: PiiKey) -> None:
     stored = _Stored({keyed("ab" * 32)})
     matcher = KeyedWireHashes(stored, key)
-    assert matcher.match("ab" * 32) == keyed("ab" * 32) and matcher.match("cd" * 32) is None
-    assert matcher.keyed("cd" * 32) == keyed("cd" * 32) and len(matcher) == 1
+    matched = matcher.match("ab" * 32)
+    assert isinstance(matched, KeyedMatch) and matched.keyed_wire_hash == keyed("ab" * 32)
+    assert matched.handle == keyed("ab" * 32)  # the stored set's own handle, for the writer
+    assert matcher.match("cd" * 32) is None and len(matcher) == 1
     assert KEY_TEXT not in repr(matcher) + repr(PolicyRun(PiiPolicy.parse(POLICY), key))
+
+
+def test_the_keyed_matcher_also_matches_wire_hashes_keyed_with_hmac(key: PiiKey) -> None:
+    stored = _Stored({keyed("ab" * 32), hmac_wire_hash(KEY_TEXT, "cd" * 32), hmac_wire_hash(KEY_TEXT, "ef" * 32)})
+    matcher = KeyedWireHashes(stored, key)
+    for raw in ("cd" * 32, "ef" * 32):  # the earlier form, then (tried first now) again
+        found = matcher.match(raw)
+        assert found is not None and found.keyed_wire_hash == hmac_wire_hash(KEY_TEXT, raw)
+    found = matcher.match("ab" * 32)
+    assert found is not None and found.keyed_wire_hash == keyed("ab" * 32)
+    assert matcher.match("12" * 32) is None
+
+
+def test_a_re_run_of_a_table_with_hmac_keyed_wire_hashes_decodes_only_what_changed(key: PiiKey) -> None:
+    sink = _Sink()
+    sync(_Read(PEOPLE), sink, policy_run(key))
+    # The table as the HMAC-SHA-256 form left it: each stored wire hash keyed that way.
+    earlier = [hmac_wire_hash(KEY_TEXT, wire_hash(p)) for p in _Read(PEOPLE)._pieces]
+    sink.stored = _Stored(set(earlier))
+    changed = _Read([PEOPLE[0], person(3, RAW[4], "+1 555 0199")])
+    sync(changed, sink, policy_run(key))
+    assert changed.known_records == 1 and [r["record_ref"] for r in changed.handed] == ["bos:person:3"]
+    claim, decoded = sink.written
+    assert type(claim) is KnownRecord and claim.wire_hash == earlier[0]  # the form the writer verifies
+    assert decoded.wire_hash == keyed(wire_hash(changed._pieces[1]))  # a row written anew: the current form
 
 
 def test_a_record_the_policy_cannot_hash_fails_the_run_naming_its_ref_not_its_value(key: PiiKey) -> None:
