@@ -408,6 +408,7 @@ class WarehouseWriter:
         :raises BosConfigurationError: a promoted path the run's personal-data policy drops, or
             hashes into a column that is not text.
         """
+        self._ensure_once()
         columns = options.attribute_columns or AttributeColumns()
         if columns and options.pii is not None:
             columns.check_policy(options.pii.rules)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,7 @@ from whhelpers import T2, make_record, run_info, write
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
-from airflow_provider_bos.wire import ReconcileOptions
+from airflow_provider_bos.wire import ReconcileOptions, WriteOptions
 
 pytestmark = pytest.mark.snowflake
 
@@ -81,3 +82,37 @@ def test_a_wrong_type_fails_the_run(make_sf_writer, sf_engine: sa.Engine, unique
         write(writer, [person(1, **{**FULL, "is_manager": "yes"})], run_info(), attribute_columns=PROMOTED)
     with sf_engine.connect() as conn:
         assert conn.exec_driver_sql(f"SELECT COUNT(*) FROM {unique_table}").scalar() == 0
+
+
+def test_the_documented_alters_add_what_the_writer_adds(sf_engine: sa.Engine) -> None:
+    from test_promoted_ddl import examples
+    from test_snowflake_ddl import _shape, _statements
+
+    from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+
+    found = examples("snowflake")
+    columns = check_attribute_columns({column: {"path": f"attributes.{column}", "type": kind}
+                                       for kind, _, _, column in found})
+    tables = ("BOS_RECORDS", "BOS_RECORDS_HISTORY", "BOS_RECORDS_COLUMNS")
+    suffix = uuid.uuid4().hex[:10]
+    code_ns, file_ns = f"bos_pddl_code_{suffix}", f"bos_pddl_file_{suffix}"
+    try:
+        with sf_engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE SCHEMA {code_ns}")
+            conn.exec_driver_sql(f"CREATE SCHEMA {file_ns}")
+        writer = WarehouseWriter(sf_engine, schema=code_ns)
+        writer.ensure_history_table()
+        # The DDL step of a run (fakesnow makes no temporary table in another schema, so no whole run).
+        writer._ensure_promoted_columns(WriteOptions(audit={}, attribute_columns=columns))
+        with sf_engine.begin() as conn:
+            conn.exec_driver_sql(f"USE SCHEMA {file_ns}")
+            for statement in (*_statements(), *(statement for _, statement, _, _ in found)):
+                conn.exec_driver_sql(statement)
+        sf_engine.dispose()  # the USE SCHEMA connection must not be reused
+        code, from_file = _shape(sf_engine, code_ns, tables), _shape(sf_engine, file_ns, tables)
+        assert code == from_file
+        assert {name.lower() for name, *_ in code["BOS_RECORDS"]} >= set(columns.names)
+    finally:
+        with sf_engine.begin() as conn:
+            for ns in (code_ns, file_ns):
+                conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {ns} CASCADE")
