@@ -131,12 +131,15 @@ CREATE TABLE IF NOT EXISTS bos_records_policy (
 );
 
 -- Only with attribute_columns (promoted attributes, see docs/warehouse.md): one row per promoted
--- column the records table is filled for. A configured column without its row here (new, re-mapped,
--- or configured again after runs without it) is filled from the stored attributes by the next run.
+-- column the records table is filled for (policy: SHA-256 of the personal-data policy fingerprint the
+-- stored attributes were under, NULL: none). A configured column without its matching row here (new,
+-- re-mapped, configured again after runs without it, or a policy applied since) is filled from the
+-- stored attributes by the next run.
 CREATE TABLE IF NOT EXISTS bos_records_columns (
     column_name  VARCHAR(250) NOT NULL,
     path         TEXT NOT NULL,
     type         VARCHAR(16) NOT NULL,
+    policy       VARCHAR(64),
     filled_at    DATETIME NOT NULL,
     run_id       VARCHAR(64),
     PRIMARY KEY (column_name)

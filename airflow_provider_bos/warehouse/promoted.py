@@ -4,13 +4,15 @@
 A configured column without its row, or with another path, is filled from the stored
 ``attributes`` of every row of the records table and of ``<table>_history`` (no re-read, no
 rewrite of the hashes or the sync time), under the writers' lock and in the run's transaction, so
-a failed run leaves it to the next one. A column whose row is there but that this run does not
-configure loses its row: its values stay, new rows get NULL there, and configuring it again fills
+a failed run leaves it to the next one. A column filled under another personal-data policy
+(``pii-apply`` rewrote the stored values since) is filled again. A column whose row is there but
+that this run does not configure loses its row: its values stay, new rows get NULL there, and configuring it again fills
 it again. After the merge, the rows the run wrote are filled by the same SQL.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import Counter
 from datetime import datetime
@@ -54,14 +56,19 @@ class WrongTypes:
 
 
 def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeColumns, history: str | None,
-                    *, run_id: str, at: datetime) -> str | None:
+                    *, policy: str | None, run_id: str, at: datetime) -> str | None:
     """Fill the configured columns ``marker`` has no matching row for; forget the unconfigured ones.
+
+    ``policy``: the run's personal-data policy (its fingerprint text; None: none): the stored
+    ``attributes`` are in its form, so a column filled under another one is filled again.
 
     Returns the audit note of a fill (how many stored values did not fit each column), or None.
     :raises BosConfigurationError: a column configured with another type than it was filled with.
     """
+    policy_key = hashlib.sha256(policy.encode("utf-8")).hexdigest() if policy else None
     stored = _stored(tx, marker)
-    if all(stored.get(c.name) == (c.path, c.type) for c in promoted.columns) and set(stored) <= set(promoted.names):
+    wanted = {c.name: (c.path, c.type, policy_key) for c in promoted.columns}
+    if all(stored.get(name) == value for name, value in wanted.items()) and set(stored) <= set(wanted):
         return None
     tx.lock()  # the rows filled are the rows the merge then compares with
     stored = _stored(tx, marker)
@@ -72,7 +79,7 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
                 f"{column.type}. Promote {column.path} under another column name (or drop the column and "
                 f"its row in {marker.name}, then run again)."
             )
-    fill = [c for c in promoted.columns if stored.get(c.name) != (c.path, c.type)]
+    fill = [c for c in promoted.columns if stored.get(c.name) != wanted[c.name]]
     forget = [name for name in stored if name not in promoted.names]
     d = tx.dialect
     note = None
@@ -92,8 +99,8 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
     changed = [*forget, *(c.name for c in fill)]
     tx.conn.execute(marker.delete().where(marker.c.column_name.in_(changed)))
     if fill:
-        tx.conn.execute(marker.insert(), [{"column_name": c.name, "path": c.path, "type": c.type, "filled_at": at,
-                                           "run_id": run_id} for c in fill])
+        tx.conn.execute(marker.insert(), [{"column_name": c.name, "path": c.path, "type": c.type,
+                                           "policy": policy_key, "filled_at": at, "run_id": run_id} for c in fill])
     return note
 
 
@@ -102,6 +109,6 @@ def fill_written(tx: RunTransaction, promoted: AttributeColumns, run_id: str) ->
     tx.exec(tx.dialect.fill_attribute_columns(tx.table, tx.schema, promoted.columns, run_id=run_id))
 
 
-def _stored(tx: RunTransaction, marker: sa.Table) -> dict[str, tuple[str, str]]:
-    rows = tx.conn.execute(sa.select(marker.c.column_name, marker.c.path, marker.c.type)).all()
-    return {name: (path, kind) for name, path, kind in rows}
+def _stored(tx: RunTransaction, marker: sa.Table) -> dict[str, tuple[str, str, str | None]]:
+    rows = tx.conn.execute(sa.select(marker.c.column_name, marker.c.path, marker.c.type, marker.c.policy)).all()
+    return {name: (path, kind, policy) for name, path, kind, policy in rows}

@@ -403,9 +403,11 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
 
 def promoted_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
     """``<table>_columns``: the promoted attribute columns the records table is filled for, one row
-    each (see :mod:`.attribute_columns`): its path and type, when it was filled and by which run. A
-    column without its row (new, re-mapped, or mapped again after a run without it) is filled from
-    the stored ``attributes`` by the next run that configures it."""
+    each (see :mod:`.attribute_columns`): its path and type, the personal-data policy the stored
+    ``attributes`` were under (SHA-256 of its fingerprint; NULL: none), when it was filled and by
+    which run. A column without its matching row (new, re-mapped, mapped again after a run without
+    it, or a policy applied since) is filled from the stored ``attributes`` by the next run that
+    configures it."""
     t = column_types(dialect_name)
     return sa.Table(
         name,
@@ -413,6 +415,7 @@ def promoted_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: 
         sa.Column("column_name", t["name"], primary_key=True, nullable=False),
         sa.Column("path", t["text"], nullable=False),
         sa.Column("type", sa.String(16), nullable=False),
+        sa.Column("policy", t["hash"], nullable=True),
         sa.Column("filled_at", t["ts"], nullable=False),
         sa.Column("run_id", t["id"], nullable=True),
         schema=schema,

@@ -419,7 +419,7 @@ class WarehouseWriter:
                 if not self._columns_looked and sa.inspect(self.engine).has_table(marker.name, schema=self.schema):
                     self._companions_ready.add(marker.name)
                 self._columns_looked = True
-                return _Promoted(marker, columns, None) if marker.name in self._companions_ready else None
+                return _Promoted(marker, columns, None, None) if marker.name in self._companions_ready else None
             inspector = sa.inspect(self.engine)
             self._ensure_companion(marker)
             history = companion_table_name(self.table, "history")
@@ -440,7 +440,8 @@ class WarehouseWriter:
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(f"Could not prepare the promoted columns of {self.destination_table}: "
                                     f"{db_detail(exc)}") from exc
-        return _Promoted(marker, columns, history if len(tables) > 1 else None)
+        policy = options.pii.text if options.pii is not None and options.pii.rules else None
+        return _Promoted(marker, columns, history if len(tables) > 1 else None, policy)
 
     # --- known records ------------------------------------------------------------------------
 
@@ -747,9 +748,10 @@ def _audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:
 class _Promoted:
     """A run's promoted columns with the tables they live in (see :meth:`WarehouseWriter._ensure_promoted_columns`)."""
 
-    def __init__(self, marker: sa.Table, columns: AttributeColumns, history: str | None) -> None:
-        self.marker, self.columns, self.history = marker, columns, history
+    def __init__(self, marker: sa.Table, columns: AttributeColumns, history: str | None, policy: str | None) -> None:
+        self.marker, self.columns, self.history, self.policy = marker, columns, history, policy
 
     def settle(self, tx: RunTransaction, run_id: str) -> str | None:
         """Fill what is new since the last run, in ``tx`` (the audit note of a fill, or None)."""
-        return settle_promoted(tx, self.marker, self.columns, self.history, run_id=run_id, at=utcnow())
+        return settle_promoted(tx, self.marker, self.columns, self.history, policy=self.policy, run_id=run_id,
+                               at=utcnow())

@@ -167,3 +167,23 @@ def test_removing_a_mapping_leaves_the_column_and_mapping_it_again_fills_it(make
     with pytest.raises(BosConfigurationError, match="cannot become integer"):
         write(writer, [], attribute_columns=check_attribute_columns(
             {"department": {"path": "attributes.department", "type": "integer"}}))
+
+
+def test_a_policy_applied_since_the_fill_fills_the_columns_again(make_writer, engine) -> None:
+    from airflow_provider_bos.pii import PiiPolicy
+    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+    from tests.warehouse.pii_helpers import KEY, every_text, write_under
+    from tests.warehouse.pii_helpers import person as pii_person
+
+    writer = make_writer()
+    home = check_attribute_columns({"home": "attributes.private.home"})
+    write_under(writer, None, [pii_person(1)], attribute_columns=home)
+    ref = make_record(1)["record_ref"]
+    assert rows_by_ref(engine, writer.table)[ref]["home"] == "Street 1"
+    # pii-apply rewrites the stored attributes; the next run under that policy fills the column again.
+    policy = PiiPolicy.parse({"attributes.private.home": "hash"})
+    apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy=policy, key=KEY)
+    plan = policy.plan(KEY)
+    write_under(writer, plan, [], attribute_columns=home)
+    assert rows_by_ref(engine, writer.table)[ref]["home"] == plan.apply(pii_person(1))["attributes"]["private"]["home"]
+    assert "Street 1" not in every_text(engine, writer.table)
