@@ -39,7 +39,6 @@ from sqlalchemy.types import TypeEngine
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.warehouse.identifiers import IDENTIFIER_PATTERN
 from airflow_provider_bos.warehouse.schema import (
-    ADDED_AUDIT_COLUMNS,
     LIFECYCLE_COLUMNS,
     RECORD_COLUMNS,
     WIRE_HASH_COLUMN,
@@ -62,14 +61,14 @@ ATTRIBUTE_TYPES = ("text", "integer", "number", "boolean", "timestamp", "json")
 ATTRIBUTE_TYPE_ERRORS = ("invalid_records", "null")
 #: The history table's own columns: a promoted column may not take their names either.
 _HISTORY_COLUMNS = ("_bos_valid_from", "_bos_valid_to")
-_RESERVED = frozenset(c.lower() for c in (*RECORD_COLUMNS, WIRE_HASH_COLUMN, *LIFECYCLE_COLUMNS,
-                                          *_HISTORY_COLUMNS, *ADDED_AUDIT_COLUMNS))
+_RESERVED = frozenset(c.lower() for c in (*RECORD_COLUMNS, WIRE_HASH_COLUMN, *LIFECYCLE_COLUMNS, *_HISTORY_COLUMNS))
 # A key of the path: what every dialect's JSON path takes unquoted ($.a.b).
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _MAX_DEPTH = 8
-# The timestamp text every dialect's SQL parses the same way (it checks the same shape).
-TIMESTAMP_PATTERN = (r"^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
-                     r"(\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$")
+# The timestamp text every dialect's SQL parses the same way (it checks the same shape). No
+# backslash: MariaDB and Snowflake string literals would eat it.
+TIMESTAMP_PATTERN = ("^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])[T ]([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+                     "([.][0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])?$")
 _TIMESTAMP = re.compile(TIMESTAMP_PATTERN)
 _INTEGER_LIMIT = 10**18  # at most 18 digits: fits BIGINT on every dialect, and the SQL checks digits
 

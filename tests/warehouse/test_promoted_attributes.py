@@ -187,3 +187,31 @@ def test_a_policy_applied_since_the_fill_fills_the_columns_again(make_writer, en
     write_under(writer, plan, [], attribute_columns=home)
     assert rows_by_ref(engine, writer.table)[ref]["home"] == plan.apply(pii_person(1))["attributes"]["private"]["home"]
     assert "Street 1" not in every_text(engine, writer.table)
+
+
+EDGE_VALUES = ["x", "", 0, -7, 999999999999999999, 10**18, 1.0, 2.5, -0.0, 1e-7, 1e20, True, False, "1", "true",
+               [], {"a": None}, "2024-03-01T09:30:00Z", "2024-03-01 09:30:00.123456+02:00", "2024-03-01T09:30:00",
+               "2024-02-29T23:59:59-05:30", "2024-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "2024-03-01",
+               "2024-03-01T09:30Z", "2024-03-01T09:30:00x123", "2024-13-01T00:00:00Z", "yesterday"]
+EVERY_TYPE = check_attribute_columns({f"v_{kind}": {"path": "attributes.v", "type": kind}
+                                      for kind in ("text", "integer", "number", "boolean", "timestamp", "json")},
+                                     type_errors="null")
+
+
+@pytest.mark.parametrize("backfill", [False, True], ids=["written", "backfilled"])
+def test_the_sql_and_the_python_check_agree_on_every_type(make_writer, engine, backfill: bool) -> None:
+    """What a run's check calls the wrong type is exactly what the SQL leaves NULL, whether the column
+    is filled as rows are written or from the stored rows afterwards."""
+    records = [make_record(i, attributes={"v": value}) for i, value in enumerate(EDGE_VALUES)]
+    writer = make_writer()
+    if backfill:
+        write(writer, records)
+        write(writer, [], attribute_columns=EVERY_TYPE)
+    else:
+        write(writer, records, attribute_columns=EVERY_TYPE)
+    rows = rows_by_ref(engine, writer.table)
+    for i, value in enumerate(EDGE_VALUES):
+        row = rows[make_record(i)["record_ref"]]
+        stored_null = {c.name for c in EVERY_TYPE.columns if row[c.name] is None}
+        wrong = {c.name for c in EVERY_TYPE.columns if c.wrong_type(value)}
+        assert stored_null == wrong, value

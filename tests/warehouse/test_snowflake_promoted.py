@@ -116,3 +116,18 @@ def test_the_documented_alters_add_what_the_writer_adds(sf_engine: sa.Engine) ->
         with sf_engine.begin() as conn:
             for ns in (code_ns, file_ns):
                 conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {ns} CASCADE")
+
+
+def test_the_sql_and_the_python_check_agree_on_every_type(make_sf_writer, sf_engine: sa.Engine,
+                                                          unique_table: str) -> None:
+    from test_promoted_attributes import EDGE_VALUES, EVERY_TYPE
+
+    records = [make_record(i, attributes={"v": value}) for i, value in enumerate(EDGE_VALUES)]
+    write(make_sf_writer(), records, attribute_columns=EVERY_TYPE)
+    nulls = ", ".join(f"{c.name} IS NULL" for c in EVERY_TYPE.columns)  # NULL-ness in SQL (see promoted())
+    with sf_engine.connect() as conn:
+        rows = {r[0]: r[1:] for r in conn.exec_driver_sql(f"SELECT record_ref, {nulls} FROM {unique_table}")}
+    for i, value in enumerate(EDGE_VALUES):
+        stored_null = {c.name for c, null in zip(EVERY_TYPE.columns, rows[make_record(i)["record_ref"]], strict=True)
+                       if null}
+        assert stored_null == {c.name for c in EVERY_TYPE.columns if c.wrong_type(value)}, value
