@@ -114,7 +114,7 @@ class AttributeColumn:
         if kind == "number":
             return isinstance(value, bool) or not isinstance(value, int | float)
         # timestamp: the shape every dialect parses, naming a date and time that exist
-        if not isinstance(value, str) or _TIMESTAMP.match(value) is None:
+        if not isinstance(value, str) or _TIMESTAMP.fullmatch(value) is None:
             return True
         try:
             datetime.fromisoformat(value)  # 3.11+ reads Z
