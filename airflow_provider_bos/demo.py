@@ -166,6 +166,14 @@ class Demo:
             total = db.execute("SELECT COUNT(*) FROM bos_people_daily").fetchone()[0]
             versions = db.execute("SELECT COUNT(*) FROM bos_people_daily_history").fetchone()[0]
             email = db.execute("SELECT email FROM bos_people_daily WHERE email IS NOT NULL LIMIT 1").fetchone()
+            # One of docs/analytics.md's questions, as written there: who is in the CRM but not in HR?
+            crm_only = db.execute(
+                "SELECT p.record_ref, p.display_name FROM bos_people_daily p WHERE p._bos_deleted_at IS NULL "
+                "AND EXISTS (SELECT 1 FROM bos_people_daily_sources s "
+                "WHERE s.record_ref = p.record_ref AND s.source_type = 'crm') "
+                "AND NOT EXISTS (SELECT 1 FROM bos_people_daily_sources s "
+                "WHERE s.record_ref = p.record_ref AND s.source_type = 'hr') ORDER BY p.record_ref"
+            ).fetchall()
         print(f"\n   bos_people_daily: {total} rows, {current} current (WHERE _bos_deleted_at IS NULL), "
               f"{len(merged)} merged into others, {len(left)} left; {versions} versions in its history")
         if email:  # the DAG's personal-data policy: emails and phones stored as keyed hashes
@@ -174,6 +182,8 @@ class Demo:
             print(f"     merged: {ref} -> {successor}")
         for ref, name in left[:3]:
             print(f"     left:   {ref} ({name})")
+        print(f"     in the CRM but not in HR (bos_people_daily_sources, docs/analytics.md): {len(crm_only)} people,"
+              f" e.g. {', '.join(str(name) for _, name in crm_only[:2])}")
         return current, len(merged), len(left)
 
     def stop_server(self) -> None:

@@ -273,13 +273,22 @@ def prefill_other(db_url: str, *, table: str, audit_table: str, scenario: dict[s
     core = _load_core()
     engine = sa.create_engine(db_url)
     try:
-        core.WarehouseWriter(engine, table=table, audit_table=audit_table).ensure_tables()
+        writer = core.WarehouseWriter(engine, table=table, audit_table=audit_table)
+        writer.ensure_tables()
+        rows = build_rows(ScenarioParams(**scenario)).tuples
+        dsn = sa.make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        with psycopg.connect(dsn) as conn:
+            copy_rows(conn, table, COLUMNS, other_rows(rows))
+            conn.commit()
+        # The provenance table of a table our runs wrote holds these rows' entries too (a code
+        # without that table has nothing to fill).
+        sources = getattr(writer, "sources_destination", None)
+        if sources is not None:
+            with engine.begin() as conn:
+                statement = writer.dialect.write_provenance(sources, table, None, run_id=None)
+                conn.exec_driver_sql(statement.sql, statement.params)
+            vacuum(dsn, sources)
     finally:
         engine.dispose()
-    rows = build_rows(ScenarioParams(**scenario)).tuples
-    dsn = sa.make_url(db_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(dsn) as conn:
-        copy_rows(conn, table, COLUMNS, other_rows(rows))
-        conn.commit()
     vacuum(dsn, table)
     return {"records": len(rows), "seconds": 0.0}

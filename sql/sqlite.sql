@@ -101,6 +101,25 @@ CREATE TABLE IF NOT EXISTS bos_records_lineage (
 CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_ref ON bos_records_lineage (record_ref);
 CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_successor ON bos_records_lineage (successor_ref);
 
+-- One row per provenance entry of every row of bos_records (entry_index: its place in the
+-- record's sources array). is_current: the record is current (false once retired or superseded).
+-- Kept by every run in the run's transaction; built from the sources column by the first run on a
+-- table stored before it. "The current record holding this entry" is one look-up of the entry index.
+CREATE TABLE IF NOT EXISTS bos_records_sources (
+    record_ref      VARCHAR(512) NOT NULL,
+    entry_index     BIGINT NOT NULL,
+    source_type     VARCHAR(512),
+    source_identity VARCHAR(512),
+    external_id     VARCHAR(512),
+    record_type     VARCHAR(512),
+    version         VARCHAR(512),
+    capabilities    TEXT,
+    is_current      BOOLEAN NOT NULL,
+    PRIMARY KEY (record_ref, entry_index)
+);
+
+CREATE INDEX IF NOT EXISTS ix_bos_records_sources_entry ON bos_records_sources (source_type, source_identity, external_id);
+
 -- Only with history=True: every version of every record (SCD2); _bos_valid_to NULL = the current one.
 CREATE TABLE IF NOT EXISTS bos_records_history (
     record_ref        VARCHAR(512) NOT NULL,

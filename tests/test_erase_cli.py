@@ -38,7 +38,7 @@ def synced(warehouse_url: str, unique_table: str, monkeypatch: pytest.MonkeyPatc
     yield engine, writer
     with engine.begin() as conn:
         for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
-                                                                for s in ("history", "lineage", "rejects"))):
+                                                                for s in ("history", "lineage", "sources", "rejects"))):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
     engine.dispose()
 
@@ -101,7 +101,7 @@ def test_a_duckdb_file_held_elsewhere_in_the_process_is_erased_and_the_rewrite_r
 def _drop_tables(engine: sa.Engine, table: str) -> None:
     with engine.begin() as conn:
         for name in (table, f"{table}_runs", companion_table_name(table, "policy"),
-                     companion_table_name(table, "lineage")):
+                     companion_table_name(table, "lineage"), companion_table_name(table, "sources")):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
     engine.dispose()
 

@@ -27,8 +27,8 @@ def table(warehouse_url: str, unique_table: str, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("AIRFLOW_CONN_BOS_PII_KEY", json.dumps({"conn_type": "generic", "password": KEY_TEXT}))
     yield engine, writer
     with engine.begin() as conn:
-        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
-                                                                for s in ("history", "lineage", "rejects", "policy"))):
+        kinds = ("history", "lineage", "sources", "rejects", "policy")
+        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s) for s in kinds)):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
     engine.dispose()
 

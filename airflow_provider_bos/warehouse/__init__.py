@@ -15,6 +15,7 @@ One module per concept (one sync's write, top-down: ``upsert`` -> ``transaction`
 - ``claims``: known records: stored wire hashes, kept claims, the state token.
 - ``reconcile``: supersede, retire and history after the merge.
 - ``history``: every version of every record (``history=True``).
+- ``provenance``: ``<table>_sources``, one row per provenance entry, kept in the run's transaction.
 - ``rehash``: the one-time re-hash of rows hashed with their observation stamps.
 - ``rejects``: quarantined records.
 - ``audit``: the audit row and its reader.

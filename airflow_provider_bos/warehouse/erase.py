@@ -1,7 +1,8 @@
-"""Erasure on request: a person's rows out of the records table, its history, lineage and rejects.
+"""Erasure on request: a person's rows out of the records table, its history, provenance, lineage and rejects.
 
 :func:`erase_records` deletes every row of the given record_refs from ``<table>``,
-``<table>_history``, ``<table>_lineage`` (as predecessor or successor) and ``<table>_rejects``, in
+``<table>_history``, ``<table>_sources``, ``<table>_lineage`` (as predecessor or successor) and
+``<table>_rejects``, in
 ONE transaction under the writers' lock; in the same transaction it replaces the refs in every
 audit row's ``error_message`` (a failed run's error names the record it refused) and writes an audit
 row that says how many rows went from each table but names no ref. After the commit it reclaims
@@ -58,6 +59,8 @@ class ErasedRows:
     records: int = 0
     history: int = 0
     lineage: int = 0
+    #: Provenance entries (``<table>_sources``) of the erased rows.
+    sources: int = 0
     rejects: int = 0
     #: Audit rows whose error_message named an erased ref (now replaced).
     audit_messages: int = 0
@@ -105,7 +108,7 @@ def erase_records(
             raise BosConfigurationError(f"There is no table {writer.destination_table} to erase from.")
         writer.ensure_tables()  # the audit table (and columns added since) for the erasure's row
         companions = {
-            kind: name for kind in ("history", "lineage", "rejects", "policy")
+            kind: name for kind in ("history", "lineage", "sources", "rejects", "policy")
             if present.has_table(name := companion_table_name(writer.table, kind), schema=writer.schema)
         }
     except sa.exc.SQLAlchemyError as exc:
@@ -134,6 +137,9 @@ def erase_records(
                 if keys and "history" in companions:
                     erased.history += tx.exec(d.delete_refs(companions["history"], writer.schema, "record_ref",
                                                             keys)).rowcount
+                if keys and "sources" in companions:
+                    erased.sources += tx.exec(d.delete_refs(companions["sources"], writer.schema, "record_ref",
+                                                            keys)).rowcount
                 if keys and "lineage" in companions:
                     for column in ("record_ref", "successor_ref"):
                         erased.lineage += tx.exec(d.delete_refs(companions["lineage"], writer.schema, column,
@@ -143,9 +149,9 @@ def erase_records(
                                                             chunk)).rowcount
             erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
             note = (f"Erasure of {len(refs)} record_ref(s) on request: deleted {erased.records} row(s) from "
-                    f"{writer.destination_table}, {erased.history} history version(s), {erased.lineage} lineage "
-                    f"row(s), {erased.rejects} quarantined record(s); replaced the refs in "
-                    f"{erased.audit_messages} audit message(s).")
+                    f"{writer.destination_table}, {erased.history} history version(s), {erased.sources} provenance "
+                    f"entries, {erased.lineage} lineage row(s), {erased.rejects} quarantined record(s); replaced "
+                    f"the refs in {erased.audit_messages} audit message(s).")
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=len(refs),
                                  error_message=note, destination_table=writer.destination_table,

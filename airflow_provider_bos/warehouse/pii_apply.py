@@ -44,6 +44,7 @@ from airflow_provider_bos.warehouse.policy_store import (
     store_policy,
     way_forward,
 )
+from airflow_provider_bos.warehouse.provenance import rebuild_provenance
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import (
     CONTENT_FIELDS,
@@ -162,6 +163,8 @@ def apply_stricter_policy(
                 history = history_table(metadata, d.name, companion_table_name(writer.table, "history"), writer.schema)
                 applied.history, _ = _rewrite(tx.conn, history, plan, d.name, key=("record_ref", "_bos_valid_from"),
                                               wire=None)
+            # The entries of <table>_sources hold external ids as the records' JSON does.
+            rebuild_provenance(tx, companion_table_name(writer.table, "sources"))
             if "rejects" in present and not policy.is_empty:
                 rejects = rejects_table(metadata, d.name, companion_table_name(writer.table, "rejects"), writer.schema)
                 applied.rejects = _empty_quarantined_records(tx.conn, rejects)
@@ -180,7 +183,7 @@ def apply_stricter_policy(
     finally:
         tx.close()
     log.info("BOS pii-apply %s: %s", run.run_id, note)
-    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in sorted(present))]
+    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in (*sorted(present), "sources"))]
     applied.reclaimed = reclaim_space(engine, d, tables, writer.schema)
     return applied
 

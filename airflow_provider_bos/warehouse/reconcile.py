@@ -50,6 +50,7 @@ from airflow_provider_bos.warehouse.audit import SyncRunInfo, utcnow
 from airflow_provider_bos.warehouse.claims import KeptClaims, stage_kept_claims
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 from airflow_provider_bos.warehouse.history import record_history
+from airflow_provider_bos.warehouse.provenance import record_provenance
 from airflow_provider_bos.warehouse.records import canonical_json, parse_timestamp
 from airflow_provider_bos.warehouse.schema import CONFIRMED_AT_COLUMN, SCOPE_COLUMN
 from airflow_provider_bos.warehouse.settle import DirectLoad, LoadOutcome, StagedWithKeptClaims
@@ -80,6 +81,8 @@ class Lifecycle:
     audit_table: str
     lineage_table: str
     history_table: str | None
+    #: ``<table>_sources``: the provenance entries (see :mod:`.provenance`).
+    sources_table: str
     #: Which of the audit table's added columns it has (a table made before them lacks some).
     audit_columns: frozenset[str] = frozenset()
 
@@ -121,6 +124,8 @@ def reconcile(
     if counts.withheld:
         audit = _note(audit, f"{counts.withheld} records of this partial read came under refs that a complete read "
                              "merged away (their successor is current); they were withheld, not revived.")
+    # Before supersession, which finds the entries of the rows this run wrote in the provenance table.
+    record_provenance(tx, life.sources_table, fresh=direct, touched=counts.inserted + counts.updated > 0)
     if tx.answered_by_newer is not None:
         audit = _note(audit, "A newer complete read of this scope answered for this read's records: nothing was "
                              "written over it, retired or superseded.")
@@ -206,10 +211,11 @@ def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
 def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime, keys: RunKeys) -> int:
     d, schema = tx.dialect, tx.schema
     others = tx.work_table("_o", "provenance")
-    if not _rows(tx.exec(d.collect_others(others, keys, tx.table, schema, observed_before=observed))):
+    sources = life.sources_table
+    if not _rows(tx.exec(d.collect_others(others, keys, tx.table, sources, schema, observed_before=observed))):
         return 0
     successors = tx.work_table("_n", "provenance")
-    if not _rows(tx.exec(d.collect_successors(successors, others, keys, tx.table, schema))):
+    if not _rows(tx.exec(d.collect_successors(successors, others, keys, sources, schema))):
         return 0
     superseded = tx.work_table("_s", "successors")
     count = _rows(tx.exec(d.pick_superseded(superseded, others, successors, schema)))
@@ -269,6 +275,10 @@ def _retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime
 
         raise BosWarehouseError(f"Retiring rows of {tx.destination_table} changed {changed} rows where {expected} "
                                 "were expected; rolled back.")
+    if life.options.deletions == "hard":
+        tx.exec(d.delete_listed(life.sources_table, keys, tx.schema))
+    else:
+        tx.exec(d.retire_provenance(life.sources_table, keys, tx.schema))
 
 
 def _scope_filter(options: ReconcileOptions, run: SyncRunInfo) -> ScopeFilter:

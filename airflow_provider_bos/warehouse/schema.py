@@ -47,6 +47,7 @@ __all__ = [
     "records_table",
     "rejects_table",
     "rejects_table_name",
+    "sources_table",
 ]
 
 SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "duckdb", "snowflake")
@@ -329,6 +330,42 @@ def lineage_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: s
     # No primary key: (run, ref, successor) would pass InnoDB's 3072-byte key limit.
     _index(dialect_name, _index_name(name, "ref"), table.c.record_ref)
     _index(dialect_name, _index_name(name, "successor"), table.c.successor_ref)
+    return table
+
+
+def sources_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
+    """``<table>_sources``: one row per provenance entry of every row of the records table.
+
+    Keyed by (record_ref, entry_index), the entry's place in the record's ``sources`` array (as
+    dlt's child tables carry ``_dlt_list_idx``); the entry index on (source_type, source_identity,
+    external_id) makes "the current record holding this entry" one look-up. ``is_current``
+    follows the record (false once it is retired or superseded). Observation times stay out: an
+    entry re-stamped by a later read is the same entry. Maintained by :mod:`.provenance`.
+    """
+    t = column_types(dialect_name)
+    # DuckDB: no key. Its unique indexes refuse a key deleted and inserted again in one transaction,
+    # which is how a changed record's entries are rewritten.
+    keyed = dialect_name != "duckdb"
+    table = sa.Table(
+        name,
+        metadata,
+        sa.Column("record_ref", t["key"], nullable=False, primary_key=keyed),
+        sa.Column("entry_index", t["int"], nullable=False, primary_key=keyed),
+        *(sa.Column(c, t["key"], nullable=True)
+          for c in ("source_type", "source_identity", "external_id", "record_type", "version")),
+        sa.Column("capabilities", t["json"], nullable=True),
+        sa.Column("is_current", sa.Boolean(), nullable=False),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )
+    entry = (table.c.source_type, table.c.source_identity, table.c.external_id)
+    if dialect_name == "mysql":
+        # InnoDB keys hold at most 3072 bytes (768 utf8mb4 characters): a prefix of each column
+        # finds the entry; the rest is compared on the row.
+        sa.Index(_index_name(name, "entry"), *entry,
+                 mysql_length={"source_type": 128, "source_identity": 256, "external_id": 384})
+    else:
+        _index(dialect_name, _index_name(name, "entry"), *entry)
     return table
 
 

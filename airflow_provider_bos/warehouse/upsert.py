@@ -26,6 +26,7 @@ from airflow_provider_bos.warehouse.identifiers import validate_identifier, vali
 from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refuse_unless_same, store_policy
 from airflow_provider_bos.warehouse.promoted import WrongTypes, fill_written, settle_promoted
+from airflow_provider_bos.warehouse.provenance import seed_provenance
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
 from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
@@ -46,6 +47,7 @@ from airflow_provider_bos.warehouse.schema import (
     records_table,
     rejects_table,
     rejects_table_name,
+    sources_table,
 )
 from airflow_provider_bos.warehouse.settle import (
     DirectLoad,
@@ -169,6 +171,11 @@ class WarehouseWriter:
         return self._qualified(companion_table_name(self.table, "lineage"))
 
     @property
+    def sources_destination(self) -> str:
+        """``schema.<table>_sources``: one row per provenance entry of every row of the records table."""
+        return self._qualified(companion_table_name(self.table, "sources"))
+
+    @property
     def policy_destination(self) -> str:
         """``schema.<table>_policy``: the personal-data policy the table was written with."""
         return self._qualified(companion_table_name(self.table, "policy"))
@@ -183,23 +190,25 @@ class WarehouseWriter:
 
     # --- DDL (the one place the writer creates or inspects tables) -------------------------------
 
-    def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table]:
+    def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table, sa.Table]:
         metadata = sa.MetaData()
         backend = self._dialect_class.name
         records = records_table(metadata, backend, self.table, self.schema)
         audit = audit_table(metadata, backend, self.audit_table, self.schema)
         lineage_name = validate_identifier(companion_table_name(self.table, "lineage"), kind="lineage table")
         lineage = lineage_table(metadata, backend, lineage_name, self.schema)
-        return metadata, records, audit, lineage
+        sources_name = validate_identifier(companion_table_name(self.table, "sources"), kind="provenance table")
+        sources = sources_table(metadata, backend, sources_name, self.schema)
+        return metadata, records, audit, lineage, sources
 
     def ensure_tables(self) -> None:
         """Create the records and audit tables if missing; check an existing table has our columns.
 
         Each table in a transaction of its own, never the run's (MySQL commits DDL implicitly).
         """
-        _, records, audit, lineage = self._metadata()
+        _, records, audit, lineage, sources = self._metadata()
         try:
-            for table in (audit, records, lineage):
+            for table in (audit, records, lineage, sources):
                 self._create_table(table)
             for table in (records, audit):
                 present = column_names(self.engine, self._dialect_class, table.name, self.schema)
@@ -516,7 +525,7 @@ class WarehouseWriter:
         history = self.ensure_history_table().name if options.reconcile.history else None
         promoted = self._ensure_promoted_columns(options)
         life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history,
-                         frozenset(self.audit_columns))
+                         companion_table_name(self.table, "sources"), frozenset(self.audit_columns))
         return self._write(run, records, default_obs, options, quarantine, life, policy, promoted)
 
     def _write(
@@ -595,6 +604,7 @@ class WarehouseWriter:
         rehashed = rehash_stamped_rows(tx, self._metadata()[1])
         if life.history_table is not None:
             seed_history(tx, life.history_table)
+        seed_provenance(tx, life.sources_table)
         return rehashed
 
     def _prepare_staging(self, tx: RunTransaction, options: WriteOptions) -> tuple[bool, bool]:

@@ -106,5 +106,5 @@ def days(bos_airflow_audit: dict[str, Any]) -> Iterator[dict[str, Any]]:
     env["server"].set_scenario(load_scenario("people_over_time"))
     yield env
     with env["engine"].begin() as conn:
-        for suffix in ("lineage", "history"):
+        for suffix in ("lineage", "history", "sources"):
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {companion_table_name(env['table'], suffix)}"))

@@ -44,7 +44,7 @@ KEY_TEXT = "e2e-personal-data-key-0123456789-abcdefghijkl"
 OTHER_KEY_TEXT = "e2e-personal-data-key-9876543210-zyxwvutsrqpo"
 POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop", "sources[].external_id": "hash"}
 RUN = {"BOS_TEST_SYNC_MODE": "full", "BOS_TEST_HISTORY": "1", "BOS_TEST_PII_POLICY": json.dumps(POLICY)}
-COMPANIONS = ("history", "lineage", "rejects", "policy")
+COMPANIONS = ("history", "lineage", "sources", "rejects", "policy")
 
 
 def raw_values(records: Any) -> set[str]:

@@ -92,7 +92,7 @@ def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[Any]:
     engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
     yield WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
     with engine.begin() as conn:
-        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, kind)
-                                                             for kind in ("history", "lineage", "rejects", "policy"))):
+        kinds = ("history", "lineage", "sources", "rejects", "policy")
+        for name in (unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, k) for k in kinds)):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
     engine.dispose()

@@ -12,8 +12,8 @@ from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql", "duckdb": "duckdb.sql"}
-TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_history",
-          "bos_records_policy")
+TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_sources",
+          "bos_records_history", "bos_records_policy")
 
 
 def _statements(path: Path) -> list[str]:

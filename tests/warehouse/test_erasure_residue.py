@@ -139,7 +139,7 @@ def test_postgres_vacuums_every_table_the_erasure_touched(postgres_url, unique_t
 
     writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
     touched = [unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
-                                                       for s in ("history", "lineage", "rejects"))]
+                                                       for s in ("history", "lineage", "sources", "rejects"))]
     try:
         write(writer, [*others(20), person()], reconcile=HISTORY, invalid_records="quarantine")
         write(writer, [*others(20), person(NEW_EMAIL, T2)], reconcile=HISTORY, invalid_records="quarantine")
@@ -167,7 +167,7 @@ def test_mariadb_rebuilds_every_table_the_erasure_touched(mysql_url, unique_tabl
 
     writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
     touched = [unique_table, f"{unique_table}_runs", *(companion_table_name(unique_table, s)
-                                                       for s in ("history", "lineage", "rejects"))]
+                                                       for s in ("history", "lineage", "sources", "rejects"))]
     seen: list[str] = []
     try:
         write(writer, [*others(20), person()], reconcile=HISTORY, invalid_records="quarantine")

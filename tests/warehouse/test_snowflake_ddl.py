@@ -13,7 +13,8 @@ from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixt
 from airflow_provider_bos.warehouse import WarehouseWriter
 
 SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "snowflake.sql"
-TABLES = ("BOS_RECORDS", "BOS_SYNC_RUNS", "BOS_RECORDS_REJECTS", "BOS_RECORDS_LINEAGE", "BOS_RECORDS_HISTORY",
+TABLES = ("BOS_RECORDS", "BOS_SYNC_RUNS", "BOS_RECORDS_REJECTS", "BOS_RECORDS_LINEAGE", "BOS_RECORDS_SOURCES",
+          "BOS_RECORDS_HISTORY",
           "BOS_RECORDS_POLICY")
 
 pytestmark = pytest.mark.snowflake

@@ -1,4 +1,4 @@
-"""Identities over time on Snowflake: the reconcile and history suites, run against fakesnow.
+"""Identities over time on Snowflake: the reconcile, history and provenance suites, run against fakesnow.
 
 The same tests as every other dialect (imported, so they cannot drift apart), with the
 ``warehouse_url`` of this module pointing at the fakesnow server. Their table reads go through
@@ -16,9 +16,11 @@ import sqlalchemy as sa
 from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
 
 import tests.warehouse.test_history as history_suite
+import tests.warehouse.test_provenance_table as provenance_suite
 import tests.warehouse.test_reconcile as reconcile_suite
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from tests.warehouse.test_history import *  # noqa: F403 - the shared suite runs again on this destination
+from tests.warehouse.test_provenance_table import *  # noqa: F403 - the shared suite runs again on this destination
 from tests.warehouse.test_reconcile import *  # noqa: F403 - the shared suite runs again on this destination
 
 pytestmark = pytest.mark.snowflake
@@ -64,9 +66,34 @@ def _versions(engine: sa.Engine, table: str) -> list[dict[str, Any]]:
     return _select(engine, f"{_star(history, ('_bos_valid_to',))} ORDER BY record_ref, _bos_valid_from")
 
 
+def _stored_entries(engine: sa.Engine, table: str) -> set[Any]:
+    """As the suite's, but each entry's place read from its record's JSON once the places of every
+    record are checked to be 0..n-1: fakesnow emulates FLATTEN's INDEX with ``row_number() OVER ()``,
+    which numbers a record's elements in no set order (Snowflake's INDEX is the element's place)."""
+    rows = _select(engine, f"SELECT * FROM {companion_table_name(table, 'sources')}")
+    places: dict[str, list[int]] = {}
+    for r in rows:
+        places.setdefault(r["record_ref"], []).append(int(r["entry_index"]))
+    assert all(sorted(p) == list(range(len(p))) for p in places.values())
+    json = provenance_suite.json
+    place = {(ref, e["source_type"], e["source_identity"], e["external_id"]): i
+             for ref, row in _rows_by_ref(engine, table).items() for i, e in enumerate(json.loads(row["sources"]))}
+    return {(r["record_ref"], place[(r["record_ref"], r["source_type"], r["source_identity"], r["external_id"])],
+             r["source_type"], r["source_identity"], r["external_id"], r["record_type"], r["version"],
+             json.dumps(provenance_suite._json(r["capabilities"])), bool(r["is_current"])) for r in rows}
+
+
+def _holder(engine: sa.Engine, table: str, source_type: str, external_id: str) -> list[str]:
+    rows = _select(engine, f"SELECT record_ref FROM {companion_table_name(table, 'sources')} WHERE "
+                           f"source_type = '{source_type}' AND external_id = '{external_id}' AND is_current")
+    return [r["record_ref"] for r in rows]
+
+
 @pytest.fixture(autouse=True)
 def _sql_reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for suite in (history_suite, reconcile_suite):
+    monkeypatch.setattr(provenance_suite, "stored_entries", _stored_entries)
+    monkeypatch.setattr(provenance_suite, "holder", _holder)
+    for suite in (history_suite, reconcile_suite, provenance_suite):
         if hasattr(suite, "rows_by_ref"):
             monkeypatch.setattr(suite, "rows_by_ref", _rows_by_ref)
     monkeypatch.setattr(reconcile_suite, "lineage", _lineage)

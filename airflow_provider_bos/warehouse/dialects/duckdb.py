@@ -29,6 +29,7 @@ from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, 
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
 from airflow_provider_bos.warehouse.file_load import FILE_LOADER
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
@@ -181,10 +182,12 @@ class DuckDbDialect(WarehouseDialect):
 
     # --- lifecycle ----------------------------------------------------------------------------
 
-    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
-        # No JSON_TABLE: the sources array unnested as JSON values.
-        join = f" CROSS JOIN (SELECT UNNEST(CAST({alias}.{self.quote('sources')} AS JSON[])) AS v) p"
-        return join, ("p.v->>'source_type'", "p.v->>'source_identity'", "p.v->>'external_id'")
+    def provenance_entries(self, alias: str) -> tuple[str, dict[str, str]]:
+        # No JSON_TABLE: the sources array unnested as JSON values, beside their positions.
+        array = f"CAST({alias}.{self.quote('sources')} AS JSON[])"
+        join = f" CROSS JOIN (SELECT UNNEST({array}) AS v, GENERATE_SUBSCRIPTS({array}, 1) - 1 AS n) p"
+        return join, {"entry_index": "p.n", "capabilities": "p.v->'capabilities'",
+                      **{c: f"p.v->>'{c}'" for c in ENTRY_TEXT_COLUMNS}}
 
     # --- merge ------------------------------------------------------------------------------
 

@@ -10,12 +10,16 @@ after the merge and before the audit row.
 The work tables (TEMPORARY, one set per run, dropped with the staging tables):
 
 - ``others`` (record_ref, source_type, source_identity, external_id): the provenance entries of
-  every current row the result did NOT return;
+  every current row the result did NOT return that shares an entry with another current row;
 - ``successors`` (same columns): the provenance entries of the result's rows that share one with
   ``others``;
 - ``superseded`` (record_ref, successor_ref): the rows of ``others`` ALL of whose entries belong
   to the result's rows, with the smallest such successor record_ref (deterministic for a split);
 - ``retired`` (record_ref): the current rows of the read's scope the result did not return.
+
+The entries come from ``<table>_sources`` (one row per entry, indexed by the entry: see
+:func:`~..schema.sources_table`), never from the ``sources`` JSON: only :meth:`LifecycleSql.write_provenance`
+expands the JSON, for the rows a run wrote.
 
 Each statement names each work table at most once (MySQL cannot reopen a temporary table).
 """
@@ -37,10 +41,14 @@ from airflow_provider_bos.warehouse.schema import (
     WIRE_HASH_COLUMN,
 )
 
-__all__ = ["PROVENANCE_KEY", "LifecycleSql", "RunKeys", "ScopeFilter"]
+__all__ = ["ENTRY_COLUMNS", "ENTRY_TEXT_COLUMNS", "PROVENANCE_KEY", "LifecycleSql", "RunKeys", "ScopeFilter"]
 
 #: A provenance entry's identity, as the work tables hold it.
 PROVENANCE_KEY = ("source_type", "source_identity", "external_id")
+#: The text fields of an entry ``<table>_sources`` keeps.
+ENTRY_TEXT_COLUMNS = (*PROVENANCE_KEY, "record_type", "version")
+#: What ``<table>_sources`` keeps of each entry (with record_ref and is_current).
+ENTRY_COLUMNS = ("entry_index", *ENTRY_TEXT_COLUMNS, "capabilities")
 
 
 @dataclass(frozen=True)
@@ -95,16 +103,17 @@ class LifecycleSql:
         """Text ending a derived table the planner must evaluate before the join around it."""
         return ""
 
-    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
-        """The join expanding ``alias``'s ``sources`` array into its entries, and the entries'
-        source_type, source_identity and external_id expressions.
+    def provenance_entries(self, alias: str) -> tuple[str, dict[str, str]]:
+        """The join expanding ``alias``'s ``sources`` array into its entries, and the expression of
+        each of :data:`ENTRY_COLUMNS` (``entry_index`` from 0).
 
         The SQL:2016 ``JSON_TABLE`` (MySQL 8, MariaDB 10.6+, PostgreSQL 17); dialects without it
         override this.
         """
-        cols = ", ".join(f"{c} VARCHAR(512) PATH '$.{c}'" for c in PROVENANCE_KEY)
-        join = f" CROSS JOIN JSON_TABLE({alias}.{self.quote('sources')}, '$[*]' COLUMNS ({cols})) AS p"
-        return join, ("p.source_type", "p.source_identity", "p.external_id")
+        text = ", ".join(f"{c} VARCHAR(512) PATH '$.{c}'" for c in ENTRY_TEXT_COLUMNS)
+        join = (f" CROSS JOIN JSON_TABLE({alias}.{self.quote('sources')}, '$[*]' COLUMNS (n FOR ORDINALITY, "
+                f"{text}, capabilities JSON PATH '$.capabilities')) AS p")
+        return join, {"entry_index": "p.n - 1", **{c: f"p.{c}" for c in ENTRY_COLUMNS[1:]}}
 
     def _not_returned(self, keys: RunKeys, schema: str | None, t: str = "t") -> str:
         """True for a row of alias ``t`` that the run did not return."""
@@ -189,34 +198,67 @@ class LifecycleSql:
         columns = ", ".join(cols)
         return Statement(f"{self._temp_prefix()} {self.stage_ref(name, schema)} ({columns}){self._temp_suffix()}")
 
+    # --- the provenance table -------------------------------------------------------------------
+
+    def write_provenance(self, sources: str, target: str, schema: str | None, *, run_id: str | None,
+                         ) -> Statement:
+        """Into ``sources``: the entries of the rows ``run_id`` wrote (None: of every row, to build
+        the table beside records stored before it), current as their row is."""
+        q = self.quote
+        ref, deleted = q("record_ref"), q(DELETED_AT_COLUMN)
+        join, entry = self.provenance_entries("c")
+        where, params = ("", ()) if run_id is None else (f" WHERE t.{q('_bos_run_id')} = {self.placeholder}",
+                                                         (run_id,))
+        rows = (f"(SELECT t.{ref}, t.{q('sources')}, t.{deleted} FROM {self.table_ref(target, schema)} t"
+                f"{where}{self._fence()}) c")
+        columns = ", ".join((ref, *ENTRY_COLUMNS, "is_current"))
+        values = ", ".join((f"c.{ref}", *(entry[c] for c in ENTRY_COLUMNS), f"(c.{deleted} IS NULL)"))
+        return Statement(
+            f"INSERT INTO {self.table_ref(sources, schema)} ({columns}) SELECT {values} FROM {rows}{join}",
+            params,
+        )
+
+    def clear_provenance(self, sources: str, target: str, schema: str | None, *, run_id: str) -> Statement:
+        """Delete the entries of the rows ``run_id`` wrote (:meth:`write_provenance` writes them anew)."""
+        ref = self.quote("record_ref")
+        return Statement(
+            f"DELETE FROM {self.table_ref(sources, schema)} WHERE {ref} IN (SELECT t.{ref} FROM "
+            f"{self.table_ref(target, schema)} t WHERE t.{self.quote('_bos_run_id')} = {self.placeholder})",
+            (run_id,),
+        )
+
+    def delete_all(self, table: str, schema: str | None) -> Statement:
+        """Delete every row of ``table`` (in the transaction: not TRUNCATE, which commits on some)."""
+        return Statement(f"DELETE FROM {self.table_ref(table, schema)}")
+
+    def retire_provenance(self, sources: str, keys: str, schema: str | None) -> Statement:
+        """Mark the entries of the rows listed in ``keys`` no longer current (their rows were retired)."""
+        ref = self.quote("record_ref")
+        return Statement(
+            f"UPDATE {self.table_ref(sources, schema)} SET is_current = FALSE "
+            f"WHERE {ref} IN (SELECT k.{ref} FROM {self.stage_ref(keys, schema)} k)"
+        )
+
     # --- supersede ----------------------------------------------------------------------------
 
-    def _rows_and_entries(self, where: str | None, target: str, schema: str | None,
-                          ) -> tuple[str, tuple[str, str, str]]:
-        """``FROM`` text of the current rows matching ``where`` (alias ``t`` inside; None: every
-        current row), one row per provenance entry (alias ``c`` for the row), and the entry's key
-        expressions."""
-        q = self.quote
-        join, key = self.provenance_rows("c")
-        condition = self._current("t") + ("" if where is None else f" AND {where}")
-        rows = (
-            f"(SELECT t.{q('record_ref')}, t.{q('sources')} FROM {self.table_ref(target, schema)} t "
-            f"WHERE {condition}{self._fence()}) c"
-        )
-        return f"{rows}{join}", key
-
     def collect_others(
-        self, others: str, keys: RunKeys, target: str, schema: str | None, *, observed_before: datetime,
+        self, others: str, keys: RunKeys, target: str, sources: str, schema: str | None, *,
+        observed_before: datetime,
     ) -> Statement:
-        """Into ``others``: the provenance entries of every current row the result did not return
-        that was observed no later than the read (an older read never supersedes a newer row)."""
-        ref, obs = self.quote("record_ref"), self.quote("_bos_observed_at")
-        source, key = self._rows_and_entries(
-            f"t.{obs} <= {self.placeholder} AND {self._not_returned(keys, schema)}", target, schema,
-        )
+        """Into ``others``: every entry of each current row the result did not return, observed no
+        later than the read (an older read never supersedes a newer row), that shares an entry with
+        another current row. A row sharing none cannot be superseded: the entry index finds the
+        few that do, instead of expanding every row's provenance."""
+        ref, obs, cols = self.quote("record_ref"), self.quote("_bos_observed_at"), ", ".join(PROVENANCE_KEY)
+        sources_ref = self.table_ref(sources, schema)
         return Statement(
-            f"INSERT INTO {self.stage_ref(others, schema)} ({ref}, {', '.join(PROVENANCE_KEY)}) "
-            f"SELECT c.{ref}, {', '.join(key)} FROM {source}",
+            f"INSERT INTO {self.stage_ref(others, schema)} ({ref}, {cols}) "
+            f"SELECT o.{ref}, {', '.join(f'o.{c}' for c in PROVENANCE_KEY)} FROM {sources_ref} o "
+            f"WHERE o.is_current AND o.{ref} IN (SELECT x.{ref} FROM {sources_ref} x "
+            f"JOIN {self.table_ref(target, schema)} t ON t.{ref} = x.{ref} "
+            f"WHERE x.is_current AND t.{obs} <= {self.placeholder} AND {self._not_returned(keys, schema, 'x')} "
+            f"AND EXISTS (SELECT 1 FROM {sources_ref} r WHERE {self._keys_equal('r', 'x')} "
+            f"AND r.is_current AND r.{ref} <> x.{ref}))",
             (self.bind_timestamp(observed_before),),
         )
 
@@ -298,27 +340,16 @@ class LifecycleSql:
         )
 
     def collect_successors(
-        self, successors: str, others: str, keys: RunKeys, target: str, schema: str | None,
+        self, successors: str, others: str, keys: RunKeys, sources: str, schema: str | None,
     ) -> Statement:
-        """Into ``successors``: the entries of the result's rows that some row of ``others`` also has.
-
-        With the staged run keys the returned rows are picked before their entries are expanded.
-        With ``keys.missing`` (a re-run that kept most rows out of staging: the returned rows are
-        nearly all of them) every current row is expanded and the few unreturned ones are dropped
-        after the match with ``others``: testing all rows against the missing keys first would be
-        one look-up per row of the table.
-        """
+        """Into ``successors``: the entries of the result's current rows that some row of ``others``
+        also has."""
         ref, cols = self.quote("record_ref"), ", ".join(PROVENANCE_KEY)
-        picked = None if keys.missing else self._returned(keys, schema)
-        source, key = self._rows_and_entries(picked, target, schema)
-        entries = ", ".join(f"{e} AS {c}" for c, e in zip(PROVENANCE_KEY, key, strict=True))
-        where = f"EXISTS (SELECT 1 FROM {self.stage_ref(others, schema)} o WHERE {self._keys_equal('o', 'e')})"
-        if keys.missing:
-            where += f" AND {self._returned(keys, schema, 'e')}"
         return Statement(
             f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) "
-            f"SELECT e.{ref}, {', '.join(f'e.{c}' for c in PROVENANCE_KEY)} "
-            f"FROM (SELECT c.{ref}, {entries} FROM {source}{self._fence()}) e WHERE {where}"
+            f"SELECT r.{ref}, {', '.join(f'r.{c}' for c in PROVENANCE_KEY)} FROM {self.table_ref(sources, schema)} r "
+            f"WHERE r.is_current AND EXISTS (SELECT 1 FROM {self.stage_ref(others, schema)} o "
+            f"WHERE {self._keys_equal('o', 'r')}) AND {self._returned(keys, schema, 'r')}"
         )
 
     def pick_superseded(self, superseded: str, others: str, successors: str, schema: str | None) -> Statement:

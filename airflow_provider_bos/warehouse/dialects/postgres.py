@@ -13,6 +13,7 @@ from airflow_provider_bos.warehouse.copy_format import TargetCopyLines, copy_doc
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
 from airflow_provider_bos.warehouse.loads import COPY_LOADER, ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
@@ -176,9 +177,10 @@ class PostgresDialect(WarehouseDialect):
     def _fence(self) -> str:
         return " OFFSET 0"  # keeps the planner from expanding JSON before the anti-join filters rows
 
-    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
-        join = f" CROSS JOIN LATERAL JSONB_ARRAY_ELEMENTS({alias}.{self.quote('sources')}) AS p(v)"
-        return join, ("p.v->>'source_type'", "p.v->>'source_identity'", "p.v->>'external_id'")
+    def provenance_entries(self, alias: str) -> tuple[str, dict[str, str]]:
+        join = f" CROSS JOIN LATERAL JSONB_ARRAY_ELEMENTS({alias}.{self.quote('sources')}) WITH ORDINALITY AS p(v, n)"
+        return join, {"entry_index": "p.n - 1", "capabilities": "p.v->'capabilities'",
+                      **{c: f"p.v->>'{c}'" for c in ENTRY_TEXT_COLUMNS}}
 
     def copy_lines(self, rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
         """COPY lines of document-staged rows (for :meth:`copy_staging`)."""

@@ -34,6 +34,7 @@ from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, 
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import (
     DELETED_AT_COLUMN,
@@ -164,11 +165,11 @@ class SnowflakeDialect(WarehouseDialect):
 
     # --- lifecycle (supersede, retire, history) ------------------------------------------------------
 
-    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
-        # FLATTEN: one row per element of the VARIANT array.
+    def provenance_entries(self, alias: str) -> tuple[str, dict[str, str]]:
+        # FLATTEN: one row per element of the VARIANT array, with its INDEX.
         join = f", LATERAL FLATTEN(INPUT => {alias}.{self.quote('sources')}) p"
-        st, si, ei = (f"p.value:{c}::VARCHAR" for c in ("source_type", "source_identity", "external_id"))
-        return join, (st, si, ei)
+        return join, {"entry_index": "p.index", "capabilities": "p.value:capabilities",
+                      **{c: f"p.value:{c}::VARCHAR" for c in ENTRY_TEXT_COLUMNS}}
 
     def mark_retired(
         self, target: str, keys: str, schema: str | None, *, successor: bool, retired_at: datetime,

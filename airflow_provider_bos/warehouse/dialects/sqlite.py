@@ -13,6 +13,7 @@ from airflow_provider_bos.warehouse.attribute_columns import AttributeColumn
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 
 __all__ = ["SqliteDialect"]
@@ -61,10 +62,10 @@ class SqliteDialect(WarehouseDialect):
             f"{value.hour:02d}:{value.minute:02d}:{value.second:02d}.{value.microsecond:06d}"
         )
 
-    def provenance_rows(self, alias: str) -> tuple[str, tuple[str, str, str]]:
+    def provenance_entries(self, alias: str) -> tuple[str, dict[str, str]]:
         join = f" CROSS JOIN JSON_EACH({alias}.{self.quote('sources')}) AS p"
-        return join, ("JSON_EXTRACT(p.value, '$.source_type')", "JSON_EXTRACT(p.value, '$.source_identity')",
-                      "JSON_EXTRACT(p.value, '$.external_id')")
+        return join, {"entry_index": "p.key", "capabilities": "JSON_EXTRACT(p.value, '$.capabilities')",
+                      **{c: f"JSON_EXTRACT(p.value, '$.{c}')" for c in ENTRY_TEXT_COLUMNS}}
 
     def begin(self) -> list[Statement]:
         # Take the write lock up front: counts and merge then see the same table.
