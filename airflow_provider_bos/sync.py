@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow_provider_bos.exceptions import BosError, BosResultError
 from airflow_provider_bos.pii.stream import PolicyRun
@@ -30,6 +30,9 @@ from airflow_provider_bos.wire import (
     WriteCounts,
     WriteOptions,
 )
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns
 
 __all__ = [
     "KNOWN_COMPLETENESS", "SyncOutcome", "contradiction_message", "cyclic_gc_paused", "failure_message",
@@ -70,6 +73,8 @@ class SyncOutcome:
             "superseded": counts.superseded,
             "retire_withheld": counts.retire_withheld,
             "withheld": counts.withheld,
+            # Promoted attribute values of the wrong type stored as NULL (attribute_type_errors="null").
+            "attribute_type_errors": getattr(counts, "attribute_type_errors", 0),
             "provisional_records": result.observations.provisional_records,
             # Final records that arrived byte-identical to stored rows and were not decoded.
             "records_known": result.known_records,
@@ -201,6 +206,7 @@ def run_sync(
     invalid_records: str = "fail",
     reconcile: ReconcileOptions | None = None,
     pii: PolicyRun | None = None,
+    attribute_columns: AttributeColumns | None = None,
     **read_options: Any,
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
@@ -214,7 +220,9 @@ def run_sync(
     retirements the guard withheld is ``partial``. ``pii``: the run's personal-data policy with its
     key (:class:`~.pii.stream.PolicyRun`; None: no policy): the table must have been written under
     the same one (checked before the read), and every record is stored as the policy says, with
-    keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`).
+    keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`). ``attribute_columns``: chosen
+    ``attributes`` paths kept as typed columns of the records table
+    (:mod:`~.warehouse.attribute_columns`; None: none).
     """
     result: StreamingRead | None = None
     fingerprint = pii.fingerprint if pii is not None else None
@@ -243,7 +251,7 @@ def run_sync(
             with streaming:
                 options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
                                        invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions(),
-                                       pii=fingerprint)
+                                       pii=fingerprint, attribute_columns=attribute_columns)
                 records = streaming.records
                 if pii is not None:  # applied before the writer: nothing raw is staged or stored
                     records = pii.stored_records(records, keyed if matched is not None else None)

@@ -24,10 +24,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from hashlib import sha256
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosResultError
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
+
+if TYPE_CHECKING:
+    from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns
 
 __all__ = [
     "INVALID_RECORDS_MODES",
@@ -382,6 +385,14 @@ class WriteOptions:
     #: The personal-data policy the run's records were written under (None: none); the table
     #: remembers it and refuses another (:mod:`airflow_provider_bos.pii`).
     pii: PolicyFingerprint | None = None
+    #: Chosen ``attributes`` paths kept as typed columns of the records table (None: none); see
+    #: :mod:`airflow_provider_bos.warehouse.attribute_columns`.
+    attribute_columns: AttributeColumns | None = None
+
+    @property
+    def promoted_columns(self) -> tuple[str, ...]:
+        """The promoted columns' names (e.g. for per-column counts of the run's rows)."""
+        return self.attribute_columns.names if self.attribute_columns is not None else ()
 
 
 class RecordSink(Protocol):

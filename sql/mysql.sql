@@ -144,3 +144,34 @@ CREATE TABLE IF NOT EXISTS bos_records_policy (
     set_at       DATETIME(6) NOT NULL,
     run_id       VARCHAR(64)
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- Only with attribute_columns (promoted attributes, see docs/warehouse.md): one row per promoted
+-- column the records table is filled for (policy: SHA-256 of the personal-data policy fingerprint the
+-- stored attributes were under, NULL: none). A configured column without its matching row here (new,
+-- re-mapped, configured again after runs without it, or a policy applied since) is filled from the
+-- stored attributes by the next run.
+CREATE TABLE IF NOT EXISTS bos_records_columns (
+    column_name  VARCHAR(250) NOT NULL,
+    path         LONGTEXT NOT NULL,
+    type         VARCHAR(16) NOT NULL,
+    policy       VARCHAR(64),
+    filled_at    DATETIME(6) NOT NULL,
+    run_id       VARCHAR(64),
+    PRIMARY KEY (column_name)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin;
+
+-- The columns themselves: the first run that configures one adds it to bos_records (and
+-- bos_records_history, if it exists), nullable, with the type of its kind, as below (one example
+-- per type; tests/warehouse/test_promoted_ddl.py checks each against what the writer adds):
+-- promoted text: ALTER TABLE bos_records ADD COLUMN department LONGTEXT;
+-- promoted text: ALTER TABLE bos_records_history ADD COLUMN department LONGTEXT;
+-- promoted integer: ALTER TABLE bos_records ADD COLUMN grade BIGINT;
+-- promoted integer: ALTER TABLE bos_records_history ADD COLUMN grade BIGINT;
+-- promoted number: ALTER TABLE bos_records ADD COLUMN fte DOUBLE;
+-- promoted number: ALTER TABLE bos_records_history ADD COLUMN fte DOUBLE;
+-- promoted boolean: ALTER TABLE bos_records ADD COLUMN is_manager BOOL;
+-- promoted boolean: ALTER TABLE bos_records_history ADD COLUMN is_manager BOOL;
+-- promoted timestamp: ALTER TABLE bos_records ADD COLUMN hired_at DATETIME(6);
+-- promoted timestamp: ALTER TABLE bos_records_history ADD COLUMN hired_at DATETIME(6);
+-- promoted json: ALTER TABLE bos_records ADD COLUMN tags JSON;
+-- promoted json: ALTER TABLE bos_records_history ADD COLUMN tags JSON;

@@ -22,6 +22,7 @@ from airflow_provider_bos.operators.progress import ProgressLogger
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.sync import run_sync
+from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
 from airflow_provider_bos.wire import ReconcileOptions, check_invalid_records, check_reconcile
 
 if TYPE_CHECKING:
@@ -76,6 +77,17 @@ class BosFederatedReadOperator(BaseOperator):
         policy it was written with and refuses a run under another, so it cannot vary per run).
     :param pii_key_conn_id: the Airflow Connection whose password is the hash key (default
         ``bos_pii_key``); read, in the task, only when the policy hashes something.
+    :param attribute_columns: promoted attributes: column name -> ``attributes`` path (type text), or
+        ``{"path": ..., "type": ...}`` with a type of ``text``, ``integer``, ``number``, ``boolean``,
+        ``timestamp`` or ``json``; e.g. ``{"department": "attributes.department", "fte": {"path":
+        "attributes.employment.fte", "type": "number"}}``. Each column is added to the table and filled
+        from the stored ``attributes`` the first time it is configured; removing one leaves the column
+        (new rows get NULL there). See docs/warehouse.md. Checked when the DAG is parsed; not templated
+        (it shapes the table).
+    :param attribute_type_errors: a promoted value of the wrong type: ``"invalid_records"`` (default:
+        the record is invalid, as ``invalid_records`` says: the run fails, or the record is
+        quarantined) or ``"null"`` (stored with NULL in that column; XCom ``attribute_type_errors``
+        and the audit note count them).
     """
 
     template_fields: Sequence[str] = (
@@ -114,6 +126,8 @@ class BosFederatedReadOperator(BaseOperator):
         adopt_unscoped_rows: bool = False,
         pii_policy: Mapping[str, str] | None = None,
         pii_key_conn_id: str = "bos_pii_key",
+        attribute_columns: Mapping[str, Any] | None = None,
+        attribute_type_errors: str = "invalid_records",
         **kwargs: Any,
     ) -> None:
         check_via(via)
@@ -129,6 +143,8 @@ class BosFederatedReadOperator(BaseOperator):
         }
         check_reconcile(**self._reconcile_values)
         check_invalid_records(invalid_records)  # at DAG parse time, before any table is created
+        self._attribute_columns = check_attribute_columns(attribute_columns, type_errors=attribute_type_errors)
+        self._attribute_columns.check_policy(self._pii_policy.as_dict())
         if "outlets" not in kwargs:
             kwargs["outlets"] = [AssetAlias(alias_name(destination_conn_id, destination_schema, destination_table))]
         super().__init__(**kwargs)
@@ -155,6 +171,8 @@ class BosFederatedReadOperator(BaseOperator):
         #: The canonical policy (what the UI shows; field -> action, never a value).
         self.pii_policy = self._pii_policy.as_dict()
         self.pii_key_conn_id = pii_key_conn_id
+        self.attribute_columns = dict(attribute_columns or {})
+        self.attribute_type_errors = attribute_type_errors
         self._hook: BosHook | None = None
         self._hook_lock = threading.Lock()
         self._lineage: dict[str, Any] = {}
@@ -235,6 +253,7 @@ class BosFederatedReadOperator(BaseOperator):
                 invalid_records=self.invalid_records,
                 reconcile=reconcile,
                 pii=pii,
+                attribute_columns=self._attribute_columns or None,
                 context_handle=self.context_handle,
                 via=self.via,
                 stream=self.stream,

@@ -10,6 +10,8 @@ did not touch (unchanged) adds nothing. The rows a run touched are the ones carr
 The first run with ``history=True`` on a table that already holds rows first gives each current
 row a version valid from that row's ``_bos_synced_at`` (:func:`seed_history`, under the writers'
 lock, before any record is loaded): history starts there.
+
+Versions carry the run's promoted attribute columns too (``RunTransaction.carried_columns``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def seed_history(tx: RunTransaction, history: str) -> None:
     d = tx.dialect
     if tx.exec(d.probe_empty(d.table_ref(history, tx.schema))).first() is None:
         tx.lock()  # the rows seeded are the rows the merge then compares with
-        tx.exec(d.history_seed(history, tx.table, tx.schema))
+        tx.exec(d.history_seed(history, tx.table, tx.schema, tx.carried_columns))
 
 
 def record_history(tx: RunTransaction, history: str, *, run_id: str, at: datetime, touched: bool) -> None:
@@ -35,4 +37,4 @@ def record_history(tx: RunTransaction, history: str, *, run_id: str, at: datetim
     if not touched:
         return
     tx.exec(d.history_close(history, tx.table, tx.schema, run_id=run_id, closed_at=at))
-    tx.exec(d.history_open(history, tx.table, tx.schema, run_id=run_id, opened_at=at))
+    tx.exec(d.history_open(history, tx.table, tx.schema, run_id=run_id, opened_at=at, carried=tx.carried_columns))

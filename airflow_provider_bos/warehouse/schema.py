@@ -42,6 +42,7 @@ __all__ = [
     "history_table",
     "lineage_table",
     "policy_table",
+    "promoted_table",
     "record_columns",
     "records_table",
     "rejects_table",
@@ -435,3 +436,25 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
         compiler_dialect = compilers[name]() if name in compilers else sa.engine.URL.create(name).get_dialect()()
     table = records_table(sa.MetaData(), name)
     return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]
+
+
+def promoted_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:
+    """``<table>_columns``: the promoted attribute columns the records table is filled for, one row
+    each (see :mod:`.attribute_columns`): its path and type, the personal-data policy the stored
+    ``attributes`` were under (SHA-256 of its fingerprint; NULL: none), when it was filled and by
+    which run. A column without its matching row (new, re-mapped, mapped again after a run without
+    it, or a policy applied since) is filled from the stored ``attributes`` by the next run that
+    configures it."""
+    t = column_types(dialect_name)
+    return sa.Table(
+        name,
+        metadata,
+        sa.Column("column_name", t["name"], primary_key=True, nullable=False),
+        sa.Column("path", t["text"], nullable=False),
+        sa.Column("type", sa.String(16), nullable=False),
+        sa.Column("policy", t["hash"], nullable=True),
+        sa.Column("filled_at", t["ts"], nullable=False),
+        sa.Column("run_id", t["id"], nullable=True),
+        schema=schema,
+        **_table_kwargs(dialect_name),
+    )

@@ -56,6 +56,8 @@ class UpsertCounts:
     #: Records of a partial read under a ref a complete read merged away (its successor still current):
     #: kept out of the table, not revived.
     withheld: int = 0
+    #: Promoted attribute values of the wrong type stored as NULL (``attribute_type_errors="null"``).
+    attribute_type_errors: int = 0
 
     @property
     def received(self) -> int:
@@ -120,6 +122,8 @@ class RunTransaction:
         self.answered_by_newer: tuple[str, ScopeFilter] | None = None
         #: Rows re-hashed at the start of this run (a table whose hashes covered observation stamps).
         self.rehashed = 0
+        #: The promoted attribute columns new history versions carry (see :mod:`.attribute_columns`).
+        self.carried_columns: tuple[str, ...] = ()
         #: Work tables of the lifecycle steps (see :meth:`work_table`), dropped with the staging tables.
         self.work_tables: list[str] = []
         self._created: set[str] = set()  # temporary tables made so far

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
+from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns, column_type
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes
@@ -24,6 +25,7 @@ from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refuse_unless_same, store_policy
+from airflow_provider_bos.warehouse.promoted import WrongTypes, fill_written, settle_promoted
 from airflow_provider_bos.warehouse.provenance import seed_provenance
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import parse_timestamp
@@ -41,6 +43,7 @@ from airflow_provider_bos.warehouse.schema import (
     history_table,
     lineage_table,
     policy_table,
+    promoted_table,
     records_table,
     rejects_table,
     rejects_table_name,
@@ -128,6 +131,7 @@ class WarehouseWriter:
         )
         self._tables_ready = False
         self._companions_ready: set[str] = set()  # the rejects and history tables made (see _ensure_companion)
+        self._columns_looked = False  # whether <table>_columns was looked for (see _ensure_promoted_columns)
         #: Which of the columns added after the first release the audit table has (see ensure_tables).
         self.audit_columns: set[str] = set(ADDED_AUDIT_COLUMNS)
         # The records table's covering index for the change test, when it has one (MySQL).
@@ -402,6 +406,52 @@ class WarehouseWriter:
         if not self._tables_ready:
             self.ensure_tables()
 
+    # --- promoted attributes -------------------------------------------------------------------
+
+    def _ensure_promoted_columns(self, options: WriteOptions) -> _Promoted | None:
+        """Before the run: the promoted columns added to the records table (and its history, if it
+        exists) where missing, ``<table>_columns`` made. None when the run promotes nothing and the
+        table never had a promoted column (no query after the first run of this writer).
+
+        :raises BosWarehouseError: a column that could not be added (the run would leave it empty).
+        :raises BosConfigurationError: a promoted path the run's personal-data policy drops, or
+            hashes into a column that is not text.
+        """
+        self._ensure_once()
+        columns = options.attribute_columns or AttributeColumns()
+        if columns and options.pii is not None:
+            columns.check_policy(options.pii.rules)
+        name = validate_identifier(companion_table_name(self.table, "columns"), kind="promoted columns table")
+        marker = promoted_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
+        try:
+            if not columns:  # looked for once per writer: runs that never promote pay one catalog query
+                if not self._columns_looked and sa.inspect(self.engine).has_table(marker.name, schema=self.schema):
+                    self._companions_ready.add(marker.name)
+                self._columns_looked = True
+                return _Promoted(marker, columns, None, None) if marker.name in self._companions_ready else None
+            inspector = sa.inspect(self.engine)
+            self._ensure_companion(marker)
+            history = companion_table_name(self.table, "history")
+            tables = [records_table(sa.MetaData(), self._dialect_class.name, self.table, self.schema)]
+            if inspector.has_table(history, schema=self.schema):
+                tables.append(history_table(sa.MetaData(), self._dialect_class.name, history, self.schema))
+            for table in tables:
+                present = {c.lower() for c in column_names(self.engine, self._dialect_class, table.name, self.schema)}
+                for column in columns.columns:
+                    if column.name.lower() in present:
+                        continue
+                    table.append_column(sa.Column(column.name, column_type(self._dialect_class.name, column.type)))
+                    if not self._add_column(table, column.name):
+                        raise BosWarehouseError(
+                            f"Could not add the promoted column {column.name} to {self._qualified(table.name)} now; "
+                            "add it with the ALTER TABLE shown in sql/ (nullable, the type for its kind) and run again."
+                        )
+        except sa.exc.SQLAlchemyError as exc:
+            raise BosWarehouseError(f"Could not prepare the promoted columns of {self.destination_table}: "
+                                    f"{db_detail(exc)}") from exc
+        policy = options.pii.text if options.pii is not None and options.pii.rules else None
+        return _Promoted(marker, columns, history if len(tables) > 1 else None, policy)
+
     # --- known records ------------------------------------------------------------------------
 
     def known_wire_hashes(self) -> WireHashSet:
@@ -473,13 +523,15 @@ class WarehouseWriter:
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(f"Could not inspect {self.policy_destination}: {db_detail(exc)}") from exc
         history = self.ensure_history_table().name if options.reconcile.history else None
+        promoted = self._ensure_promoted_columns(options)
         life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history,
                          companion_table_name(self.table, "sources"), frozenset(self.audit_columns))
-        return self._write(run, records, default_obs, options, quarantine, life, policy)
+        return self._write(run, records, default_obs, options, quarantine, life, policy, promoted)
 
     def _write(
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
         quarantine: sa.Table | None, life: Lifecycle, policy: sa.Table | None = None,
+        promoted: _Promoted | None = None,
     ) -> UpsertCounts:
         ddl_commits = self.dialect.capabilities.ddl_commits
         tx = RunTransaction(self.engine, self.dialect, table=self.table, schema=self.schema, run_id=run.run_id,
@@ -490,14 +542,19 @@ class WarehouseWriter:
                 if policy is not None:  # the stored policy read under the lock: no pii-apply commits in between
                     tx.lock()
                     self._settle_policy(tx, policy, options.pii, run.run_id)
+                columns = options.attribute_columns or AttributeColumns()
+                tx.carried_columns = columns.names  # new history versions carry them
                 rehashed = self._prepare(tx, life)
+                filled = promoted.settle(tx, run.run_id) if promoted is not None else None
                 direct, parse_json = self._prepare_staging(tx, options)
-                rejects, loaded = self._load_records(tx, records, default_obs, options, quarantine is not None,
-                                                     direct=direct, parse_json=parse_json)
+                rejects, loaded, wrong = self._load_records(tx, records, default_obs, options, quarantine is not None,
+                                                            direct=direct, parse_json=parse_json)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 read_guards(tx, audit, life, run)
                 counts = settle(tx, loaded)
+                if columns and counts.written:  # the merge wrote attributes; the columns follow them
+                    fill_written(tx, columns, run.run_id)
                 if rejects:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
@@ -505,6 +562,12 @@ class WarehouseWriter:
                     audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
                 if rehashed:
                     audit = _with_rehash_note(audit, rehashed, run.run_id)
+                if wrong is not None and wrong.nulls:
+                    counts.attribute_type_errors = sum(wrong.nulls.values())
+                    log.warning("BOS run %s: %s", run.run_id, wrong.note())
+                    audit = _with_note(audit, wrong.note())
+                if filled:
+                    audit = _with_note(audit, filled)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
                 audit.pop("observed_at", None)
@@ -569,8 +632,9 @@ class WarehouseWriter:
     def _load_records(
         self, tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
         quarantine: bool, *, direct: bool, parse_json: bool,
-    ) -> tuple[Rejects | None, LoadOutcome]:
-        """Load every record; return the run's rejects (with ``quarantine``) and what was loaded.
+    ) -> tuple[Rejects | None, LoadOutcome, WrongTypes | None]:
+        """Load every record; return the run's rejects (with ``quarantine``), what was loaded, and the
+        promoted attribute values of the wrong type (with ``options.attribute_columns``).
 
         If the stream is resumed and the final frame comes again from its start
         (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
@@ -582,18 +646,23 @@ class WarehouseWriter:
         while True:
             # Under a personal-data policy a quarantined record keeps only its ref and reason.
             rejects = Rejects(keep_records=options.pii is None or not options.pii.rules) if quarantine else None
+            columns, wrong = options.attribute_columns, None
+            checked = records
+            if columns:  # a promoted value of the wrong type: quarantined, fails the run, or NULL
+                wrong = WrongTypes(columns, rejects)
+                checked = columns.checked(records, wrong)
             try:
                 if direct:
-                    loaded, staged = loader.load_direct(tx, records, default_obs, synced_at,
+                    loaded, staged = loader.load_direct(tx, checked, default_obs, synced_at,
                                                         batch_size=self.batch_size, rejects=rejects)
-                    return rejects, DirectLoad(loaded, staged, synced_at)
+                    return rejects, DirectLoad(loaded, staged, synced_at), wrong
                 seen = SeenKeys()
                 kept = kept_claims(tx, options.known, keeps_claims=loader.keeps_claims)
-                staged = loader.stage(tx, records, default_obs, batch_size=self.batch_size,
+                staged = loader.stage(tx, checked, default_obs, batch_size=self.batch_size,
                                       seen=seen, kept=kept, rejects=rejects)
                 if kept is not None and kept.count:
-                    return rejects, StagedWithKeptClaims(staged, seen, parse_json, kept)
-                return rejects, StagedLoad(staged, seen, parse_json)
+                    return rejects, StagedWithKeptClaims(staged, seen, parse_json, kept), wrong
+                return rejects, StagedLoad(staged, seen, parse_json), wrong
             except BosFinalFrameRestarted as restart:
                 tx.discard_records()
                 records = restart.records
@@ -662,6 +731,11 @@ def _with_rejects(audit: dict[str, Any], note: str) -> dict[str, Any]:
     return {**audit, "status": status, "error_message": error}
 
 
+def _with_note(audit: dict[str, Any], note: str) -> dict[str, Any]:
+    """The audit row's note with ``note`` added (the status stays)."""
+    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
+
+
 def _with_rehash_note(audit: dict[str, Any], rehashed: int, run_id: str) -> dict[str, Any]:
     """The audit note of a run that re-hashed stored rows once (their hashes covered observation times)."""
     note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
@@ -679,3 +753,15 @@ def _audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:
     if fields["status"] not in RUN_STATUSES:
         raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {fields['status']!r}.")
     return fields
+
+
+class _Promoted:
+    """A run's promoted columns with the tables they live in (see :meth:`WarehouseWriter._ensure_promoted_columns`)."""
+
+    def __init__(self, marker: sa.Table, columns: AttributeColumns, history: str | None, policy: str | None) -> None:
+        self.marker, self.columns, self.history, self.policy = marker, columns, history, policy
+
+    def settle(self, tx: RunTransaction, run_id: str) -> str | None:
+        """Fill what is new since the last run, in ``tx`` (the audit note of a fill, or None)."""
+        return settle_promoted(tx, self.marker, self.columns, self.history, policy=self.policy, run_id=run_id,
+                               at=utcnow())

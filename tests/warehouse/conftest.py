@@ -36,7 +36,7 @@ def make_writer(engine: sa.Engine, unique_table: str) -> Iterator[Callable[..., 
         created.append((writer.schema, writer.table))
         created.append((writer.schema, writer.audit_table))
         created.append((writer.schema, rejects_table_name(writer.table)))
-        for suffix in ("history", "lineage", "sources"):
+        for suffix in ("history", "lineage", "sources", "columns"):
             created.append((writer.schema, companion_table_name(writer.table, suffix)))
         return writer
 

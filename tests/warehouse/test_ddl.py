@@ -21,11 +21,11 @@ def _statements(path: Path) -> list[str]:
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
-def _duckdb_shape(engine: sa.Engine, schema: str) -> dict:
+def _duckdb_shape(engine: sa.Engine, schema: str, tables: tuple[str, ...] = TABLES) -> dict:
     """As :func:`_shape`, from DuckDB's own catalog (duckdb-engine cannot reflect under SQLAlchemy 2.1)."""
     shape = {}
     with engine.connect() as conn:
-        for table in TABLES:
+        for table in tables:
             where = (schema, table)
             shape[table] = {
                 "columns": conn.exec_driver_sql(
@@ -41,12 +41,12 @@ def _duckdb_shape(engine: sa.Engine, schema: str) -> dict:
     return shape
 
 
-def _shape(engine: sa.Engine, schema: str | None) -> dict:
+def _shape(engine: sa.Engine, schema: str | None, tables: tuple[str, ...] = TABLES) -> dict:
     if engine.dialect.name == "duckdb":
-        return _duckdb_shape(engine, schema or "main")
+        return _duckdb_shape(engine, schema or "main", tables)
     inspector = sa.inspect(engine)
     shape = {}
-    for table in TABLES:
+    for table in tables:
         shape[table] = {
             "columns": [
                 (c["name"], c["type"].compile(dialect=engine.dialect), c["nullable"])

@@ -25,15 +25,16 @@ def _statements() -> list[str]:
     return [s.strip() for s in text.split(";") if s.strip()]
 
 
-def _shape(engine: sa.Engine, schema: str) -> dict[str, list[tuple[str, str, str]]]:
+def _shape(engine: sa.Engine, schema: str, tables: tuple[str, ...] = TABLES) -> dict[str, list[tuple[str, str, str]]]:
     # information_schema, as a Snowflake user would compare them: (name, type, nullable) in order.
     with engine.connect() as conn:
         rows = conn.exec_driver_sql(
             "SELECT table_name, column_name, data_type, is_nullable FROM information_schema.columns "
             "WHERE table_schema = %s ORDER BY table_name, ordinal_position", (schema.upper(),)).all()
-    shape: dict[str, list[tuple[str, str, str]]] = {t: [] for t in TABLES}
+    shape: dict[str, list[tuple[str, str, str]]] = {t: [] for t in tables}
     for table, column, data_type, nullable in rows:
-        shape[table].append((column, data_type, nullable))
+        if table in shape:  # the tables compared (the file also makes those of optional features)
+            shape[table].append((column, data_type, nullable))
     return shape
 
 

@@ -68,14 +68,15 @@ def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunIn
         "provisional_pages": 0,
     }
     options = {name: kwargs.pop(name) for name in ("known", "default_observed_at", "invalid_records", "reconcile",
-                                                   "pii") if name in kwargs}
+                                                   "pii", "attribute_columns") if name in kwargs}
     audit.update(kwargs)
     return writer.write_run(run or run_info(), records, WriteOptions(audit=audit, **options))
 
 
 # DuckDB column types as SQLAlchemy types (duckdb-engine cannot reflect under SQLAlchemy 2.1).
 _DUCKDB_TYPES = {"VARCHAR": sa.String, "JSON": sa.JSON, "BIGINT": sa.BigInteger, "BOOLEAN": sa.Boolean,
-                 "BLOB": sa.LargeBinary, "INTEGER": sa.Integer, "TIMESTAMP WITH TIME ZONE": lambda: sa.DateTime(True)}
+                 "BLOB": sa.LargeBinary, "INTEGER": sa.Integer, "DOUBLE": sa.Float,
+                 "TIMESTAMP WITH TIME ZONE": lambda: sa.DateTime(True)}
 
 
 def reflect(engine: sa.Engine, table: str, schema: str | None = None) -> sa.Table:

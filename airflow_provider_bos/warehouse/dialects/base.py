@@ -35,6 +35,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.dialects.attribute_sql import AttributeSql
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql
 from airflow_provider_bos.warehouse.dialects.statement import Statement
@@ -85,11 +86,11 @@ def staging_table_name(run_id: str, suffix: str = "") -> str:
     return validate_identifier(f"bos_stage_{digest}{suffix}")
 
 
-class WarehouseDialect(LifecycleSql, abc.ABC):
+class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
     """SQL builder for one database family. Subclasses override what differs.
 
     The lifecycle statements (supersede, retire, history, lineage, erasure) come from
-    :class:`~.lifecycle.LifecycleSql`.
+    :class:`~.lifecycle.LifecycleSql`; the promoted attributes' from :class:`~.attribute_sql.AttributeSql`.
     """
 
     name = "generic"

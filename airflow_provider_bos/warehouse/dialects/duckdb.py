@@ -25,6 +25,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
+from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
@@ -216,6 +218,31 @@ class DuckDbDialect(WarehouseDialect):
             f"WHERE {self._write_allowed('t', 'excluded')} AND {self._changed('t', 'excluded')}"
         )
         return [(Statement(sql, (synced_at, run_id)), "inserted+updated")]
+
+
+    # --- promoted attributes (see .attribute_sql) ------------------------------------------------
+
+    def _attribute_value(self, column: AttributeColumn) -> Expression:
+        a, p = self.quote("attributes"), (column.json_path,)
+        kind = (f"json_type({a}, ?)", p)
+        value = (f"json_extract({a}, ?)", p)
+        text = (f"json_extract_string({a}, ?)", p)
+        templates = {
+            "text": "CASE WHEN {k} = 'VARCHAR' THEN {t} END",
+            "integer": ("CASE WHEN {k} IN ('BIGINT', 'UBIGINT') AND regexp_full_match({t}, '-?[0-9]{1,18}') "
+                        "THEN TRY_CAST({t} AS BIGINT) END"),
+            "number": "CASE WHEN {k} IN ('BIGINT', 'UBIGINT', 'HUGEINT', 'DOUBLE') THEN TRY_CAST({t} AS DOUBLE) END",
+            "boolean": "CASE WHEN {k} = 'BOOLEAN' THEN TRY_CAST({t} AS BOOLEAN) END",
+            "json": "CASE WHEN {k} <> 'NULL' THEN {v} END",
+            # TRY_CAST refuses a date that does not exist; no offset means UTC.
+            "timestamp": (f"CASE WHEN {{k}} = 'VARCHAR' AND regexp_full_match({{t}}, '{TIMESTAMP_PATTERN}') THEN "
+                          "TRY_CAST(CASE WHEN regexp_matches({t}, '(Z|[+-][0-9]{2}:[0-9]{2})$') THEN {t} "
+                          "ELSE {t} || '+00:00' END AS TIMESTAMPTZ) END"),
+        }
+        return expand(templates[column.type], k=kind, v=value, t=text)
+
+    def _attribute_present(self, column: AttributeColumn) -> Expression:
+        return f"COALESCE(json_type({self.quote('attributes')}, ?), 'NULL') <> 'NULL'", (column.json_path,)
 
 
 # --- one writer process per file ----------------------------------------------------------------

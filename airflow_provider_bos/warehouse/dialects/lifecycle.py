@@ -472,17 +472,18 @@ class LifecycleSql:
 
     # --- history ------------------------------------------------------------------------------
 
-    def _history_columns(self) -> str:
-        return ", ".join(self.quote(c) for c in HISTORY_CONTENT_COLUMNS)
+    def _history_columns(self, carried: Sequence[str] = ()) -> str:
+        return ", ".join(self.quote(c) for c in (*HISTORY_CONTENT_COLUMNS, *carried))
 
     def _history_tail(self) -> str:
         return ", ".join(self.quote(c) for c in ("_bos_valid_from", "_bos_valid_to", "_bos_run_id"))
 
-    def history_seed(self, history: str, target: str, schema: str | None) -> Statement:
+    def history_seed(self, history: str, target: str, schema: str | None, carried: Sequence[str] = ()) -> Statement:
         """A first version of every current row, valid from its last write (the history of a table
-        that existed before ``history=True``; run before the run loads anything)."""
-        cols = self._history_columns()
-        select = ", ".join(f"t.{self.quote(c)}" for c in HISTORY_CONTENT_COLUMNS)
+        that existed before ``history=True``; run before the run loads anything). ``carried``: more
+        columns both tables have (the promoted attributes)."""
+        cols = self._history_columns(carried)
+        select = ", ".join(f"t.{self.quote(c)}" for c in (*HISTORY_CONTENT_COLUMNS, *carried))
         return Statement(
             f"INSERT INTO {self.table_ref(history, schema)} ({cols}, {self._history_tail()}) "
             f"SELECT {select}, t.{self.quote('_bos_synced_at')}, NULL, t.{self.quote('_bos_run_id')} "
@@ -501,11 +502,11 @@ class LifecycleSql:
         )
 
     def history_open(self, history: str, target: str, schema: str | None, *, run_id: str,
-                     opened_at: datetime) -> Statement:
+                     opened_at: datetime, carried: Sequence[str] = ()) -> Statement:
         """A new open version of every current row this run wrote (inserted, updated, back again)."""
-        select = ", ".join(f"t.{self.quote(c)}" for c in HISTORY_CONTENT_COLUMNS)
+        select = ", ".join(f"t.{self.quote(c)}" for c in (*HISTORY_CONTENT_COLUMNS, *carried))
         return Statement(
-            f"INSERT INTO {self.table_ref(history, schema)} ({self._history_columns()}, {self._history_tail()}) "
+            f"INSERT INTO {self.table_ref(history, schema)} ({self._history_columns(carried)}, {self._history_tail()}) "
             f"SELECT {select}, {self.bind_ts()}, NULL, {self.bind_id()} FROM {self.table_ref(target, schema)} t "
             f"WHERE t.{self.quote('_bos_run_id')} = {self.placeholder} AND {self._current('t')}",
             (self.bind_timestamp(opened_at), run_id, run_id),

@@ -6,6 +6,8 @@ import hashlib
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
+from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
@@ -127,3 +129,33 @@ class MySqlDialect(WarehouseDialect):
         )
         return [(update, "updated"), (insert, "inserted")]
 
+    # --- promoted attributes (see .attribute_sql) ------------------------------------------------
+
+    def _attribute_value(self, column: AttributeColumn) -> Expression:
+        a, p = self.quote("attributes"), (column.json_path,)
+        kind = (f"JSON_TYPE(JSON_EXTRACT({a}, {self.placeholder}))", p)
+        value = (f"JSON_EXTRACT({a}, {self.placeholder})", p)
+        text = (f"JSON_UNQUOTE(JSON_EXTRACT({a}, {self.placeholder}))", p)
+        templates = {
+            "text": "CASE WHEN {k} = 'STRING' THEN {t} END",
+            "integer": "CASE WHEN {k} = 'INTEGER' AND {t} REGEXP '^-?[0-9]{1,18}$' THEN CAST({t} AS SIGNED) END",
+            "number": "CASE WHEN {k} IN ('INTEGER', 'DOUBLE') THEN CAST({t} AS DOUBLE) END",
+            "boolean": "CASE WHEN {k} = 'BOOLEAN' THEN {t} = 'true' END",
+            "json": "CASE WHEN {k} <> 'NULL' THEN {v} END",
+            # The shape, a date that exists, then the offset (none: UTC) converted away.
+            "timestamp": (
+                "CASE WHEN {k} IS NULL OR {k} <> 'STRING' THEN NULL "
+                f"WHEN NOT ({{t}} REGEXP '{TIMESTAMP_PATTERN}') THEN NULL "
+                "WHEN CAST(SUBSTRING({t}, 9, 2) AS UNSIGNED) > DAY(LAST_DAY(CONCAT(SUBSTRING({t}, 1, 7), '-01'))) "
+                "THEN NULL "
+                "WHEN RIGHT({t}, 1) = 'Z' THEN "
+                "CAST(REPLACE(SUBSTRING({t}, 1, CHAR_LENGTH({t}) - 1), 'T', ' ') AS DATETIME(6)) "
+                "WHEN {t} REGEXP '[+-][0-9]{2}:[0-9]{2}$' THEN CONVERT_TZ(CAST(REPLACE(SUBSTRING({t}, 1, "
+                "CHAR_LENGTH({t}) - 6), 'T', ' ') AS DATETIME(6)), RIGHT({t}, 6), '+00:00') "
+                "ELSE CAST(REPLACE({t}, 'T', ' ') AS DATETIME(6)) END"),
+        }
+        return expand(templates[column.type], k=kind, v=value, t=text)
+
+    def _attribute_present(self, column: AttributeColumn) -> Expression:
+        value = f"JSON_TYPE(JSON_EXTRACT({self.quote('attributes')}, {self.placeholder}))"
+        return f"COALESCE({value}, 'NULL') <> 'NULL'", (column.json_path,)

@@ -8,7 +8,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
 from airflow_provider_bos.warehouse.copy_format import TargetCopyLines, copy_document_lines
+from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
@@ -259,3 +261,33 @@ class PostgresDialect(WarehouseDialect):
         )
         return [(Statement(sql, (synced_at, run_id)), "inserted+updated")]
 
+    # --- promoted attributes (see .attribute_sql) ------------------------------------------------
+
+    def _attribute_value(self, column: AttributeColumn) -> Expression:
+        a, keys = self.quote("attributes"), column.keys
+        marks = ", ".join([self.placeholder] * len(keys))
+        value = (f"jsonb_extract_path({a}, {marks})", keys)
+        text = (f"jsonb_extract_path_text({a}, {marks})", keys)
+        templates = {
+            "text": "CASE WHEN jsonb_typeof({v}) = 'string' THEN {t} END",
+            "integer": ("CASE WHEN jsonb_typeof({v}) = 'number' AND {t} ~ '^-?[0-9]{1,18}$' "
+                        "THEN CAST({t} AS BIGINT) END"),
+            "number": "CASE WHEN jsonb_typeof({v}) = 'number' THEN CAST({t} AS DOUBLE PRECISION) END",
+            "boolean": "CASE WHEN jsonb_typeof({v}) = 'boolean' THEN CAST({t} AS BOOLEAN) END",
+            "json": "NULLIF({v}, 'null'::jsonb)",
+            # Each WHEN guards the next (CASE evaluates in order; AND does not): the shape, then a
+            # date that exists (date arithmetic never raises), then the cast; no offset means UTC.
+            "timestamp": (
+                "CASE WHEN jsonb_typeof({v}) IS DISTINCT FROM 'string' THEN NULL "
+                f"WHEN NOT ({{t}} ~ '{TIMESTAMP_PATTERN}') THEN NULL "
+                "WHEN to_char(CAST(substr({t}, 1, 8) || '01' AS DATE) + (CAST(substr({t}, 9, 2) AS INTEGER) - 1), "
+                "'YYYY-MM-DD') <> substr({t}, 1, 10) THEN NULL "
+                "WHEN {t} ~ '(Z|[+-][0-9]{2}:[0-9]{2})$' THEN CAST({t} AS TIMESTAMPTZ) "
+                "ELSE CAST({t} AS TIMESTAMP) AT TIME ZONE 'UTC' END"),
+        }
+        return expand(templates[column.type], v=value, t=text)
+
+    def _attribute_present(self, column: AttributeColumn) -> Expression:
+        marks = ", ".join([self.placeholder] * len(column.keys))
+        return (f"COALESCE(jsonb_typeof(jsonb_extract_path({self.quote('attributes')}, {marks})), 'null') <> 'null'",
+                column.keys)

@@ -30,6 +30,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
+from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
@@ -199,3 +201,31 @@ class SnowflakeDialect(WarehouseDialect):
         cols = self.written_columns
         marks = ", ".join(self.bind_json() if c in RECORD_JSON_COLUMNS else self.placeholder for c in cols)
         return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({self._written_column_list()}) SELECT {marks}")
+
+    # --- promoted attributes (see .attribute_sql) ------------------------------------------------
+
+    def _attribute_value(self, column: AttributeColumn) -> Expression:
+        # The JSON type is read from the value's JSON text (TO_JSON): a string starts with a quote,
+        # a number is a number's text. (TYPEOF would say the same on Snowflake, not on fakesnow.)
+        a, p = self.quote("attributes"), (column.json_path[2:],)
+        value = (f"GET_PATH({a}, {self.placeholder})", p)
+        text = (f"GET_PATH({a}, {self.placeholder})::VARCHAR", p)
+        json = (f"TO_JSON(GET_PATH({a}, {self.placeholder}))", p)
+        templates = {
+            "text": "CASE WHEN LEFT({j}, 1) = '\"' THEN {t} END",
+            "integer": "CASE WHEN REGEXP_LIKE({j}, '^-?[0-9]{1,18}$') THEN CAST({j} AS BIGINT) END",
+            "number": ("CASE WHEN REGEXP_LIKE({j}, '^-?[0-9]+([.][0-9]+)?([eE][+-]?[0-9]+)?$') "
+                       "THEN CAST({j} AS DOUBLE) END"),
+            "boolean": "CASE {j} WHEN 'true' THEN TRUE WHEN 'false' THEN FALSE END",
+            "json": "CASE WHEN {j} <> 'null' THEN {v} END",
+            # The shape; TRY_CAST refuses a date that does not exist; no offset means UTC.
+            "timestamp": (f"CASE WHEN LEFT({{j}}, 1) = '\"' AND REGEXP_LIKE({{t}}, '{TIMESTAMP_PATTERN}') THEN "
+                          "TRY_CAST(CASE WHEN RIGHT({t}, 1) = 'Z' THEN LEFT({t}, LEN({t}) - 1) || '+00:00' "
+                          "WHEN REGEXP_LIKE({t}, '.*[+-][0-9]{2}:[0-9]{2}$') THEN {t} ELSE {t} || '+00:00' END "
+                          "AS TIMESTAMP_TZ) END"),
+        }
+        return expand(templates[column.type], v=value, t=text, j=json)
+
+    def _attribute_present(self, column: AttributeColumn) -> Expression:
+        return (f"COALESCE(TO_JSON(GET_PATH({self.quote('attributes')}, {self.placeholder})), 'null') <> 'null'",
+                (column.json_path[2:],))

@@ -9,12 +9,19 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.attribute_columns import AttributeColumn
+from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 
 __all__ = ["SqliteDialect"]
+
+
+_INT18 = "999999999999999999"
+# The shape of a timestamp (the fraction and offset are left to strftime, which refuses others).
+_TS_GLOB = "'[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9][T ][0-9][0-9]:[0-9][0-9]:[0-9][0-9]*'"
 
 
 class SqliteDialect(WarehouseDialect):
@@ -89,3 +96,25 @@ class SqliteDialect(WarehouseDialect):
         )
         return [(Statement(sql, (self.bind_timestamp(synced_at), run_id)), "inserted+updated")]
 
+    # --- promoted attributes (see .attribute_sql) ------------------------------------------------
+
+    def _attribute_value(self, column: AttributeColumn) -> Expression:
+        a, p = self.quote("attributes"), (column.json_path,)
+        kind = (f"json_type({a}, ?)", p)
+        value = (f"json_extract({a}, ?)", p)
+        templates = {
+            "text": "CASE WHEN {k} = 'text' THEN {v} END",
+            "integer": (f"CASE WHEN {{k}} = 'integer' AND {{v}} BETWEEN -{_INT18} AND {_INT18} THEN {{v}} END"),
+            "number": "CASE WHEN {k} IN ('integer', 'real') THEN CAST({v} AS REAL) END",
+            "boolean": "CASE {k} WHEN 'true' THEN 1 WHEN 'false' THEN 0 END",
+            "json": "CASE WHEN {k} <> 'null' THEN {j} END",
+            # The date must exist (a julian day rolls 02-30 over), then strftime gives UTC; SQLAlchemy
+            # reads six fraction digits, SQLite keeps three.
+            "timestamp": ("CASE WHEN {k} = 'text' AND {v} GLOB " + _TS_GLOB + " AND "
+                          "date(julianday(substr({v}, 1, 10))) = substr({v}, 1, 10) "
+                          "THEN strftime('%Y-%m-%d %H:%M:%f', {v}) || '000' END"),
+        }
+        return expand(templates[column.type], k=kind, v=value, j=(f"({a} -> ?)", p))
+
+    def _attribute_present(self, column: AttributeColumn) -> Expression:
+        return f"COALESCE(json_type({self.quote('attributes')}, ?), 'null') <> 'null'", (column.json_path,)

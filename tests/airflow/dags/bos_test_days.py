@@ -1,7 +1,8 @@
 """Test DAG: one BOS read of a scenario's day -> warehouse (sync mode, history, guard) -> sensor.
 
 Configured by environment variables so each end-to-end test of identities over time can vary it
-(``BOS_TEST_PII_POLICY``: the personal-data policy as JSON; ``BOS_TEST_PII_KEY_CONN``: its key's connection).
+(``BOS_TEST_PII_POLICY``: the personal-data policy as JSON; ``BOS_TEST_PII_KEY_CONN``: its key's connection;
+``BOS_TEST_ATTRIBUTE_COLUMNS``: promoted attributes as JSON; ``BOS_TEST_ATTRIBUTE_TYPE_ERRORS``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ with DAG(
         pii_policy=json.loads(env("BOS_TEST_PII_POLICY", "null")),
         pii_key_conn_id=env("BOS_TEST_PII_KEY_CONN", "bos_pii_key"),
         invalid_records=env("BOS_TEST_INVALID_RECORDS", "fail"),
+        attribute_columns=json.loads(env("BOS_TEST_ATTRIBUTE_COLUMNS", "null")),
+        attribute_type_errors=env("BOS_TEST_ATTRIBUTE_TYPE_ERRORS", "invalid_records"),
     )
     check = BosCompletenessSensor(
         task_id="check",

@@ -1,0 +1,114 @@
+"""Promoted attribute columns in a run's transaction: fill them once, then fill each run's rows.
+
+``<table>_columns`` holds one row per column the records table is filled for (its path and type).
+A configured column without its row, or with another path, is filled from the stored
+``attributes`` of every row of the records table and of ``<table>_history`` (no re-read, no
+rewrite of the hashes or the sync time), under the writers' lock and in the run's transaction, so
+a failed run leaves it to the next one. A column filled under another personal-data policy
+(``pii-apply`` rewrote the stored values since) is filled again. A column whose row is there but
+that this run does not configure loses its row: its values stay, new rows get NULL there, and configuring it again fills
+it again. After the merge, the rows the run wrote are filled by the same SQL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns, AttributeTypeError
+from airflow_provider_bos.warehouse.rejects import Rejects
+from airflow_provider_bos.warehouse.transaction import RunTransaction
+
+__all__ = ["WrongTypes", "fill_written", "settle_promoted"]
+
+log = logging.getLogger(__name__)
+
+
+class WrongTypes:
+    """What a run does with a promoted value of the wrong type, and how many it stored as NULL."""
+
+    def __init__(self, promoted: AttributeColumns, rejects: Rejects | None) -> None:
+        self.store_null = promoted.type_errors == "null"
+        self.rejects = rejects
+        self.nulls: Counter[str] = Counter()  # column -> values stored as NULL
+
+    def __call__(self, record: Any, error: AttributeTypeError) -> bool:
+        """Keep the record (True, its column NULL), leave it out (False: quarantined), or raise."""
+        if self.store_null:
+            self.nulls[error.column.name] += 1
+            return True
+        if self.rejects is not None:
+            self.rejects.add(record, error)
+            return False
+        raise error
+
+    def note(self) -> str:
+        """The audit note of the values stored as NULL (column names and counts, never a value)."""
+        per_column = ", ".join(f"{name}: {n}" for name, n in sorted(self.nulls.items()))
+        return (f"{sum(self.nulls.values())} promoted attribute value(s) of the wrong type were stored as NULL "
+                f"({per_column}).")
+
+
+def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeColumns, history: str | None,
+                    *, policy: str | None, run_id: str, at: datetime) -> str | None:
+    """Fill the configured columns ``marker`` has no matching row for; forget the unconfigured ones.
+
+    ``policy``: the run's personal-data policy (its fingerprint text; None: none): the stored
+    ``attributes`` are in its form, so a column filled under another one is filled again.
+
+    Returns the audit note of a fill (how many stored values did not fit each column), or None.
+    :raises BosConfigurationError: a column configured with another type than it was filled with.
+    """
+    policy_key = hashlib.sha256(policy.encode("utf-8")).hexdigest() if policy else None
+    stored = _stored(tx, marker)
+    wanted = {c.name: (c.path, c.type, policy_key) for c in promoted.columns}
+    if all(stored.get(name) == value for name, value in wanted.items()) and set(stored) <= set(wanted):
+        return None
+    tx.lock()  # the rows filled are the rows the merge then compares with
+    stored = _stored(tx, marker)
+    for column in promoted.columns:
+        if column.name in stored and stored[column.name][1] != column.type:
+            raise BosConfigurationError(
+                f"attribute_columns: {column.name!r} holds {stored[column.name][1]} values; it cannot become "
+                f"{column.type}. Promote {column.path} under another column name (or drop the column and "
+                f"its row in {marker.name}, then run again)."
+            )
+    fill = [c for c in promoted.columns if stored.get(c.name) != wanted[c.name]]
+    forget = [name for name in stored if name not in promoted.names]
+    d = tx.dialect
+    note = None
+    if fill:
+        for table in (tx.table, history):
+            if table is not None:
+                tx.exec(d.fill_attribute_columns(table, tx.schema, fill))
+        misfits = {c.name: tx.exec(d.count_attribute_type_errors(tx.table, tx.schema, c)).scalar() or 0
+                   for c in fill}
+        note = (f"Filled the promoted column(s) {', '.join(c.name for c in fill)} from the stored attributes"
+                + (f"; values of the wrong type stored as NULL: "
+                   f"{', '.join(f'{n}: {k}' for n, k in misfits.items() if k)}." if any(misfits.values()) else "."))
+        log.info("BOS run %s: %s", run_id, note)
+    if forget:
+        log.info("BOS run %s: the column(s) %s are no longer promoted; they keep their values, new rows get NULL.",
+                 run_id, ", ".join(forget))
+    changed = [*forget, *(c.name for c in fill)]
+    tx.conn.execute(marker.delete().where(marker.c.column_name.in_(changed)))
+    if fill:
+        tx.conn.execute(marker.insert(), [{"column_name": c.name, "path": c.path, "type": c.type,
+                                           "policy": policy_key, "filled_at": at, "run_id": run_id} for c in fill])
+    return note
+
+
+def fill_written(tx: RunTransaction, promoted: AttributeColumns, run_id: str) -> None:
+    """The promoted columns of the rows this run wrote (the merge wrote ``attributes`` only)."""
+    tx.exec(tx.dialect.fill_attribute_columns(tx.table, tx.schema, promoted.columns, run_id=run_id))
+
+
+def _stored(tx: RunTransaction, marker: sa.Table) -> dict[str, tuple[str, str, str | None]]:
+    rows = tx.conn.execute(sa.select(marker.c.column_name, marker.c.path, marker.c.type, marker.c.policy)).all()
+    return {name: (path, kind, policy) for name, path, kind, policy in rows}

@@ -1,0 +1,39 @@
+"""Promoted attributes end to end on Snowflake: the suite of test_promoted_attributes_e2e.py, its
+destination a Connection of type ``snowflake`` on the fakesnow server, through SnowflakeHook."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
+import test_promoted_attributes_e2e as suite
+from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from test_promoted_attributes_e2e import promoting  # noqa: F401 - the fixture
+
+pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
+
+
+@pytest.fixture()
+def warehouse_url(snowflake_url: str) -> str:  # noqa: F811
+    return snowflake_url
+
+
+@pytest.fixture(autouse=True)
+def _snowflake_connection(bos_airflow: dict[str, Any], fakesnow_server: dict[str, Any],  # noqa: F811
+                          monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", json.dumps(snowflake_connection_json(fakesnow_server)))
+    yield  # noqa: PT022 - monkeypatch undoes it at teardown
+
+
+def test_promoting_attributes_of_a_synced_table_fills_them_from_what_is_stored(promoting, run_dag) -> None:  # noqa: F811
+    suite.test_promoting_attributes_of_a_synced_table_fills_them_from_what_is_stored(promoting, run_dag)
+
+
+def test_a_promoted_value_of_the_wrong_type_fails_the_run_or_is_stored_as_null(promoting, run_dag) -> None:  # noqa: F811
+    suite.test_a_promoted_value_of_the_wrong_type_fails_the_run_or_is_stored_as_null(promoting, run_dag)
