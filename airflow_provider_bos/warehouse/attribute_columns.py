@@ -51,6 +51,7 @@ __all__ = [
     "AttributeColumn",
     "AttributeColumns",
     "AttributeTypeError",
+    "attribute_column",
     "check_attribute_columns",
     "column_type",
 ]
@@ -196,7 +197,8 @@ def _ref(record: Any) -> str:
     return str(ref)[:80]
 
 
-def _column(name: Any, spec: Any) -> AttributeColumn:
+def attribute_column(name: Any, spec: Any) -> AttributeColumn:
+    """One promoted column: ``name`` and its path, or ``{"path": ..., "type": ...}`` (checked)."""
     if not isinstance(name, str) or not IDENTIFIER_PATTERN.fullmatch(name):
         raise BosConfigurationError(
             f"attribute_columns: {str(name)[:70]!r} is not a valid column name (letters, digits and "
@@ -247,7 +249,7 @@ def check_attribute_columns(spec: Any, *, type_errors: Any = "invalid_records") 
             "attribute_columns must map column names to attributes paths, e.g. "
             "{'department': 'attributes.department'}."
         )
-    columns = tuple(_column(name, value) for name, value in spec.items())
+    columns = tuple(attribute_column(name, value) for name, value in spec.items())
     lowered = [c.name.lower() for c in columns]
     if len(set(lowered)) != len(lowered):
         raise BosConfigurationError("attribute_columns: two columns have the same name (names are case-insensitive).")

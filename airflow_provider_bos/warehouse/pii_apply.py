@@ -44,6 +44,7 @@ from airflow_provider_bos.warehouse.policy_store import (
     store_policy,
     way_forward,
 )
+from airflow_provider_bos.warehouse.promoted import refill_promoted
 from airflow_provider_bos.warehouse.provenance import rebuild_provenance
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import (
@@ -58,6 +59,7 @@ from airflow_provider_bos.warehouse.schema import (
     WIRE_HASH_COLUMN,
     companion_table_name,
     history_table,
+    promoted_table,
     records_table,
     rejects_table,
 )
@@ -86,6 +88,8 @@ class PolicyApplied:
     rejects: int = 0
     #: Rows whose wire hash was keyed (or cleared).
     wire_hashes: int = 0
+    #: Promoted attribute columns filled again from the rewritten attributes.
+    promoted_columns: int = 0
     #: What was run after the commit to reclaim the rewritten rows' old space.
     reclaimed: str = ""
 
@@ -128,7 +132,7 @@ def apply_stricter_policy(
             raise BosConfigurationError(f"There is no table {writer.destination_table} to apply a policy to.")
         writer.ensure_tables()
         policy_table = writer.ensure_policy_table()
-        present = {kind for kind in ("history", "rejects")
+        present = {kind for kind in ("history", "rejects", "columns")
                    if inspector.has_table(companion_table_name(writer.table, kind), schema=writer.schema)}
     except sa.exc.SQLAlchemyError as exc:
         raise BosWarehouseError(f"Could not inspect {writer.destination_table}: {db_detail(exc)}") from exc
@@ -163,8 +167,14 @@ def apply_stricter_policy(
                 history = history_table(metadata, d.name, companion_table_name(writer.table, "history"), writer.schema)
                 applied.history, _ = _rewrite(tx.conn, history, plan, d.name, key=("record_ref", "_bos_valid_from"),
                                               wire=None)
-            # The entries of <table>_sources hold external ids as the records' JSON does.
+            # The entries of <table>_sources hold external ids as the records' JSON does, and the
+            # promoted columns what the rewritten attributes hold.
             rebuild_provenance(tx, companion_table_name(writer.table, "sources"))
+            if "columns" in present:
+                marker = promoted_table(metadata, d.name, companion_table_name(writer.table, "columns"), writer.schema)
+                applied.promoted_columns = len(refill_promoted(
+                    tx, marker, companion_table_name(writer.table, "history") if "history" in present else None,
+                    policy=new.text, run_id=run.run_id, at=utcnow()))
             if "rejects" in present and not policy.is_empty:
                 rejects = rejects_table(metadata, d.name, companion_table_name(writer.table, "rejects"), writer.schema)
                 applied.rejects = _empty_quarantined_records(tx.conn, rejects)
@@ -183,7 +193,8 @@ def apply_stricter_policy(
     finally:
         tx.close()
     log.info("BOS pii-apply %s: %s", run.run_id, note)
-    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in (*sorted(present), "sources"))]
+    rewritten = (*sorted(present - {"columns"}), "sources")
+    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in rewritten)]
     applied.reclaimed = reclaim_space(engine, d, tables, writer.schema)
     return applied
 

@@ -21,11 +21,15 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns, AttributeTypeError
+from airflow_provider_bos.warehouse.attribute_columns import (
+    AttributeColumns,
+    AttributeTypeError,
+    attribute_column,
+)
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.transaction import RunTransaction
 
-__all__ = ["WrongTypes", "fill_written", "settle_promoted"]
+__all__ = ["WrongTypes", "fill_written", "refill_promoted", "settle_promoted"]
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +106,24 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
         tx.conn.execute(marker.insert(), [{"column_name": c.name, "path": c.path, "type": c.type,
                                            "policy": policy_key, "filled_at": at, "run_id": run_id} for c in fill])
     return note
+
+
+def refill_promoted(tx: RunTransaction, marker: sa.Table, history: str | None, *, policy: str, run_id: str,
+                    at: datetime) -> list[str]:
+    """Fill every column ``marker`` lists again from the stored ``attributes`` (rewritten in ``tx``
+    under the personal-data ``policy``, its fingerprint text), in the records table and ``history``:
+    a value the policy now hashes or drops leaves its column with the attributes, in the same
+    transaction. Returns the columns filled."""
+    rows = tx.conn.execute(sa.select(marker.c.column_name, marker.c.path, marker.c.type)).all()
+    if not rows:
+        return []
+    columns = [attribute_column(name, {"path": path, "type": kind}) for name, path, kind in rows]
+    for table in (tx.table, history):
+        if table is not None:
+            tx.exec(tx.dialect.fill_attribute_columns(table, tx.schema, columns))
+    tx.conn.execute(marker.update().values(policy=hashlib.sha256(policy.encode("utf-8")).hexdigest(),
+                                           filled_at=at, run_id=run_id))
+    return [c.name for c in columns]
 
 
 def fill_written(tx: RunTransaction, promoted: AttributeColumns, run_id: str) -> None:

@@ -180,12 +180,31 @@ def test_a_policy_applied_since_the_fill_fills_the_columns_again(make_writer, en
     write_under(writer, None, [pii_person(1)], attribute_columns=home)
     ref = make_record(1)["record_ref"]
     assert rows_by_ref(engine, writer.table)[ref]["home"] == "Street 1"
-    # pii-apply rewrites the stored attributes; the next run under that policy fills the column again.
+    # pii-apply rewrites the stored attributes and, in the same transaction, the columns filled from them.
     policy = PiiPolicy.parse({"attributes.private.home": "hash"})
-    apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy=policy, key=KEY)
+    applied = apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy=policy,
+                                    key=KEY)
+    assert applied.promoted_columns == 1
     plan = policy.plan(KEY)
-    write_under(writer, plan, [], attribute_columns=home)
-    assert rows_by_ref(engine, writer.table)[ref]["home"] == plan.apply(pii_person(1))["attributes"]["private"]["home"]
+    hashed = plan.apply(pii_person(1))["attributes"]["private"]["home"]
+    assert rows_by_ref(engine, writer.table)[ref]["home"] == hashed
+    assert "Street 1" not in every_text(engine, writer.table)
+    write_under(writer, plan, [], attribute_columns=home)  # the next run under that policy: nothing to fill
+    assert rows_by_ref(engine, writer.table)[ref]["home"] == hashed
+
+
+def test_a_policy_that_drops_a_promoted_path_empties_its_column_at_once(make_writer, engine) -> None:
+    from airflow_provider_bos.pii import PiiPolicy
+    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+    from tests.warehouse.pii_helpers import KEY, every_text, write_under
+    from tests.warehouse.pii_helpers import person as pii_person
+
+    writer = make_writer()
+    home = check_attribute_columns({"home": "attributes.private.home"})
+    write_under(writer, None, [pii_person(1), pii_person(2)], attribute_columns=home)
+    apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table,
+                          policy=PiiPolicy.parse({"attributes.private.*": "drop"}), key=KEY)
+    assert {row["home"] for row in rows_by_ref(engine, writer.table).values()} == {None}
     assert "Street 1" not in every_text(engine, writer.table)
 
 
