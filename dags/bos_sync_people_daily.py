@@ -15,6 +15,9 @@ never by this file: parsing the DAG needs no key. Create it once, e.g.
 secrets; print(secrets.token_urlsafe(48))')"``, and keep it: the table refuses a run under another
 key or policy.
 
+Analysts (docs/analytics.md): ``attributes.department`` is kept as a ``department`` column too, and
+``bos_people_daily_sources`` holds one row per person per source id.
+
 Connections: ``bos_default`` (type bos), ``bos_warehouse`` (sqlite/postgres/mysql) and ``bos_pii_key``.
 """
 
@@ -54,6 +57,8 @@ with DAG(
         max_retire_fraction=0.5,
         pii_policy=PERSONAL_DATA_POLICY,
         pii_key_conn_id="bos_pii_key",
+        # A typed column analysts group by (docs/analytics.md); the attributes JSON keeps it too.
+        attribute_columns={"department": "attributes.department"},
     )
 
     check_completeness = BosCompletenessSensor(

@@ -54,7 +54,7 @@ def test_bos_sync_all_contexts_maps_one_read_per_context(bos_airflow, run_dag) -
     assert all(str(getattr(ti.state, "value", ti.state)) == "success" for ti in tis)
     inspector = sa.inspect(bos_airflow["engine"])
     tables = [t for t in inspector.get_table_names()
-              if t.startswith("bos_people_") and not t.endswith(("_lineage", "_history", "_rejects"))]
+              if t.startswith("bos_people_") and not t.endswith(("_lineage", "_history", "_rejects", "_sources"))]
     assert len(tables) == 2
 
 

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_identities_over_time as days_suite
 import test_provenance_e2e as provenance_suite
 from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from test_analyst_queries_e2e import *  # noqa: F403 - docs/analytics.md's queries, on this destination too
 from test_identities_over_time import *  # noqa: F403 - the shared suite runs again on this destination
 from test_provenance_e2e import *  # noqa: F403 - the shared suite runs again on this destination
 
