@@ -127,3 +127,8 @@ class MySqlDialect(WarehouseDialect):
         )
         return [(update, "updated"), (insert, "inserted")]
 
+
+    def _has_value(self, column: str, *, text: bool) -> str:
+        # The length, not `<> ''`: a PAD SPACE collation makes '  ' equal to '' (whitespace is a value
+        # on every other database), and CHAR_LENGTH reads any type as its text (no CAST to LONGTEXT).
+        return f"{column} IS NOT NULL AND CHAR_LENGTH({column}) > 0"
