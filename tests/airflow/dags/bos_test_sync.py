@@ -44,6 +44,7 @@ with DAG(
         sync_task_id="sync",
         on_partial=env("BOS_TEST_ON_PARTIAL", "fail"),
         min_records=int(env("BOS_TEST_MIN_RECORDS", "1")),
+        min_coverage=json.loads(env("BOS_TEST_MIN_COVERAGE", "null")),
         notifiers=[BosAlertFileNotifier(path=env("BOS_TEST_ALERTS_FILE"))] if env("BOS_TEST_ALERTS_FILE") else [],
         poke_interval=1,
         timeout=30,
