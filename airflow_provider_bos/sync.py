@@ -201,6 +201,7 @@ def run_sync(
     invalid_records: str = "fail",
     reconcile: ReconcileOptions | None = None,
     pii: PolicyRun | None = None,
+    coverage_columns: tuple[str, ...] = (),
     **read_options: Any,
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
@@ -214,7 +215,8 @@ def run_sync(
     retirements the guard withheld is ``partial``. ``pii``: the run's personal-data policy with its
     key (:class:`~.pii.stream.PolicyRun`; None: no policy): the table must have been written under
     the same one (checked before the read), and every record is stored as the policy says, with
-    keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`).
+    keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`). ``coverage_columns``: columns of the
+    records table whose coverage the audit row records besides ``display_name``, ``email`` and ``phone``.
     """
     result: StreamingRead | None = None
     fingerprint = pii.fingerprint if pii is not None else None
@@ -243,7 +245,7 @@ def run_sync(
             with streaming:
                 options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
                                        invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions(),
-                                       pii=fingerprint)
+                                       pii=fingerprint, coverage_columns=coverage_columns)
                 records = streaming.records
                 if pii is not None:  # applied before the writer: nothing raw is staged or stored
                     records = pii.stored_records(records, keyed if matched is not None else None)

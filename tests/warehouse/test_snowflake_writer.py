@@ -197,3 +197,12 @@ def test_the_audit_row_counts_coverage_also_for_an_unchanged_rerun(sf_writer: Wa
                  for a in _audit(sf_engine, unique_table)]
     assert coverages[0] == coverages[1] == {"records": 10, "columns": {"display_name": 9, "email": 7, "phone": 4}}
     assert coverages[2] == {"records": 6, "columns": {"display_name": 6, "email": 3, "phone": 4}}
+
+
+def test_the_documented_coverage_chart_query_runs(sf_writer: WarehouseWriter, sf_engine: sa.Engine) -> None:
+    from test_coverage_chart import EXPECTED, chart_query, write_runs
+
+    write_runs(sf_writer)
+    with sf_engine.connect() as conn:
+        rows = conn.exec_driver_sql(chart_query("snowflake", sf_writer.audit_table)).all()
+    assert [(column, pytest.approx(float(ratio))) for _, column, ratio in rows] == EXPECTED
