@@ -188,3 +188,43 @@ def test_a_field_the_personal_data_policy_drops_is_not_counted(make_writer: Call
     write_under(writer, plan, [make_record(i, phone=f"+49 {i}") for i in range(4)])
     row = AuditReader(engine, table=writer.audit_table).latest_run(None, None, None)
     assert row["coverage"] == {"records": 4, "columns": {"email": 4, "phone": 4}}
+
+
+def test_a_sync_rerun_whose_records_arrive_undecoded_counts_them_and_its_coverage_columns(
+    bos_server_factory: Callable[..., Any], make_writer: Callable[..., WarehouseWriter], engine: sa.Engine,
+) -> None:
+    """Through the reference server and run_sync: the re-run's records arrive byte-identical and are
+    never decoded, yet its coverage equals the first run's, plus the coverage column asked for."""
+    import uuid
+
+    import httpx
+
+    from airflow_provider_bos.mcp import McpSession
+    from airflow_provider_bos.sync import run_sync
+    from airflow_provider_bos.testing.scenario import large_scenario
+
+    server = bos_server_factory(scenario=large_scenario(300, sources=3, page_size=50))
+    writer = make_writer()
+
+    def sync(**options: Any) -> tuple[Any, Any]:
+        token = server.mint_grant()["access_token"]
+        client = httpx.Client(headers={"Authorization": f"Bearer {token}"}, timeout=30.0)
+        with client, McpSession(server.mcp_url, http_client=client, timeout=30.0,
+                                stream_threshold_bytes=4096) as session:
+            run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="people.search")
+            outcome = run_sync(session.federated_read, writer, run, tool_name="people.search", arguments={},
+                               via="execute", stream=True, **options)
+            return outcome, coverage(engine, writer, run)
+
+    first, before = sync()
+    assert first.counts.inserted == 300
+    with engine.begin() as conn:  # a column the writer does not fill, set by someone else for 40 rows
+        conn.exec_driver_sql(f"ALTER TABLE {writer.table} ADD COLUMN department VARCHAR(100)")
+        refs = [r for (r,) in conn.exec_driver_sql(f"SELECT record_ref FROM {writer.table} ORDER BY record_ref")][:40]
+        for ref in refs:
+            conn.execute(sa.text(f"UPDATE {writer.table} SET department = 'eng' WHERE record_ref = :ref"), {"ref": ref})
+    again, after = sync(coverage_columns=("department",))
+
+    assert again.result.known_records == 300 and again.counts.unchanged == 300  # none decoded
+    assert before["records"] == 300 and 0 < before["columns"]["email"] < 300 and 0 < before["columns"]["phone"] < 300
+    assert after == {"records": 300, "columns": {**before["columns"], "department": 40}}
