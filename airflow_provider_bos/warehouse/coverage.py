@@ -51,7 +51,7 @@ def watched_columns(
     names = [validate_identifier(name, kind="coverage column") for name in extra]
     dropped = {field for field, action in (pii.rules if pii is not None else {}).items() if action == "drop"}
     watched = {name: True for name in COVERED_COLUMNS if name not in dropped}
-    added = [name for name in names if name not in watched]
+    added = [name for name in dict.fromkeys(names) if name not in watched and name not in dropped]
     if added:
         missing = sorted(set(added) - set(present()))
         if missing:
