@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys
 from airflow_provider_bos.warehouse.identifiers import validate_identifier
-from airflow_provider_bos.warehouse.reconcile import _returned_every_current_row, _run_keys
+from airflow_provider_bos.warehouse.reconcile import _run_keys
 from airflow_provider_bos.warehouse.schema import COVERED_COLUMNS
 from airflow_provider_bos.warehouse.settle import DirectLoad, LoadOutcome, StagedWithKeptClaims
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
@@ -69,27 +69,26 @@ def count_coverage(
     """The run's coverage of ``columns`` (None: the audit table has no coverage column, nothing counted).
 
     Run after the merge and the lifecycle steps (which may have collected the run's keys already),
-    before the staging tables are dropped.
+    before the staging tables are dropped. Without the keys, every current row is counted first:
+    when they are as many as the run's keys (and no record was stale), they are all the run's (the
+    test of ``reconcile._returned_every_current_row``, answered by the count itself); else the keys
+    are collected and the run's rows counted.
     """
     if columns is None:
         return None
-    keys = _returned_rows(tx, counts, loaded)
-    if keys is not None:
-        for statement in tx.dialect.reconcile_settings():  # the same join shapes as the lifecycle steps
-            tx.exec(statement)
+    if tx.run_keys is None:
+        every = _count(tx, columns, None)
+        returned = counts.inserted + counts.updated + counts.unchanged
+        if isinstance(loaded, DirectLoad) or (not counts.skipped_stale and every["records"] == returned):
+            return every
+        tx.run_keys = _run_keys(tx, loaded.kept if isinstance(loaded, StagedWithKeptClaims) else None)
+    for statement in tx.dialect.reconcile_settings():  # the same join shapes as the lifecycle steps
+        tx.exec(statement)
+    return _count(tx, columns, tx.run_keys)
+
+
+def _count(tx: RunTransaction, columns: dict[str, bool], keys: RunKeys | None) -> dict[str, Any]:
+    """``{"records": N, "columns": {...}}`` of the current rows in ``keys`` (None: every current row)."""
     records, *filled = (int(v or 0) for v in tx.exec(tx.dialect.count_coverage(
         tx.table, tx.schema, columns, keys)).one())
     return {"records": records, "columns": dict(zip(columns, filled, strict=True))}
-
-
-def _returned_rows(tx: RunTransaction, counts: UpsertCounts, loaded: LoadOutcome) -> RunKeys | None:
-    """Where the run's record_refs are (None: every current row is one the run returned)."""
-    if isinstance(loaded, DirectLoad):  # the table was empty under the lock: every row is this run's
-        return None
-    if tx.run_keys is not None:  # collected by the lifecycle steps
-        return tx.run_keys
-    kept = loaded.kept if isinstance(loaded, StagedWithKeptClaims) else None
-    if _returned_every_current_row(tx, counts, kept):
-        return None
-    tx.run_keys = _run_keys(tx, kept)
-    return tx.run_keys

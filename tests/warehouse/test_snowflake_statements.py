@@ -64,5 +64,5 @@ def test_statements_grow_with_batches_not_records(snowflake_url: str, unique_tab
     assert len(large_rerun) - len(small_rerun) == 4
     # Everything else is a constant handful: the run's temporary tables made and dropped, classify,
     # merge, supersession's look-up, the scope's newest confirmation, the one-row look at whether the
-    # table's hashes need re-hashing, audit row, commit.
-    assert len(large_first) <= 6 + 22
+    # table's hashes need re-hashing, the coverage count, audit row, commit.
+    assert len(large_first) <= 6 + 23
