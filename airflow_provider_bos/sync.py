@@ -207,6 +207,7 @@ def run_sync(
     reconcile: ReconcileOptions | None = None,
     pii: PolicyRun | None = None,
     attribute_columns: AttributeColumns | None = None,
+    coverage_columns: tuple[str, ...] = (),
     **read_options: Any,
 ) -> SyncOutcome:
     """Read ``tool_name`` and land its final records with ``writer`` in one transaction.
@@ -222,7 +223,9 @@ def run_sync(
     the same one (checked before the read), and every record is stored as the policy says, with
     keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`). ``attribute_columns``: chosen
     ``attributes`` paths kept as typed columns of the records table
-    (:mod:`~.warehouse.attribute_columns`; None: none).
+    (:mod:`~.warehouse.attribute_columns`; None: none). ``coverage_columns``: columns of the records
+    table whose coverage the audit row records besides ``display_name``, ``email``, ``phone`` and
+    the promoted columns.
     """
     result: StreamingRead | None = None
     fingerprint = pii.fingerprint if pii is not None else None
@@ -251,7 +254,8 @@ def run_sync(
             with streaming:
                 options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
                                        invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions(),
-                                       pii=fingerprint, attribute_columns=attribute_columns)
+                                       pii=fingerprint, attribute_columns=attribute_columns,
+                                       coverage_columns=coverage_columns)
                 records = streaming.records
                 if pii is not None:  # applied before the writer: nothing raw is staged or stored
                     records = pii.stored_records(records, keyed if matched is not None else None)

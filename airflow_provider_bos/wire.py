@@ -385,6 +385,10 @@ class WriteOptions:
     #: The personal-data policy the run's records were written under (None: none); the table
     #: remembers it and refuses another (:mod:`airflow_provider_bos.pii`).
     pii: PolicyFingerprint | None = None
+    #: Columns of the records table whose coverage (how many of the run's rows have a value) the audit
+    #: row records besides ``display_name``, ``email`` and ``phone`` (see warehouse/coverage.py).
+    coverage_columns: tuple[str, ...] = ()
+
     #: Chosen ``attributes`` paths kept as typed columns of the records table (None: none); see
     #: :mod:`airflow_provider_bos.warehouse.attribute_columns`.
     attribute_columns: AttributeColumns | None = None

@@ -64,6 +64,10 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     -- (confirmed_at DATETIME likewise).
     withheld             BIGINT,
     confirmed_at         DATETIME,
+    -- coverage: how many of the run's records had a value in each watched column, as JSON
+    -- {"records": N, "columns": {"email": n, ...}} (NULL for a failed run; docs/warehouse.md).
+    -- Tables made before it: the writer adds it, or ALTER TABLE bos_sync_runs ADD COLUMN coverage TEXT;
+    coverage             TEXT,
     provisional_records  BIGINT,
     provisional_pages    BIGINT,
     source_errors        TEXT,

@@ -5,7 +5,7 @@ Answered from the audit table ``bos_sync_runs``; partial reads never pass silent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +13,14 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.sensors.verdict import PASS, UNKNOWN, Verdict, judge
+from airflow_provider_bos.sensors.verdict import (
+    NO_COVERAGE,
+    PASS,
+    UNKNOWN,
+    Verdict,
+    check_min_coverage,
+    judge,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseNotifier, Context
@@ -42,6 +49,11 @@ class BosCompletenessSensor(BaseSensorOperator):
     :param max_age: the run must have finished within this window (stale data otherwise).
     :param max_retired: a run that retired or superseded more rows than this is treated like a
         partial one (``on_partial`` decides: fail, alert or skip); default None: no limit.
+    :param min_coverage: ``{column: share}``, e.g. ``{"email": 0.9}``: a complete run in which fewer
+        than that share of its records had a value in the column (the audit row's ``coverage``) is
+        treated like a partial one. Each share is above 0 and at most 1. A column the run's coverage
+        does not hold (a run written before coverage, a column not counted) fails, whatever
+        ``on_partial`` says. Default None: not checked.
     """
 
     template_fields: Sequence[str] = ("sync_task_id", "tool_name", "context_handle", "bos_conn_id")
@@ -62,6 +74,7 @@ class BosCompletenessSensor(BaseSensorOperator):
         min_records: int = 1,
         max_age: timedelta | None = None,
         max_retired: int | None = None,
+        min_coverage: Mapping[str, float] | None = None,
         **kwargs: Any,
     ) -> None:
         if max_retired is not None and (isinstance(max_retired, bool) or not isinstance(max_retired, int)
@@ -69,6 +82,7 @@ class BosCompletenessSensor(BaseSensorOperator):
             raise BosConfigurationError(
                 f"max_retired must be a whole number of rows (0 or more), or None for no limit, not {max_retired!r}."
             )
+        checked_coverage = check_min_coverage(min_coverage)
         super().__init__(**kwargs)
         if on_partial not in ON_PARTIAL:
             raise ValueError(f"on_partial must be one of {ON_PARTIAL}")
@@ -89,6 +103,7 @@ class BosCompletenessSensor(BaseSensorOperator):
         self.min_records = min_records
         self.max_age = max_age
         self.max_retired = max_retired
+        self.min_coverage = checked_coverage
 
     def _find_run(self, context: Context) -> dict[str, Any] | None:
         from airflow_provider_bos.hooks.connections import engine_for_connection
@@ -136,6 +151,7 @@ class BosCompletenessSensor(BaseSensorOperator):
             min_records=self.min_records,
             max_age=self.max_age,
             max_retired=self.max_retired,
+            min_coverage=self.min_coverage,
             now=datetime.now(UTC),
         )
         if verdict.outcome == PASS:
@@ -145,8 +161,9 @@ class BosCompletenessSensor(BaseSensorOperator):
         return True
 
     def _act(self, context: Context, verdict: Verdict) -> None:
-        # Unknown statuses fail whatever on_partial says: we cannot tell what was read.
-        if verdict.outcome == UNKNOWN or self.on_partial == "fail":
+        # Unknown statuses fail whatever on_partial says: we cannot tell what was read. Nor can a
+        # coverage threshold be judged on a run that counted no coverage of its column.
+        if verdict.outcome in (UNKNOWN, NO_COVERAGE) or self.on_partial == "fail":
             raise AirflowFailException(verdict.message)
         if self.on_partial == "skip":
             raise AirflowSkipException(verdict.message)

@@ -188,6 +188,8 @@ class PlannedRead:
         state = resolve_day(scenario, self.day)
         #: Every record stamped with this read's observation (the contract's example), not its last change.
         self._stamp_reads = scenario.provenance_stamps == "read"
+        #: Fields every record sends as null (a source that stopped filling them).
+        self._emptied = frozenset(scenario.emptied_fields)
         if self._stamp_reads and read_index:
             observed = (*state.observed_at[:-1], state.observed_at[-1] + timedelta(minutes=read_index))
             state = dataclasses.replace(state, observed_at=observed)
@@ -424,6 +426,11 @@ class PlannedRead:
             if (h >> 29) & 31 == 0:
                 attributes["nickname"] = _NICKNAME
         version = epoch + 1
+        if self._emptied:
+            display, email, phone = (None if name in self._emptied else value for name, value in
+                                     (("display_name", display), ("email", email), ("phone", phone)))
+            if "attributes.department" in self._emptied and "department" in attributes:
+                attributes["department"] = None
         return {
             "record_ref": ref,
             "display_name": display,

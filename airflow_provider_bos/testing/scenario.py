@@ -338,6 +338,8 @@ class Scenario(_Strict):
       so an unchanged person arrives with new stamps on every read. ``"last_change"`` stamps a
       record with the day it last changed (joined, merged, split back or changed) and every read of
       a day alike, so a record nobody touched streams the same bytes every day.
+    - ``emptied_fields``: fields (``display_name``, ``email``, ``phone``, ``attributes.department``)
+      every record sends as null, as when a source silently stops filling one (its coverage drops to 0).
     """
 
     name: str = "custom"
@@ -350,6 +352,8 @@ class Scenario(_Strict):
     contexts: list[dict] | None = None
     days: list[DaySpec] = Field(default_factory=list)
     provenance_stamps: Literal["read", "last_change"] = "read"
+    emptied_fields: list[Literal["display_name", "email", "phone", "attributes.department"]] = Field(
+        default_factory=list)
 
     @field_validator("observed_at")
     @classmethod

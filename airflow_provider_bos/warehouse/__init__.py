@@ -14,6 +14,7 @@ One module per concept (one sync's write, top-down: ``upsert`` -> ``transaction`
 - ``settle``: a load's typed outcome, and the one function that classifies and merges it.
 - ``claims``: known records: stored wire hashes, kept claims, the state token.
 - ``reconcile``: supersede, retire and history after the merge.
+- ``coverage``: how many of the rows a run returned have a value per watched column (the audit row's).
 - ``history``: every version of every record (``history=True``).
 - ``provenance``: ``<table>_sources``, one row per provenance entry, kept in the run's transaction.
 - ``rehash``: the one-time re-hash of rows hashed with their observation stamps.

@@ -27,6 +27,7 @@ from airflow_provider_bos.warehouse.schema import (
     AUDIT_COUNT_COLUMNS,
     AUDIT_JSON_COLUMNS,
     CONFIRMED_AT_COLUMN,
+    COVERAGE_COLUMN,
     ERROR_MESSAGE_MAX,
     REJECTED_COLUMN,
     RETIRED_COLUMN,
@@ -130,12 +131,14 @@ def audit_insert(
     present: Collection[str] = ADDED_AUDIT_COLUMNS,
     scope: str | None = None,
     confirmed_at: datetime | None = None,
+    coverage: Mapping[str, Any] | None = None,
 ) -> Statement:
     """The INSERT of one audit row (values bound, JSON serialised, timestamps in UTC).
 
     ``present``: which of :data:`~.schema.ADDED_AUDIT_COLUMNS` the table has (one made before them
     lacks them). ``scope``: the read's scope key (see :func:`~.reconcile.scope_key`).
     ``confirmed_at``: the read time of a complete full read (it confirmed every current row of its scope).
+    ``coverage``: how many of the run's records had a value per watched column (see :mod:`.coverage`).
     """
     if status not in RUN_STATUSES:
         raise BosWarehouseError(f"Audit status must be one of {RUN_STATUSES}, not {status!r}.")
@@ -161,6 +164,7 @@ def audit_insert(
         **({WITHHELD_COLUMN: counts.get(WITHHELD_COLUMN)} if WITHHELD_COLUMN in present else {}),
         **({CONFIRMED_AT_COLUMN: dialect.bind_timestamp(confirmed_at) if confirmed_at else None}
            if CONFIRMED_AT_COLUMN in present else {}),
+        **({COVERAGE_COLUMN: _json_text(coverage)} if COVERAGE_COLUMN in present else {}),
         "provisional_records": provisional_records,
         "provisional_pages": provisional_pages,
         "source_errors": _json_text(source_errors),
@@ -169,7 +173,7 @@ def audit_insert(
         "destination_table": destination_table,
     }
     columns = list(row)
-    statement = dialect.insert_audit(table, schema, columns, set(AUDIT_JSON_COLUMNS))
+    statement = dialect.insert_audit(table, schema, columns, {*AUDIT_JSON_COLUMNS, COVERAGE_COLUMN})
     return Statement(statement.sql, tuple(row[c] for c in columns))
 
 
@@ -225,7 +229,7 @@ class AuditReader:
         data = dict(row._mapping)
         for column in ADDED_AUDIT_COLUMNS:
             data.setdefault(column, None)  # a table made before the column
-        for column in AUDIT_JSON_COLUMNS:
+        for column in (*AUDIT_JSON_COLUMNS, COVERAGE_COLUMN):
             if isinstance(data.get(column), str | bytes):
                 data[column] = json.loads(data[column])
         for column in ("started_at", "finished_at"):

@@ -133,7 +133,7 @@ def reconcile(
     elif complete and not direct and not _returned_every_current_row(tx, counts, kept):
         for statement in tx.dialect.reconcile_settings():
             tx.exec(statement)
-        keys = _run_keys(tx, kept)
+        keys = tx.run_keys = _run_keys(tx, kept)
         counts.superseded = _supersede(tx, life, now, observed, keys)
         if full:
             audit = _retire(tx, counts, audit, life, run, now, observed, keys)

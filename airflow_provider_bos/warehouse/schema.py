@@ -18,6 +18,8 @@ __all__ = [
     "ADDED_AUDIT_COLUMNS",
     "AUDIT_COUNT_COLUMNS",
     "CONFIRMED_AT_COLUMN",
+    "COVERAGE_COLUMN",
+    "COVERED_COLUMNS",
     "AUDIT_JSON_COLUMNS",
     "DELETED_AT_COLUMN",
     "ERROR_MESSAGE_MAX",
@@ -89,8 +91,14 @@ SCOPE_COLUMN = "scope"
 # of its scope at (NULL for any other run): a row's last confirmation without rewriting the row.
 WITHHELD_COLUMN = "withheld"
 CONFIRMED_AT_COLUMN = "confirmed_at"
+# How many of the rows a complete or partial run returned had a value in each watched column (JSON:
+# {"records": N, "columns": {"email": n, ...}}; see warehouse/coverage.py). NULL for a failed run.
+COVERAGE_COLUMN = "coverage"
+# The records table's columns coverage always counts (a writer option adds more).
+COVERED_COLUMNS = ("display_name", "email", "phone")
 ADDED_AUDIT_COLUMNS = (
     REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN, SCOPE_COLUMN, WITHHELD_COLUMN, CONFIRMED_AT_COLUMN,
+    COVERAGE_COLUMN,
 )
 # The records table's lifecycle: NULL while the row is current; set when a run retires it, with the
 # successor's record_ref when it was superseded. Added in place to records tables made before them.
@@ -252,6 +260,7 @@ def audit_table(
         *((sa.Column(SCOPE_COLUMN, t["hash"], nullable=True),) if SCOPE_COLUMN not in omit else ()),
         *((sa.Column(WITHHELD_COLUMN, t["int"], nullable=True),) if WITHHELD_COLUMN not in omit else ()),
         *((sa.Column(CONFIRMED_AT_COLUMN, t["ts"], nullable=True),) if CONFIRMED_AT_COLUMN not in omit else ()),
+        *((sa.Column(COVERAGE_COLUMN, t["json"], nullable=True),) if COVERAGE_COLUMN not in omit else ()),
         sa.Column("provisional_records", t["int"], nullable=True),
         sa.Column("provisional_pages", t["int"], nullable=True),
         sa.Column("source_errors", t["json"], nullable=True),

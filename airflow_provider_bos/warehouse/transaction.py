@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
 from airflow_provider_bos.warehouse.audit import utcnow
 from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, staging_table_name
-from airflow_provider_bos.warehouse.dialects.lifecycle import ScopeFilter
+from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 
 __all__ = ["RunTransaction", "UpsertCounts", "db_detail", "execute"]
 
@@ -120,6 +120,8 @@ class RunTransaction:
         self.read_time: datetime | None = None
         self.partial_read = False
         self.answered_by_newer: tuple[str, ScopeFilter] | None = None
+        #: Where the run's record_refs are, once a step after the merge collected them (reconcile, coverage).
+        self.run_keys: RunKeys | None = None
         #: Rows re-hashed at the start of this run (a table whose hashes covered observation stamps).
         self.rehashed = 0
         #: The promoted attribute columns new history versions carry (see :mod:`.attribute_columns`).

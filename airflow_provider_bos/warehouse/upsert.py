@@ -20,6 +20,7 @@ from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns, c
 from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes
+from airflow_provider_bos.warehouse.coverage import count_coverage, watched_columns
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_class, dialect_for
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
@@ -33,6 +34,7 @@ from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
     ADDED_AUDIT_COLUMNS,
+    COVERAGE_COLUMN,
     GUARD_INDEX_COLUMNS,
     LIFECYCLE_COLUMNS,
     REJECTED_COLUMN,
@@ -534,6 +536,12 @@ class WarehouseWriter:
         promoted: _Promoted | None = None,
     ) -> UpsertCounts:
         ddl_commits = self.dialect.capabilities.ddl_commits
+        # The promoted attribute columns are watched too: a field BOS stops filling empties them.
+        watched = watched_columns(
+            options.coverage_columns, options.pii,
+            lambda: column_names(self.engine, self.dialect, self.table, self.schema), table=self.destination_table,
+            promoted=options.promoted_columns,
+        ) if COVERAGE_COLUMN in self.audit_columns else None
         tx = RunTransaction(self.engine, self.dialect, table=self.table, schema=self.schema, run_id=run.run_id,
                             lock_timeout_s=self.lock_timeout_s, guard_index=self.guard_index)
         try:
@@ -570,12 +578,14 @@ class WarehouseWriter:
                     audit = _with_note(audit, filled)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
+                coverage = count_coverage(tx, counts, loaded, watched)  # before staging is dropped
                 audit.pop("observed_at", None)
                 if not ddl_commits:  # else after the commit: a DROP would commit the run half-done
                     tx.drop_staging()
                 tx.exec(audit_insert(self.dialect, self.audit_table, self.schema, run, finished_at=utcnow(),
                                      counts=counts.as_dict(), destination_table=self.destination_table,
-                                     present=self.audit_columns, scope=scope_key(life.options, run), **audit))
+                                     present=self.audit_columns, scope=scope_key(life.options, run), coverage=coverage,
+                                     **audit))
                 tx.conn.commit()
             except BaseException as exc:
                 tx.rollback()

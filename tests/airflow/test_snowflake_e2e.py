@@ -159,3 +159,28 @@ def test_asset_event_and_lineage_follow_the_snowflake_provider(sf_airflow, run_d
     engine_url = sf_airflow["engine"].url
     assert table_lineage_dataset(engine_url, None, sf_airflow["table"]) == (dataset.namespace, dataset.name)
     assert dataset.name == f"BOSDB.PUBLIC.{table}"
+
+
+def test_a_field_that_goes_empty_fails_the_coverage_check_and_alerts(sf_airflow, run_dag, tmp_path) -> None:
+    server, engine, table = sf_airflow["server"], sf_airflow["engine"], sf_airflow["table"]
+    watch = {"BOS_TEST_MIN_COVERAGE": json.dumps({"email": 0.5, "phone": 0.5})}
+    filled = load_scenario("complete")
+    server.set_scenario(filled)
+    assert task_states(run_dag("bos_test_sync", **watch))["check"] == "success"
+
+    server.set_scenario(filled.model_copy(update={"emptied_fields": ["phone"]}))
+    failed = run_dag("bos_test_sync", **watch)
+    alerts = tmp_path / "alerts.jsonl"
+    alerted = run_dag("bos_test_sync", BOS_TEST_ON_PARTIAL="alert", BOS_TEST_ALERTS_FILE=str(alerts), **watch)
+
+    assert task_states(failed) == {"sync": "success", "check": "failed", "downstream": "upstream_failed"}
+    assert task_states(alerted) == {"sync": "success", "check": "success", "downstream": "success"}
+    [alert] = [json.loads(line) for line in alerts.read_text().splitlines()]
+    assert alert["outcome"] == "low_coverage" and "phone had a value in 0 of" in alert["message"]
+    coverages = [json.loads(a["coverage"]) if isinstance(a["coverage"], str) else a["coverage"]
+                 for a in _audit(engine, table)]
+    records = len(final_refs(filled))
+    assert [c["records"] for c in coverages] == [records] * 3
+    assert coverages[0]["columns"]["phone"] > records / 2
+    assert [c["columns"]["phone"] for c in coverages[1:]] == [0, 0]
+    assert len({c["columns"]["email"] for c in coverages}) == 1  # the other fields kept theirs

@@ -110,7 +110,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
                 code_shape["bos_sync_runs"]["indexes"]
             )
         assert {"_bos_deleted_at", "_bos_superseded_by"} <= {c[0] for c in code_shape["bos_records"]["columns"]}
-        assert {"retired", "superseded", "scope"} <= {c[0] for c in code_shape["bos_sync_runs"]["columns"]}
+        assert {"retired", "superseded", "scope", "coverage"} <= {c[0] for c in code_shape["bos_sync_runs"]["columns"]}
     finally:
         if dialect != "sqlite":
             drop = "DROP DATABASE IF EXISTS {}" if dialect == "mysql" else "DROP SCHEMA IF EXISTS {} CASCADE"

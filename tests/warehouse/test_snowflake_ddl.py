@@ -62,6 +62,7 @@ def test_sql_file_matches_the_code(snowflake_url: str) -> None:  # noqa: F811
         assert ("_BOS_OBSERVED_AT", "TIMESTAMP_TZ", "NO") in code["BOS_RECORDS"]
         assert ("_BOS_DELETED_AT", "TIMESTAMP_TZ", "YES") in code["BOS_RECORDS"]
         assert ("SCOPE", "TEXT", "YES") in code["BOS_SYNC_RUNS"] and code["BOS_RECORDS_HISTORY"]
+        assert ("COVERAGE", "VARIANT", "YES") in code["BOS_SYNC_RUNS"]
     finally:
         with engine.begin() as conn:
             for ns in (code_ns, file_ns):

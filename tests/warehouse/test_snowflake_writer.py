@@ -184,3 +184,25 @@ def test_failure_row_in_its_own_transaction(sf_writer: WarehouseWriter, sf_engin
     sf_writer.record_failure(run, error="boom again")
     audit = _audit(sf_engine, unique_table)
     assert [(a["status"], a["error_message"]) for a in audit] == [("failed", "boom again")]
+
+
+def test_the_audit_row_counts_coverage_also_for_an_unchanged_rerun(sf_writer: WarehouseWriter,
+                                                                   sf_engine: sa.Engine, unique_table: str) -> None:
+    records = [make_record(i, email=None if i < 3 else f"p{i}@example.com", phone="+49 30 1" if i < 4 else None,
+                           name="" if i == 9 else f"Person {i}") for i in range(10)]
+    write(sf_writer, records)
+    write(sf_writer, records)  # unchanged: every record counted unchanged, none rewritten
+    write(sf_writer, records[:6], status="partial", completeness="partial")
+    coverages = [json.loads(a["coverage"]) if isinstance(a["coverage"], str) else a["coverage"]
+                 for a in _audit(sf_engine, unique_table)]
+    assert coverages[0] == coverages[1] == {"records": 10, "columns": {"display_name": 9, "email": 7, "phone": 4}}
+    assert coverages[2] == {"records": 6, "columns": {"display_name": 6, "email": 3, "phone": 4}}
+
+
+def test_the_documented_coverage_chart_query_runs(sf_writer: WarehouseWriter, sf_engine: sa.Engine) -> None:
+    from test_coverage_chart import EXPECTED, chart_query, write_runs
+
+    write_runs(sf_writer)
+    with sf_engine.connect() as conn:
+        rows = conn.exec_driver_sql(chart_query("snowflake", sf_writer.audit_table)).all()
+    assert [(column, pytest.approx(float(ratio))) for _, column, ratio in rows] == EXPECTED

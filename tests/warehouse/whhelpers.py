@@ -68,7 +68,8 @@ def write(writer: WarehouseWriter, records: list[dict[str, Any]], run: SyncRunIn
         "provisional_pages": 0,
     }
     options = {name: kwargs.pop(name) for name in ("known", "default_observed_at", "invalid_records", "reconcile",
-                                                   "pii", "attribute_columns") if name in kwargs}
+                                                   "pii", "attribute_columns",
+                                                   "coverage_columns") if name in kwargs}
     audit.update(kwargs)
     return writer.write_run(run or run_info(), records, WriteOptions(audit=audit, **options))
 

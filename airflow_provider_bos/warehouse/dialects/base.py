@@ -28,7 +28,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.attribute_sql import AttributeSql
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
-from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql
+from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql, RunKeys
 from airflow_provider_bos.warehouse.dialects.statement import Statement
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
@@ -493,3 +493,22 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         cols = ", ".join(self.quote(c) for c in columns)
         marks = ", ".join(self.bind_json() if c in json_columns else self.placeholder for c in columns)
         return Statement(f"INSERT INTO {self.table_ref(audit, schema)} ({cols}) VALUES ({marks})")
+
+    # --- coverage -----------------------------------------------------------------------------
+
+    def count_coverage(self, target: str, schema: str | None, columns: Mapping[str, bool],
+                       keys: RunKeys | None) -> Statement:
+        """One row: the current rows the run returned (``keys``; None: every current row), then for each
+        of ``columns`` how many of them have a value (see :meth:`_has_value`; ``columns`` maps a name to
+        True when the column holds text, False for a column of another or unknown type)."""
+        counted = ["COUNT(*)"]
+        for name, text in columns.items():
+            counted.append(f"COUNT(CASE WHEN {self._has_value(f't.{self.quote(name)}', text=text)} THEN 1 END)")
+        where = self._current("t") + ("" if keys is None else f" AND {self._returned(keys, schema)}")
+        return Statement(f"SELECT {', '.join(counted)} FROM {self.table_ref(target, schema)} t WHERE {where}")
+
+    def _has_value(self, column: str, *, text: bool) -> str:
+        """True where ``column`` has a value: not NULL, nor the empty string (a column of another type
+        compared as its text)."""
+        value = column if text else f"CAST({column} AS {self.type_sql('text')})"
+        return f"{column} IS NOT NULL AND {value} <> ''"

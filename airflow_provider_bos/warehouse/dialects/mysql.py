@@ -159,3 +159,8 @@ class MySqlDialect(WarehouseDialect):
     def _attribute_present(self, column: AttributeColumn) -> Expression:
         value = f"JSON_TYPE(JSON_EXTRACT({self.quote('attributes')}, {self.placeholder}))"
         return f"COALESCE({value}, 'NULL') <> 'NULL'", (column.json_path,)
+
+    def _has_value(self, column: str, *, text: bool) -> str:
+        # The length, not `<> ''`: a PAD SPACE collation makes '  ' equal to '' (whitespace is a value
+        # on every other database), and CHAR_LENGTH reads any type as its text (no CAST to LONGTEXT).
+        return f"{column} IS NOT NULL AND CHAR_LENGTH({column}) > 0"

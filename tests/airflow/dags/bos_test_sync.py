@@ -36,6 +36,7 @@ with DAG(
         fail_on_partial=env("BOS_TEST_FAIL_ON_PARTIAL", "0") == "1",
         read_deadline=timedelta(seconds=float(env("BOS_TEST_DEADLINE_S", "60"))),
         invalid_records=env("BOS_TEST_INVALID_RECORDS", "fail"),
+        attribute_columns=json.loads(env("BOS_TEST_ATTRIBUTE_COLUMNS", "null")),
     )
 
     check = BosCompletenessSensor(
@@ -44,6 +45,7 @@ with DAG(
         sync_task_id="sync",
         on_partial=env("BOS_TEST_ON_PARTIAL", "fail"),
         min_records=int(env("BOS_TEST_MIN_RECORDS", "1")),
+        min_coverage=json.loads(env("BOS_TEST_MIN_COVERAGE", "null")),
         notifiers=[BosAlertFileNotifier(path=env("BOS_TEST_ALERTS_FILE"))] if env("BOS_TEST_ALERTS_FILE") else [],
         poke_interval=1,
         timeout=30,
