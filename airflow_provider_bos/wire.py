@@ -42,6 +42,7 @@ __all__ = [
     "FederatedRead",
     "KnownRecord",
     "KnownWireHashes",
+    "RefusedRecord",
     "ReadObservations",
     "RecordSink",
     "RunInfo",
@@ -119,6 +120,21 @@ class KnownWireHashes(Protocol):
     def __len__(self) -> int:
         """How many hashes are stored (a read does not consult an empty set)."""
         ...
+
+
+class RefusedRecord:
+    """A final record refused before the writer (the personal-data policy cannot store it): its ref
+    and why, without any of its values. The writer treats it as a record it cannot encode: it
+    quarantines it (``invalid_records="quarantine"``) or fails the run with ``reason``."""
+
+    __slots__ = ("reason", "record_ref")
+
+    def __init__(self, record_ref: str | None, reason: str) -> None:
+        self.record_ref = record_ref
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"RefusedRecord({self.record_ref!r})"
 
 
 class KnownRecord:

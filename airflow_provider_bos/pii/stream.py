@@ -30,17 +30,18 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosFinalFrame
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
 from airflow_provider_bos.pii.keyed_hash import PiiKey
 from airflow_provider_bos.pii.policy import PiiPolicy
-from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord
+from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, RefusedRecord, WireRecord
 
 __all__ = ["KeyedMatch", "KeyedWireHashes", "PolicyRun"]
 
 
-def _unhashable(record: dict[str, Any], exc: BosConfigurationError) -> BosResultError:
-    """The run's error for a record the policy cannot store (names its ref and field, never a value)."""
+def _unhashable(record: dict[str, Any], exc: BosConfigurationError) -> RefusedRecord:
+    """A record the policy cannot store, as the writer refuses it (its ref and field, never a value):
+    quarantined or failing the run, as ``invalid_records`` says."""
     ref = record.get("record_ref")
     shown = repr(ref[:80]) if isinstance(ref, str) else "without a record_ref"
-    return BosResultError(f"Record {shown} cannot be stored under the personal-data policy: {exc} "
-                          "Nothing was written.")
+    return RefusedRecord(ref if isinstance(ref, str) else None,
+                         f"Record {shown} cannot be stored under the personal-data policy: {exc}")
 
 
 class KeyedMatch:
@@ -138,7 +139,8 @@ class PolicyRun:
                     try:
                         stored: Any = apply(record, into=wire_record)
                     except BosConfigurationError as exc:  # an object or list where a hashed value goes
-                        raise _unhashable(record, exc) from None
+                        yield _unhashable(record, exc)
+                        continue
                     if keyed_wire_hash is not None:
                         raw = getattr(record, "wire_hash", None)
                         if raw is not None:
@@ -155,9 +157,11 @@ class PolicyRun:
                     yield known_record(record.record_ref, matched.keyed_wire_hash, matcher.stored, matched.handle)
                 elif isinstance(record, dict):
                     try:
-                        yield apply(record)  # a record built another way: no wire hash to key
+                        plain = apply(record)  # a record built another way: no wire hash to key
                     except BosConfigurationError as exc:
-                        raise _unhashable(record, exc) from None
+                        yield _unhashable(record, exc)
+                    else:
+                        yield plain
                 else:
                     yield record  # not a record: the writer's check says what is wrong with it
         except BosFinalFrameRestarted as restart:

@@ -41,6 +41,7 @@ import orjson
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
+from airflow_provider_bos.wire import RefusedRecord
 
 __all__ = [
     "CONTENT_COLUMNS",
@@ -218,6 +219,8 @@ class UnstorableRecord(BosWarehouseError):
 def _as_dict(record: Any) -> Mapping[str, Any]:
     if isinstance(record, Mapping):
         return record
+    if type(record) is RefusedRecord:  # refused before the writer: its reason quotes no value
+        raise UnstorableRecord(record.reason, without_values=record.reason)
     dump = getattr(record, "model_dump", None)
     if dump is None:
         raise BosWarehouseError(

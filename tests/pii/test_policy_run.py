@@ -5,17 +5,18 @@ wire hashes are stored keyed, claims carry what the writer verifies, and no poli
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosResultError
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint, hash_value
 from airflow_provider_bos.pii.stream import KeyedMatch, KeyedWireHashes, PolicyRun
 from airflow_provider_bos.sync import run_sync
-from airflow_provider_bos.wire import KnownRecord, WireRecord, WriteOptions, wire_hash
+from airflow_provider_bos.wire import KnownRecord, RefusedRecord, WireRecord, WriteOptions, wire_hash
 from tests.pii.conftest import KEY_TEXT, hmac_wire_hash, reference_wire_hash
 
 POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop", "sources[].external_id": "hash"}
@@ -286,10 +287,15 @@ def test_a_re_run_of_a_table_with_hmac_keyed_wire_hashes_decodes_only_what_chang
     assert decoded.wire_hash == keyed(wire_hash(changed._pieces[1]))  # a row written anew: the current form
 
 
-def test_a_record_the_policy_cannot_hash_fails_the_run_naming_its_ref_not_its_value(key: PiiKey) -> None:
+def test_a_record_the_policy_cannot_hash_reaches_the_writer_refused_naming_its_ref_not_its_value(
+        key: PiiKey) -> None:
+    """The writer refuses it as a record it cannot store: quarantined or failing the run, as
+    ``invalid_records`` says (tests/warehouse/test_pii_policy.py); no value of it goes on."""
     odd = {**person(4, RAW[0], RAW[1]), "display_name": {"given": "Ada", "family": "Lovelace"}}
     sink = _Sink()
-    says = r"Record 'bos:person:4' cannot be stored .* dict in display_name"
-    with pytest.raises(BosResultError, match=says) as caught:
-        sync(_Read([PEOPLE[0], odd]), sink, policy_run(key, {**POLICY, "display_name": "hash"}))
-    assert "Lovelace" not in str(caught.value) and "Lovelace" not in sink.failures[-1]
+    sync(_Read([PEOPLE[0], odd]), sink, policy_run(key, {**POLICY, "display_name": "hash"}))
+    [refused] = [r for r in sink.written if isinstance(r, RefusedRecord)]
+    assert refused.record_ref == "bos:person:4"
+    assert re.fullmatch(r"Record 'bos:person:4' cannot be stored .* dict in display_name.*", refused.reason)
+    assert "Lovelace" not in refused.reason and "Lovelace" not in repr(refused)
+    assert len(sink.written) == 2

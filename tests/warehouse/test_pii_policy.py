@@ -132,6 +132,34 @@ def test_rejects_under_a_policy_keep_only_the_ref_and_a_reason_without_values(wr
         assert value not in text, value
 
 
+@pytest.mark.parametrize("mode", ["quarantine", "fail"])
+def test_a_record_the_policy_cannot_hash_is_refused_as_invalid_records_says(writer, engine, mode) -> None:
+    """An object where a hashed value goes: the run's transform hands the writer a refused record
+    (its ref and the field, no value), quarantined or failing the run like any record it cannot store."""
+    from airflow_provider_bos.exceptions import BosWarehouseError
+    from airflow_provider_bos.pii.stream import PolicyRun
+    from tests.warehouse.whhelpers import run_info, write
+
+    policy_run = PolicyRun.of(STRICT, KEY)
+    assert policy_run is not None
+    bad = person(1, email={"work": "secret-work@example.com"})
+    records = list(policy_run.stored_records(iter([bad, person(2)]), None))
+    if mode == "fail":
+        with pytest.raises(BosWarehouseError, match="cannot be stored under the personal-data policy") as caught:
+            write(writer, records, run_info(), pii=policy_run.fingerprint, invalid_records="fail")
+        assert "secret-work" not in str(caught.value)
+        assert rows_by_ref(engine, writer.table) == {}
+        return
+    counts = write(writer, records, run_info(), pii=policy_run.fingerprint, invalid_records="quarantine")
+    assert (counts.rejected, counts.inserted) == (1, 1)
+    t = reflect(engine, rejects_table_name(writer.table))
+    with engine.connect() as conn:
+        [row] = conn.execute(sa.select(t.c.record_ref, t.c.reason, t.c.record)).all()
+    assert row.record_ref == bad["record_ref"] and bytes(row.record) == b"" and "email" in row.reason
+    for table in (writer.table, writer.audit_table, rejects_table_name(writer.table)):
+        assert "secret-work" not in every_text(engine, table)
+
+
 def test_rejects_without_a_policy_keep_the_record_as_before(writer, engine) -> None:
     write_under(writer, None, [person(1, phone=12345), person(2)], invalid_records="quarantine")
     t = reflect(engine, rejects_table_name(writer.table))
