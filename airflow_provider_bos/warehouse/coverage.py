@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys
 from airflow_provider_bos.warehouse.identifiers import validate_identifier
-from airflow_provider_bos.warehouse.reconcile import _run_keys
+from airflow_provider_bos.warehouse.reconcile import run_keys
 from airflow_provider_bos.warehouse.schema import COVERED_COLUMNS
 from airflow_provider_bos.warehouse.settle import DirectLoad, LoadOutcome, StagedWithKeptClaims
 from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
@@ -83,7 +83,7 @@ def count_coverage(
         returned = counts.inserted + counts.updated + counts.unchanged
         if isinstance(loaded, DirectLoad) or (not counts.skipped_stale and every["records"] == returned):
             return every
-        tx.run_keys = _run_keys(tx, loaded.kept if isinstance(loaded, StagedWithKeptClaims) else None)
+        tx.run_keys = run_keys(tx, loaded.kept if isinstance(loaded, StagedWithKeptClaims) else None)
     for statement in tx.dialect.reconcile_settings():  # the same join shapes as the lifecycle steps
         tx.exec(statement)
     return _count(tx, columns, tx.run_keys)

@@ -133,7 +133,7 @@ def reconcile(
     elif complete and not direct and not _returned_every_current_row(tx, counts, kept):
         for statement in tx.dialect.reconcile_settings():
             tx.exec(statement)
-        keys = tx.run_keys = _run_keys(tx, kept)
+        keys = tx.run_keys = run_keys(tx, kept)
         counts.superseded = _supersede(tx, life, now, observed, keys)
         if full:
             audit = _retire(tx, counts, audit, life, run, now, observed, keys)
@@ -185,7 +185,7 @@ def _returned_every_current_row(tx: RunTransaction, counts: UpsertCounts, kept: 
     return int(tx.exec(tx.dialect.count_current(tx.table, tx.schema)).scalar_one()) == keys
 
 
-def _run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
+def run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
     """Where the anti-joins read the run's record_refs from: staging (or a keyed copy of it), or,
     when claims were kept out of staging, the current rows neither staged nor claimed."""
     # The prefixes sent are the unclaimed ones, or (staging the claims) the claimed ones, whichever
@@ -212,12 +212,12 @@ def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: dat
     d, schema = tx.dialect, tx.schema
     sources = life.sources_table
     candidates = tx.work_table("_c", "keys")
-    for statement in d.entry_lookup_settings():
+    lookup_settings = d.entry_lookup_settings()
+    for statement in lookup_settings:
         tx.exec(statement)
     found = _rows(tx.exec(d.collect_candidates(candidates, sources, schema)))
-    if d.entry_lookup_settings():
-        for statement in d.reconcile_settings():
-            tx.exec(statement)
+    for statement in d.reconcile_settings() if lookup_settings else ():
+        tx.exec(statement)
     if not found:
         return 0
     others = tx.work_table("_o", "provenance")

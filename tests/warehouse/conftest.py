@@ -63,3 +63,14 @@ def stage_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.delenv("BOS_STAGE_DIR", raising=False)
     monkeypatch.setattr(tempfile, "tempdir", str(base))
     return base
+
+
+@pytest.fixture()
+def sf_engine(snowflake_url: str) -> Iterator[sa.Engine]:
+    """A SQLAlchemy engine on fakesnow (one connection), disposed after; ``snowflake_url`` comes from
+    the Snowflake test modules (fakesnow_support)."""
+    engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

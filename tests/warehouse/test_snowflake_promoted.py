@@ -22,20 +22,11 @@ pytestmark = pytest.mark.snowflake
 
 
 @pytest.fixture()
-def sf_engine(snowflake_url: str) -> Iterator[sa.Engine]:  # noqa: F811
-    eng = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
-
-
-@pytest.fixture()
 def make_sf_writer(sf_engine: sa.Engine, unique_table: str) -> Iterator[Any]:
     yield lambda: WarehouseWriter(sf_engine, table=unique_table, audit_table=f"{unique_table}_runs")
     with sf_engine.begin() as conn:
         for name in (unique_table, f"{unique_table}_runs", rejects_table_name(unique_table),
-                     *(companion_table_name(unique_table, s) for s in ("history", "lineage", "columns"))):
+                     *(companion_table_name(unique_table, s) for s in ("history", "lineage", "sources", "columns"))):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
 
 

@@ -24,15 +24,6 @@ pytestmark = pytest.mark.snowflake
 
 
 @pytest.fixture()
-def sf_engine(snowflake_url: str) -> Iterator[sa.Engine]:  # noqa: F811
-    eng = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
-    try:
-        yield eng
-    finally:
-        eng.dispose()
-
-
-@pytest.fixture()
 def sf_writer(sf_engine: sa.Engine, unique_table: str) -> Iterator[WarehouseWriter]:
     writer = WarehouseWriter(sf_engine, table=unique_table, audit_table=f"{unique_table}_runs")
     yield writer
