@@ -10,7 +10,8 @@ Counted in SQL, after the merge, in the run's transaction, never while decoding:
 re-run hands most records over as claims that are never decoded (:mod:`.claims`). The rows the
 run returned are the ones the lifecycle steps anti-join against (:class:`~.dialects.lifecycle.RunKeys`:
 the staging table, a keyed copy of it, or the current rows the run did NOT return), collected once
-per run; when the run loaded an empty table or returned every current row, every current row.
+per run; when the run loaded an empty table or returned every current row, every current row; when
+it wrote every record it returned, the current rows carrying its id.
 Complete and partial runs are counted; a failed run writes nothing and records no coverage.
 """
 
@@ -71,13 +72,18 @@ def count_coverage(
     """The run's coverage of ``columns`` (None: the audit table has no coverage column, nothing counted).
 
     Run after the merge and the lifecycle steps (which may have collected the run's keys already),
-    before the staging tables are dropped. Without the keys, every current row is counted first:
+    before the staging tables are dropped. A run that wrote every key it returned counts the rows
+    carrying its id. Otherwise, without the keys, every current row is counted first:
     when they are as many as the run's keys (and no record was stale), they are all the run's (the
     test of ``reconcile._returned_every_current_row``, answered by the count itself); else the keys
     are collected and the run's rows counted.
     """
     if columns is None:
         return None
+    if not isinstance(loaded, DirectLoad) and not counts.unchanged and not counts.skipped_stale:
+        # The run wrote every key it returned: its rows are the current rows carrying its id, found
+        # in one pass over the table instead of a join with the run's keys.
+        return _count(tx, columns, None, written_by=tx.run_id)
     if tx.run_keys is None:
         every = _count(tx, columns, None)
         returned = counts.inserted + counts.updated + counts.unchanged
@@ -89,8 +95,10 @@ def count_coverage(
     return _count(tx, columns, tx.run_keys)
 
 
-def _count(tx: RunTransaction, columns: dict[str, bool], keys: RunKeys | None) -> dict[str, Any]:
-    """``{"records": N, "columns": {...}}`` of the current rows in ``keys`` (None: every current row)."""
+def _count(tx: RunTransaction, columns: dict[str, bool], keys: RunKeys | None, *,
+           written_by: str | None = None) -> dict[str, Any]:
+    """``{"records": N, "columns": {...}}`` of the current rows in ``keys`` (None: every current row),
+    or those ``written_by`` a run."""
     records, *filled = (int(v or 0) for v in tx.exec(tx.dialect.count_coverage(
-        tx.table, tx.schema, columns, keys)).one())
+        tx.table, tx.schema, columns, keys, written_by=written_by)).one())
     return {"records": records, "columns": dict(zip(columns, filled, strict=True))}

@@ -147,7 +147,9 @@ def reconcile(
     stated = audit.get("observed_at") is not None
     if full and audit["status"] == "complete" and tx.answered_by_newer is None:
         # After the history: taking rows into the scope is no new version of them.
-        if not direct:
+        # Only a row the run returned and did not write can be another scope's: a run that wrote
+        # every key it returned (a first sync into a table of other rows) has none to take.
+        if not direct and (counts.unchanged or counts.skipped_stale):
             adopted = _rows(tx.exec(tx.dialect.adopt_into_scope(
                 tx.table, life.audit_table, tx.schema, scope=_scope_filter(options, run), run_id=tx.run_id, keys=keys,
             )))

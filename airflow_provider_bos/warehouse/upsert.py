@@ -29,7 +29,7 @@ from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refu
 from airflow_provider_bos.warehouse.promoted import WrongTypes, fill_written, settle_promoted
 from airflow_provider_bos.warehouse.provenance import seed_provenance
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
-from airflow_provider_bos.warehouse.records import parse_timestamp
+from airflow_provider_bos.warehouse.records import UnstorableRecord, parse_timestamp
 from airflow_provider_bos.warehouse.rehash import rehash_stamped_rows
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
@@ -673,6 +673,11 @@ class WarehouseWriter:
                 if kept is not None and kept.count:
                     return rejects, StagedWithKeptClaims(staged, seen, parse_json, kept), wrong
                 return rejects, StagedLoad(staged, seen, parse_json), wrong
+            except UnstorableRecord as refused:
+                if options.pii is None or not options.pii.rules:
+                    raise
+                # Under a personal-data policy the run's error (its log, the failed audit row) quotes no value.
+                raise UnstorableRecord(refused.without_values, without_values=refused.without_values) from None
             except BosFinalFrameRestarted as restart:
                 tx.discard_records()
                 records = restart.records

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 import orjson
@@ -21,7 +22,7 @@ from airflow_provider_bos.warehouse.rehash import _stamped_hash
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions, WireRecord, wire_hash
 from tests.warehouse.test_reconcile import audit_of, current, person
-from tests.warehouse.whhelpers import T1, T2, make_record, reflect, rows_by_ref, run_info, write
+from tests.warehouse.whhelpers import T1, T2, make_record, reflect, rows_by_ref, run_info, statements, write
 
 FULL_HISTORY = ReconcileOptions(sync_mode="full", history=True)
 T3 = "2026-10-10T12:00:00Z"
@@ -185,6 +186,25 @@ def test_a_full_read_takes_into_its_scope_the_unchanged_rows_another_scope_wrote
     assert counts.retired == 1
     assert current(engine, writer.table) == {r["record_ref"] for r in people[:4]}
     assert history_count(engine, writer.table) == versions  # the one closed version, none added
+
+
+def test_a_full_read_that_wrote_every_record_it_returned_takes_no_row_into_its_scope(make_writer, engine) -> None:
+    """Another scope's rows the read did not return stay that scope's; with nothing returned unchanged
+    there is nothing to take (no statement gives any row this run's id after the merge)."""
+    writer = make_writer()
+    theirs = [person(i) for i in range(1, 4)]
+    write(writer, theirs, run_info(arguments_hash="1" * 64), observed_at=T1)
+    with statements(engine) as seen:
+        counts = write(writer, [person(i) for i in range(4, 7)], reconcile=FULL_HISTORY, observed_at=T2)
+    assert (counts.inserted, counts.retired, counts.superseded) == (3, 0, 0)
+    taking = re.compile(rf"^\s*UPDATE\s+\S*{re.escape(writer.table)}\s+SET\s+\S*_bos_run_id\b", re.IGNORECASE)
+    assert [s for s in seen if taking.search(s)] == []
+    before = rows_by_ref(engine, writer.table)
+    # The other scope's next full read still retires its own leaver: its rows stayed its own.
+    counts = write(writer, [restamped(r, T3) for r in theirs[:2]], run_info(arguments_hash="1" * 64),
+                   reconcile=ReconcileOptions(sync_mode="full", max_retire_fraction=None), observed_at=T3)
+    assert counts.retired == 1
+    assert {ref for ref in before if ref not in current(engine, writer.table)} == {theirs[2]["record_ref"]}
 
 
 def test_a_table_hashed_with_its_stamps_is_re_hashed_once_and_gains_no_version(make_writer, engine) -> None:

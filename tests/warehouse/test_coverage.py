@@ -119,6 +119,29 @@ def test_a_complete_full_read_counts_what_it_returned_not_what_it_retired(writer
     assert coverage(engine, writer, run) == expected(range(2, 10))
 
 
+@pytest.mark.parametrize("status", ["complete", "partial"])
+def test_a_run_that_wrote_every_record_it_returned_counts_only_those(writer, engine, status: str) -> None:
+    """New people and changed ones, none unchanged, beside rows the run did not return: the rows it
+    wrote are its rows (the other rows' values must not count)."""
+    write(writer, people(range(10)), run_info())
+    run = run_info()
+    changed = [person(i, observed_at=T2, email=None) for i in (0, 5)]  # email filled before, empty now
+    counts = write(writer, [*changed, *people(range(10, 14))], run, reconcile=FULL,
+                   status=status, completeness=status)
+    assert (counts.inserted, counts.updated, counts.unchanged) == (4, 2, 0)
+    assert coverage(engine, writer, run) == {"records": 6, "columns": {"display_name": 6, "email": 4, "phone": 1}}
+
+
+def test_a_stale_record_beside_written_ones_is_counted_as_returned(writer, engine) -> None:
+    """A record older than the stored row is not written, yet the run returned it: it counts with
+    the stored row's values."""
+    write(writer, [person(0, observed_at=T2, email=None), *(person(i, observed_at=T2) for i in (1, 2))], run_info())
+    run = run_info()
+    counts = write(writer, [person(0), *people(range(10, 12))], run)  # 0 with an email, observed before
+    assert (counts.inserted, counts.skipped_stale, counts.unchanged) == (2, 1, 0)
+    assert coverage(engine, writer, run) == {"records": 3, "columns": {"display_name": 3, "email": 2, "phone": 1}}
+
+
 def test_a_failed_run_records_no_coverage(writer, engine) -> None:
     run = run_info()
     writer.record_failure(run, error="BosTransportError: the server went away")

@@ -132,6 +132,21 @@ def test_rejects_under_a_policy_keep_only_the_ref_and_a_reason_without_values(wr
         assert value not in text, value
 
 
+@pytest.mark.parametrize("bad", [
+    person(4, sources=[{"external_id": "ext-4", "observed_at": "secret-time"}]),
+    person(5, attributes={"x": float("nan")}),
+])
+def test_a_run_failing_on_a_record_under_a_policy_says_why_without_its_values(writer, engine, bad) -> None:
+    """``invalid_records="fail"``: the error (the task log's, and the failed audit row's message)
+    names the record and what is wrong with it, never a value of it."""
+    from airflow_provider_bos.exceptions import BosWarehouseError
+
+    with pytest.raises(BosWarehouseError, match=bad["record_ref"]) as caught:
+        write_under(writer, STRICT.plan(KEY), [person(1), bad], invalid_records="fail")
+    assert "secret-time" not in str(caught.value) and "nan" not in str(caught.value).lower()
+    assert rows_by_ref(engine, writer.table) == {}
+
+
 @pytest.mark.parametrize("mode", ["quarantine", "fail"])
 def test_a_record_the_policy_cannot_hash_is_refused_as_invalid_records_says(writer, engine, mode) -> None:
     """An object where a hashed value goes: the run's transform hands the writer a refused record

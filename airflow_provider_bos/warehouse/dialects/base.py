@@ -497,14 +497,19 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
     # --- coverage -----------------------------------------------------------------------------
 
     def count_coverage(self, target: str, schema: str | None, columns: Mapping[str, bool],
-                       keys: RunKeys | None) -> Statement:
-        """One row: the current rows the run returned (``keys``; None: every current row), then for each
-        of ``columns`` how many of them have a value (see :meth:`_has_value`; ``columns`` maps a name to
-        True when the column holds text, False for a column of another or unknown type)."""
+                       keys: RunKeys | None, *, written_by: str | None = None) -> Statement:
+        """One row: the current rows the run returned (``keys``; None: every current row; or, with
+        ``written_by``, the current rows that run wrote), then for each of ``columns`` how many of them
+        have a value (see :meth:`_has_value`; ``columns`` maps a name to True when the column holds
+        text, False for a column of another or unknown type)."""
         counted = ["COUNT(*)"]
         for name, text in columns.items():
             counted.append(f"COUNT(CASE WHEN {self._has_value(f't.{self.quote(name)}', text=text)} THEN 1 END)")
         where = self._current("t") + ("" if keys is None else f" AND {self._returned(keys, schema)}")
+        if written_by is not None:
+            where += f" AND t.{self.quote('_bos_run_id')} = {self.placeholder}"
+            return Statement(f"SELECT {', '.join(counted)} FROM {self.table_ref(target, schema)} t WHERE {where}",
+                             (written_by,))
         return Statement(f"SELECT {', '.join(counted)} FROM {self.table_ref(target, schema)} t WHERE {where}")
 
     def _has_value(self, column: str, *, text: bool) -> str:
