@@ -89,15 +89,22 @@ _BENCH_PII_KEY = "bench-only-personal-data-key-0123456789-abcdef"
 
 
 def _pii() -> Any:
-    """``BENCH_PII_POLICY=1``: the sync runs under :data:`BENCH_PII_POLICY`, hashed with the key in
-    ``BENCH_PII_KEY`` (default: a fixed bench-only key); otherwise None (no policy)."""
+    """``BENCH_PII_POLICY=1``: the sync runs under :data:`BENCH_PII_POLICY` (or the rules of
+    ``BENCH_PII_RULES``, a JSON object), hashed with the key in ``BENCH_PII_KEY`` (default: a fixed
+    bench-only key; none for rules that only drop, as the operator reads none); otherwise None."""
     if os.environ.get("BENCH_PII_POLICY") != "1":
         return None
+    import json
+
     from airflow_provider_bos.pii import PiiKey, PiiPolicy
     from airflow_provider_bos.pii.stream import PolicyRun
 
+    rules = os.environ.get("BENCH_PII_RULES")
+    policy = PiiPolicy.parse(json.loads(rules) if rules else BENCH_PII_POLICY)
+    if not policy.needs_key:
+        return PolicyRun.of(policy, None)
     key = PiiKey.from_text(os.environ.get("BENCH_PII_KEY") or _BENCH_PII_KEY, source="BENCH_PII_KEY")
-    return PolicyRun.of(PiiPolicy.parse(BENCH_PII_POLICY), key)
+    return PolicyRun.of(policy, key)
 
 
 def _postgres_cpu_s() -> float | None:
