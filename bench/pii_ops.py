@@ -1,0 +1,278 @@
+"""Personal-data operations on a stored table, timed: ``pii-apply`` and one erasure on request.
+
+    python -m bench.pii_ops [--records 200000] [--rounds 3] [--dialects postgres,duckdb] [--pg-url URL]
+
+No HTTP: the bench scenario's final records are built once, in memory, each as the read hands it to
+the writer (a ``WireRecord`` carrying its raw wire hash). Each round, on new tables, one dialect
+after the other (interleaved, so a slow phase of the machine hits every dialect alike):
+
+- fill, untimed: ``WarehouseWriter.write_run`` of every record WITHOUT a policy, history on, so the
+  records table and ``<table>_history`` each hold one row per record (pii-apply rewrites both);
+- ``pii-apply``: :func:`~airflow_provider_bos.warehouse.pii_apply.apply_stricter_policy` (what
+  ``airflow-provider-bos pii-apply`` calls) from no policy to the bench's policy and key
+  (``bench.ours.BENCH_PII_POLICY``: email and phone hashed, ``attributes.employment`` dropped),
+  the reclaim after its commit included. Checked: every row and version rewritten, and no raw
+  email of a sample of records left in the records table or its history;
+- ``erase --email``: :func:`~airflow_provider_bos.warehouse.erase.erase_records` of one person
+  named by their raw email (found under the table's policy: hashed with the key), as
+  ``airflow-provider-bos erase`` runs it, finder and reclaim included;
+- ``erase --external-id``: the same for another person named ``SOURCE:ID`` (kept by the policy).
+  Each erasure must find and delete exactly the refs whose record holds that value.
+
+The reclaim is what each database offers after a commit: PostgreSQL VACUUM of the tables touched,
+DuckDB a rewrite of its whole file (each round's DuckDB file holds that round's tables only).
+Each line is the median of the rounds, every round's seconds in brackets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+import sqlalchemy as sa
+
+from airflow_provider_bos.pii import PiiKey, PiiPolicy, lookup_hash
+from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+from airflow_provider_bos.warehouse.erase import ErasedRows, erase_records
+from airflow_provider_bos.warehouse.pii_apply import PolicyApplied, apply_stricter_policy
+from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.wire import ReconcileOptions, WireRecord, WriteOptions, wire_hash
+from bench.data import ScenarioParams, iter_final_records
+from bench.ours import _BENCH_PII_KEY, BENCH_PII_POLICY
+
+DIALECTS = ("postgres", "duckdb")
+NAMES = {"postgres": "PostgreSQL", "duckdb": "DuckDB"}
+STEPS = ("pii-apply", "erase --email", "erase --external-id")
+#: Records whose raw email must be gone after pii-apply.
+SAMPLE = 200
+_AUDIT = {"status": "complete", "completeness": "complete", "source_errors": [], "source_summary": []}
+_COMPANIONS = ("history", "lineage", "sources", "rejects", "policy", "columns", "runs")
+
+
+def wire_records(count: int) -> list[WireRecord]:
+    """The scenario's final records as the read decodes them: each with its raw wire hash."""
+    out = []
+    for record in iter_final_records(ScenarioParams(records=count)):
+        piece = orjson.dumps(record)
+        decoded = WireRecord(orjson.loads(piece))
+        decoded.wire_hash = wire_hash(piece)
+        out.append(decoded)
+    return out
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Who each erasure names, and the refs it must delete (worked out from the records themselves)."""
+
+    email: str
+    email_refs: frozenset[str]
+    external_id: str
+    external_refs: frozenset[str]
+    #: Raw emails of records spread over the table, none of which may survive pii-apply.
+    sample_emails: tuple[str, ...]
+    #: Records holding something the policy hashes or drops (the rest keep their content).
+    personal: int
+
+
+def _holding(records: list[WireRecord], test: Callable[[WireRecord], bool]) -> frozenset[str]:
+    return frozenset(r["record_ref"] for r in records if test(r))
+
+
+def targets(records: list[WireRecord]) -> Targets:
+    """One person a third of the way in (by email), another two thirds in (by external id)."""
+    with_email = [r for r in records if r.get("email")]
+    person = with_email[len(with_email) // 3]
+    email = person["email"]
+    other = records[2 * len(records) // 3]
+    source = other["sources"][0]
+    ident, name = source["external_id"], source["source_identity"]
+    step = max(len(with_email) // SAMPLE, 1)
+    return Targets(
+        email=email,
+        email_refs=_holding(records, lambda r: (r.get("email") or "").strip().lower() == email.strip().lower()),
+        external_id=f"{name}:{ident}",
+        external_refs=_holding(records, lambda r: any(
+            name in (s.get("source_identity"), s.get("source_type")) and s.get("external_id") == ident
+            for s in r["sources"])),
+        sample_emails=tuple(r["email"] for r in with_email[::step]),
+        personal=sum(1 for r in records
+                     if r.get("email") or r.get("phone") or "employment" in (r.get("attributes") or {})),
+    )
+
+
+@dataclass
+class Database:
+    """One dialect's database for one round: its engine, and the tables made on it."""
+
+    dialect: str
+    engine: sa.Engine
+    tables: list[str] = field(default_factory=list)
+
+    def new_table(self) -> str:
+        name = f"bench_piiops_{uuid.uuid4().hex[:10]}"
+        self.tables.append(name)
+        return name
+
+    def drop(self) -> None:
+        with self.engine.begin() as conn:
+            for name in self.tables:
+                for table in (*(companion_table_name(name, kind) for kind in _COMPANIONS), name):
+                    conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{table}"')
+        self.engine.dispose()
+
+
+@contextmanager
+def database(dialect: str, pg_url: str, workdir: Path) -> Iterator[Database]:
+    """A database for one round's tables; DuckDB a new file (its reclaim rewrites the whole file)."""
+    url = pg_url if dialect == "postgres" else f"duckdb:///{workdir / f'piiops-{uuid.uuid4().hex[:10]}.duckdb'}"
+    db = Database(dialect, sa.create_engine(url))
+    try:
+        yield db
+    finally:
+        db.drop()
+
+
+def fill(engine: sa.Engine, table: str, records: list[WireRecord]) -> None:
+    """Every record into a new table and its history, without a policy (untimed)."""
+    writer = WarehouseWriter(engine, table=table, audit_table=companion_table_name(table, "runs"))
+    writer.ensure_tables()
+    writer.ensure_history_table()
+    writer.write_run(SyncRunInfo(conn_id="bench", tool_name="people.search", arguments_hash="0" * 64),
+                     iter(records), WriteOptions(audit=_AUDIT, reconcile=ReconcileOptions(sync_mode="full",
+                                                                                          history=True)))
+
+
+def _count(engine: sa.Engine, table: str) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(sa.select(sa.func.count()).select_from(sa.table(table))).scalar_one())
+
+
+def _refs_left(engine: sa.Engine, table: str, refs: frozenset[str]) -> int:
+    where = sa.text("record_ref IN :refs").bindparams(sa.bindparam("refs", expanding=True))
+    with engine.connect() as conn:
+        query = sa.select(sa.func.count()).select_from(sa.table(table)).where(where)
+        return int(conn.execute(query, {"refs": sorted(refs)}).scalar_one())
+
+
+def check_applied(engine: sa.Engine, table: str, applied: PolicyApplied, rows: int, who: Targets,
+                  key: PiiKey) -> list[str]:
+    """What is wrong after pii-apply: rows not rewritten, a raw email left, an email not hashed."""
+    problems = []
+    if (applied.records, applied.history, applied.wire_hashes) != (who.personal, who.personal, rows):
+        problems.append(f"pii-apply rewrote {applied.records} rows and {applied.history} versions and keyed "
+                        f"{applied.wire_hashes} wire hashes, expected {who.personal}, {who.personal} and {rows}")
+    sample = who.sample_emails
+    where = sa.text("email IN :emails").bindparams(sa.bindparam("emails", expanding=True))
+    with engine.connect() as conn:
+        for name in (table, companion_table_name(table, "history")):
+            query = sa.select(sa.func.count()).select_from(sa.table(name)).where(where)
+            raw = int(conn.execute(query, {"emails": list(sample)}).scalar_one())
+            if raw:
+                problems.append(f"{raw} raw email(s) of the {len(sample)} sampled left in {name}")
+        hashed = [lookup_hash(key, "email", email) for email in sample]
+        query = sa.select(sa.func.count()).select_from(sa.table(table)).where(where)
+        found = int(conn.execute(query, {"emails": hashed}).scalar_one())
+    if found != len(sample):
+        problems.append(f"{found} of the {len(sample)} sampled emails stored as their keyed hash")
+    return problems
+
+
+def check_erased(engine: sa.Engine, table: str, label: str, erased: ErasedRows, refs: frozenset[str],
+                 rows_before: int) -> list[str]:
+    """What is wrong after an erasure: another number of refs found, a ref left, other rows gone."""
+    problems = []
+    if (erased.found, erased.records, erased.history) != (len(refs), len(refs), len(refs)):
+        problems.append(f"{label} found {erased.found}, deleted {erased.records} rows and {erased.history} "
+                        f"versions, expected {len(refs)} each")
+    for name in (table, companion_table_name(table, "history")):
+        if _refs_left(engine, name, refs):
+            problems.append(f"{label} left a ref it had to erase in {name}")
+    if _count(engine, table) != rows_before - len(refs):
+        problems.append(f"{label} left {_count(engine, table)} rows, expected {rows_before - len(refs)}")
+    return problems
+
+
+def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey) -> tuple[list[float], list[str]]:
+    """Fill a new table, then time pii-apply and the two erasures on it: (seconds per step, problems)."""
+    table = db.new_table()
+    audit = companion_table_name(table, "runs")
+    fill(db.engine, table, records)
+    rows = _count(db.engine, table)
+    started = time.perf_counter()
+    applied = apply_stricter_policy(db.engine, table=table, audit_table=audit, policy=PiiPolicy.parse(BENCH_PII_POLICY),
+                                    key=key)
+    seconds = [time.perf_counter() - started]
+    problems = check_applied(db.engine, table, applied, rows, who, key)
+    for label, emails, external_ids, refs in (("erase --email", [who.email], [], who.email_refs),
+                                              ("erase --external-id", [], [who.external_id], who.external_refs)):
+        before = _count(db.engine, table)
+        started = time.perf_counter()
+        erased = erase_records(db.engine, table=table, audit_table=audit, key=key, emails=emails,
+                               external_ids=external_ids)
+        seconds.append(time.perf_counter() - started)
+        problems += check_erased(db.engine, table, label, erased, refs, before)
+    return seconds, [f"{NAMES[db.dialect]}: {p}" for p in problems]
+
+
+def report(times: dict[str, list[list[float]]], records: int, rounds: int) -> None:
+    print(f"\nbench.pii_ops  {records:,} records (history on: as many versions), medians of {rounds} "
+          f"interleaved rounds (seconds, every round in brackets)")
+    for dialect, per_round in times.items():
+        print(NAMES[dialect])
+        for i, step in enumerate(STEPS):
+            values = [r[i] for r in per_round]
+            median = statistics.median(values)
+            rate = f"{records / median:9,.0f} records/s" if step == "pii-apply" else ""
+            print(f"  {step:<22} {median:8.2f} s  {rate:<18} [{', '.join(f'{v:.2f}' for v in values)}]")
+
+
+def run(pg_url: str, records: int, rounds: int, dialects: list[str]) -> int:
+    print(f"building {records} records ...", flush=True)
+    base = wire_records(records)
+    who = targets(base)
+    key = PiiKey.from_text(_BENCH_PII_KEY, source="bench")
+    times: dict[str, list[list[float]]] = {d: [] for d in dialects}
+    problems: list[str] = []
+    workdir = Path(tempfile.mkdtemp(prefix="bench_piiops_"))
+    try:
+        for round_no in range(1, rounds + 1):
+            print(f"round {round_no}/{rounds}", flush=True)
+            for dialect in dialects:
+                with database(dialect, pg_url, workdir) as db:
+                    seconds, found = one_round(db, base, who, key)
+                times[dialect].append(seconds)
+                problems += found
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    report(times, len(base), rounds)
+    for problem in problems:
+        print("  PROBLEM:", problem)
+    return 1 if problems else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pii_ops", description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dialects", default=",".join(DIALECTS), help="comma list of postgres,duckdb")
+    parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    args = parser.parse_args(argv)
+    dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
+    unknown = sorted(set(dialects) - set(DIALECTS))
+    if unknown or not dialects:
+        parser.error(f"--dialects: {', '.join(unknown) or 'none given'}; choose from {', '.join(DIALECTS)}")
+    return run(args.pg_url, args.records, args.rounds, dialects)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
