@@ -7,7 +7,9 @@ dropped; what was hashed already stays as it is. It then stores the new policy's
 
 Why not in SQL: HMAC-SHA-256 is not available in SQLite, MariaDB or DuckDB SQL, and a key bound into
 SQL text would reach the server's statement logs. So the rows are read in batches, changed in
-Python with the same plan a run applies, and written back with their values bound. Each rewritten
+Python with the same plan a run applies, and written back with their values bound (on DuckDB, where
+one ``UPDATE`` per row costs ~0.7 ms, through a staged file of the new values, in the stored form
+only, and one ``UPDATE ... FROM`` it). Each rewritten
 row gets its content hash again (the function the writer uses), so the next sync under the policy
 finds it unchanged. Wire hashes: a table written without a policy holds each record's raw wire hash;
 it is keyed (under the key, as a run under a policy keys it) so the next re-run still skips
@@ -25,17 +27,23 @@ name, so it is never taken for a sync. After the commit the freed space is recla
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.pii import PiiKey, PiiPlan, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.policy_store import (
     action_changes,
     effective_action,
@@ -63,6 +71,7 @@ from airflow_provider_bos.warehouse.schema import (
     records_table,
     rejects_table,
 )
+from airflow_provider_bos.warehouse.stage_dir import run_stage_directory
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
 
@@ -160,13 +169,17 @@ def apply_stricter_policy(
             plan = delta.plan(key if delta.needs_key else None)
             # Raw wire hashes (no policy before) are keyed; a policy's own form is cleared.
             wire_key = key if stored is None else None
-            applied.records, applied.wire_hashes = _rewrite(
-                tx.conn, records, plan, d.name, key=("record_ref",), wire=(wire_key,) if d.wire_hash_column else None,
-            )
-            if "history" in present:
-                history = history_table(metadata, d.name, companion_table_name(writer.table, "history"), writer.schema)
-                applied.history, _ = _rewrite(tx.conn, history, plan, d.name, key=("record_ref", "_bos_valid_from"),
-                                              wire=None)
+            with contextlib.ExitStack() as files:
+                directory = files.enter_context(run_stage_directory()) if d.capabilities.updates_from_file else None
+                applied.records, applied.wire_hashes = _rewrite(
+                    tx.conn, records, plan, d, key=("record_ref",), wire=(wire_key,) if d.wire_hash_column else None,
+                    directory=directory,
+                )
+                if "history" in present:
+                    history = history_table(metadata, d.name, companion_table_name(writer.table, "history"),
+                                            writer.schema)
+                    applied.history, _ = _rewrite(tx.conn, history, plan, d, key=("record_ref", "_bos_valid_from"),
+                                                  wire=None, directory=directory)
             # The entries of <table>_sources hold external ids as the records' JSON does, and the
             # promoted columns what the rewritten attributes hold.
             rebuild_provenance(tx, companion_table_name(writer.table, "sources"))
@@ -207,46 +220,133 @@ def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.Colu
 
 
 def _rewrite(
-    conn: sa.Connection, table: sa.Table, plan: PiiPlan, dialect_name: str, *, key: tuple[str, ...],
-    wire: tuple[PiiKey | None] | None,
+    conn: sa.Connection, table: sa.Table, plan: PiiPlan, dialect: WarehouseDialect, *, key: tuple[str, ...],
+    wire: tuple[PiiKey | None] | None, directory: Path | None,
 ) -> tuple[int, int]:
     """Apply ``plan`` to every row of ``table``; with ``wire``, key each wire hash with its key (or
-    clear it, key ``None``). Returns (rows whose content changed, rows whose wire hash changed)."""
-    where = sa.and_(*(table.c[name] == sa.bindparam(f"k_{name}", type_=table.c[name].type) for name in key))
-    content = {name: (_json_value(dialect_name, table.c[name], name) if name in JSON_CONTENT_FIELDS
-                      else sa.bindparam(name, type_=sa.Text()))
-               for name in _POLICY_COLUMNS}
-    update_content = sa.update(table).where(where).values(
-        **content, _bos_record_hash=sa.bindparam("record_hash", type_=sa.Text()),
-        **({WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())} if wire is not None else {}),
-    )
-    update_wire = sa.update(table).where(where).values(
-        {WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())})
+    clear it, key ``None``). Returns (rows whose content changed, rows whose wire hash changed).
+
+    The new values go back with bound parameters, a batch at a time, or (``directory``, where the
+    dialect ``updates_from_file``) through staged files there and one ``UPDATE`` per file."""
+    written: _BoundUpdates | _FileUpdates = (
+        _FileUpdates(conn, table, dialect, key=key, wire=wire is not None, directory=directory)
+        if directory is not None else _BoundUpdates(conn, table, dialect.name, key=key, wire=wire is not None))
     columns = [*CONTENT_FIELDS, "_bos_observed_at", *((WIRE_HASH_COLUMN,) if wire is not None else ())]
     changed = rekeyed = 0
-    for rows in rows_in_batches(conn, table, columns, key=key, batch_size=_BATCH):
-        contents: list[dict[str, Any]] = []
-        wires: list[dict[str, Any]] = []
-        for row in rows:
-            ident = {f"k_{name}": row[name] for name in key}
-            wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
-            record = stored_record(row)
-            stored = plan.apply(record)
-            if stored != record:
-                new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]))
-                contents.append({**ident, "display_name": new_row.display_name, "email": new_row.email,
-                                 "phone": new_row.phone, "attributes": new_row.attributes,
-                                 "sources": new_row.sources, "record_hash": new_row.record_hash,
-                                 **({"wire_hash": wire_hash} if wire is not None else {})})
-            elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
-                wires.append({**ident, "wire_hash": wire_hash})
-        if contents:
-            conn.execute(update_content, contents)
-        if wires:
-            conn.execute(update_wire, wires)
-        changed += len(contents)
-        rekeyed += len(wires) + (len(contents) if wire is not None else 0)
+    with written:
+        for rows in rows_in_batches(conn, table, columns, key=key, batch_size=_BATCH):
+            contents: list[dict[str, Any]] = []
+            wires: list[dict[str, Any]] = []
+            for row in rows:
+                ident = {f"k_{name}": row[name] for name in key}
+                wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
+                record = stored_record(row)
+                stored = plan.apply(record)
+                if stored != record:
+                    new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]))
+                    contents.append({**ident, "display_name": new_row.display_name, "email": new_row.email,
+                                     "phone": new_row.phone, "attributes": new_row.attributes,
+                                     "sources": new_row.sources, "record_hash": new_row.record_hash,
+                                     **({"wire_hash": wire_hash} if wire is not None else {})})
+                elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
+                    wires.append({**ident, "wire_hash": wire_hash})
+            written.add(contents, wires)
+            changed += len(contents)
+            rekeyed += len(wires) + (len(contents) if wire is not None else 0)
     return changed, rekeyed
+
+
+class _BoundUpdates:
+    """Rewritten rows written back a batch at a time: one ``UPDATE`` by key per row, values bound."""
+
+    def __init__(self, conn: sa.Connection, table: sa.Table, dialect_name: str, *, key: tuple[str, ...],
+                 wire: bool) -> None:
+        self.conn = conn
+        where = sa.and_(*(table.c[name] == sa.bindparam(f"k_{name}", type_=table.c[name].type) for name in key))
+        content = {name: (_json_value(dialect_name, table.c[name], name) if name in JSON_CONTENT_FIELDS
+                          else sa.bindparam(name, type_=sa.Text()))
+                   for name in _POLICY_COLUMNS}
+        self.update_content = sa.update(table).where(where).values(
+            **content, _bos_record_hash=sa.bindparam("record_hash", type_=sa.Text()),
+            **({WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())} if wire else {}),
+        )
+        self.update_wire = sa.update(table).where(where).values(
+            {WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())})
+
+    def __enter__(self) -> _BoundUpdates:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def add(self, contents: list[dict[str, Any]], wires: list[dict[str, Any]]) -> None:
+        if contents:
+            self.conn.execute(self.update_content, contents)
+        if wires:
+            self.conn.execute(self.update_wire, wires)
+
+
+class _FileUpdates:
+    """Rewritten rows written to two NDJSON files (new content; new wire hash only) in ``directory``,
+    each applied by one ``UPDATE ... FROM`` the file when the table has been read (see
+    :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are removed after."""
+
+    def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
+                 key: tuple[str, ...], wire: bool, directory: Path) -> None:
+        self.conn, self.table, self.dialect = conn, table, dialect
+        self.key = {name: ("TIMESTAMPTZ" if name == "_bos_valid_from" else "VARCHAR") for name in key}
+        content = {"display_name": "VARCHAR", "email": "VARCHAR", "phone": "VARCHAR", "attributes": "JSON",
+                   "sources": "JSON", "_bos_record_hash": "VARCHAR"}
+        self.columns = {"content": {**content, **({WIRE_HASH_COLUMN: "VARCHAR"} if wire else {})},
+                        "wire": {WIRE_HASH_COLUMN: "VARCHAR"}}
+        self.paths = {kind: directory / f"bos-pii-{table.name}-{kind}.ndjson" for kind in self.columns}
+        self.files = {kind: os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
+                      for kind, path in self.paths.items()}
+        self.longest = dict.fromkeys(self.columns, 0)
+        self.lines = dict.fromkeys(self.columns, 0)
+
+    def __enter__(self) -> _FileUpdates:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            for out in self.files.values():
+                out.close()
+            if exc_type is None:
+                for kind, path in self.paths.items():
+                    if self.lines[kind]:
+                        self._apply(kind, path)
+        finally:
+            for path in self.paths.values():
+                path.unlink(missing_ok=True)
+
+    def add(self, contents: list[dict[str, Any]], wires: list[dict[str, Any]]) -> None:
+        self._write("content", [{**{f"k_{name}": _key_value(row[f"k_{name}"]) for name in self.key},
+                                 "display_name": row["display_name"], "email": row["email"], "phone": row["phone"],
+                                 "attributes": orjson.Fragment(row["attributes"]),
+                                 "sources": orjson.Fragment(row["sources"]), "_bos_record_hash": row["record_hash"],
+                                 **({WIRE_HASH_COLUMN: row["wire_hash"]} if "wire_hash" in row else {})}
+                                for row in contents])
+        self._write("wire", [{**{f"k_{name}": _key_value(row[f"k_{name}"]) for name in self.key},
+                              WIRE_HASH_COLUMN: row["wire_hash"]} for row in wires])
+
+    def _write(self, kind: str, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        lines = [orjson.dumps(row) + b"\n" for row in rows]
+        self.longest[kind] = max(self.longest[kind], *map(len, lines))
+        self.lines[kind] += len(lines)
+        self.files[kind].write(b"".join(lines))
+
+    def _apply(self, kind: str, path: Path) -> None:
+        update = self.dialect.update_from_file(self.table.name, self.table.schema, str(path), key=self.key,
+                                               columns=self.columns[kind], longest_line=self.longest[kind])
+        self.conn.exec_driver_sql(update.sql, update.params)
+
+
+def _key_value(value: Any) -> Any:
+    """A key column's value as the staged file holds it (a timestamp as ISO 8601 text)."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _new_wire_hash(stored: str | None, key: PiiKey | None) -> str | None:

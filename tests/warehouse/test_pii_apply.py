@@ -82,6 +82,22 @@ def test_a_table_written_without_a_policy_keeps_no_raw_value_after_it(make_write
     assert (counts.inserted, counts.updated, counts.unchanged) == (0, 0, 5)
 
 
+def test_a_row_the_policy_does_not_change_still_gets_its_wire_hash_keyed(make_writer, engine) -> None:
+    writer = make_writer()
+    write_under(writer, None, wire_records([person(7, email=None), person(8)]))
+    raw_wire = {ref: row["_bos_wire_hash"] for ref, row in rows_by_ref(engine, writer.table).items()}
+    before = rows_by_ref(engine, writer.table)
+    applied = apply(engine, writer, EMAIL_ONLY)
+    assert (applied.records, applied.wire_hashes) == (1, 2)
+    rows = rows_by_ref(engine, writer.table)
+    ref7, ref8 = person(7)["record_ref"], person(8)["record_ref"]
+    assert {name: rows[ref7][name] for name in ("email", "_bos_record_hash", "attributes", "sources")} == {
+        name: before[ref7][name] for name in ("email", "_bos_record_hash", "attributes", "sources")}
+    assert rows[ref7]["_bos_wire_hash"] == reference_wire_hash(KEY_TEXT, raw_wire[ref7])
+    assert rows[ref8]["_bos_wire_hash"] == reference_wire_hash(KEY_TEXT, raw_wire[ref8])
+    assert rows[ref8]["email"] == lookup_hash(KEY, "email", "p8@example.com")
+
+
 def test_a_stricter_policy_leaves_what_is_hashed_already(make_writer, engine) -> None:
     writer = make_writer()
     write_under(writer, EMAIL_ONLY.plan(KEY), day1(), reconcile=HISTORY)

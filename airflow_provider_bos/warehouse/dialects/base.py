@@ -297,6 +297,12 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         columns = self._written_column_list()
         return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({columns}) VALUES ({marks})")
 
+    def update_from_file(self, target: str, schema: str | None, path: str, *, key: Mapping[str, str],
+                         columns: Mapping[str, str], longest_line: int) -> Statement:
+        """One ``UPDATE`` of ``target`` from a staged NDJSON file (dialects whose capabilities say
+        ``updates_from_file``)."""
+        raise NotImplementedError(f"{self.name} rewrites rows with bound values, not from a file")
+
     def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
         """Give target rows the observation, ``sources`` and wire hash of a staged later copy with the
         same content (a direct load's later duplicate: the merge leaves identical content alone, but

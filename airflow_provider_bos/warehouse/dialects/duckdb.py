@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -60,7 +60,7 @@ class DuckDbDialect(WarehouseDialect):
     # rows stages it into a keyless temporary table merged by one INSERT ... SELECT. The snapshot is
     # taken at the transaction's first statement: this process's lock of the table
     # (:meth:`process_lock`) is taken before it, so the counts see the previous writer's commit.
-    capabilities = DialectCapabilities(loader=FILE_LOADER, lock_before_staging=True,
+    capabilities = DialectCapabilities(loader=FILE_LOADER, lock_before_staging=True, updates_from_file=True,
                                        wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
 
     @classmethod
@@ -119,6 +119,24 @@ class DuckDbDialect(WarehouseDialect):
         object_size = max(int(longest_line) + 1, READ_JSON_OBJECT_SIZE)
         return (f"read_json({self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
                 f"maximum_object_size = {object_size})")
+
+    def update_from_file(self, target: str, schema: str | None, path: str, *, key: Mapping[str, str],
+                         columns: Mapping[str, str], longest_line: int) -> Statement:
+        """``UPDATE`` the rows of ``target`` that a line of the NDJSON file at ``path`` names by ``key``
+        (its fields ``k_<column>``), setting ``columns`` from the line's fields of the same names (both
+        map a column to its DuckDB type)."""
+        q = self.quote
+        types = {**{f"k_{name}": kind for name, kind in key.items()}, **columns}
+        spec = ", ".join(f"{q(name)}: '{kind}'" for name, kind in types.items())
+        object_size = max(int(longest_line) + 1, READ_JSON_OBJECT_SIZE)
+        sets = ", ".join(f"{q(name)} = p.{q(name)}" for name in columns)
+        match = " AND ".join(f"t.{q(name)} = p.{q(f'k_{name}')}" for name in key)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} AS t SET {sets} FROM read_json({self.placeholder}, "
+            f"format = 'newline_delimited', columns = {{{spec}}}, maximum_object_size = {object_size}) p "
+            f"WHERE {match}",
+            (path,),
+        )
 
     def load_file(self, stage: str, schema: str | None, path: str, *, longest_line: int) -> Statement:
         """``INSERT`` every row of the NDJSON file at ``path`` into ``stage``."""
