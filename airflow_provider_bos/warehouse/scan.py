@@ -31,9 +31,10 @@ def rows_in_batches(
 
 
 def _after(keys: Sequence[sa.Column[Any]], last: tuple[Any, ...]) -> sa.ColumnElement[bool]:
-    """``keys > last`` in key order, written without row values (portable)."""
+    """``keys > last`` in key order, written without row values (portable). The first key's bound
+    stands alone too: without it a planner reads the OR from the table's start on every batch."""
     first, *rest = keys
     later: sa.ColumnElement[bool] = first > last[0]
     if not rest:
         return later
-    return sa.or_(later, sa.and_(first == last[0], _after(rest, last[1:])))
+    return sa.and_(first >= last[0], sa.or_(later, sa.and_(first == last[0], _after(rest, last[1:]))))
