@@ -90,8 +90,9 @@ _BENCH_PII_KEY = "bench-only-personal-data-key-0123456789-abcdef"
 
 def _pii() -> Any:
     """``BENCH_PII_POLICY=1``: the sync runs under :data:`BENCH_PII_POLICY` (or the rules of
-    ``BENCH_PII_RULES``, a JSON object), hashed with the key in ``BENCH_PII_KEY`` (default: a fixed
-    bench-only key; none for rules that only drop, as the operator reads none); otherwise None."""
+    ``BENCH_PII_RULES``, a JSON object), hashed with the key in ``BENCH_PII_KEY`` (unset: a fixed
+    bench-only key; set empty, rules that only drop run without a key, as the operator does when
+    the key connection does not exist); otherwise None."""
     if os.environ.get("BENCH_PII_POLICY") != "1":
         return None
     import json
@@ -101,10 +102,10 @@ def _pii() -> Any:
 
     rules = os.environ.get("BENCH_PII_RULES")
     policy = PiiPolicy.parse(json.loads(rules) if rules else BENCH_PII_POLICY)
-    if not policy.needs_key:
+    text = os.environ.get("BENCH_PII_KEY", _BENCH_PII_KEY)
+    if not text and not policy.needs_key:
         return PolicyRun.of(policy, None)
-    key = PiiKey.from_text(os.environ.get("BENCH_PII_KEY") or _BENCH_PII_KEY, source="BENCH_PII_KEY")
-    return PolicyRun.of(policy, key)
+    return PolicyRun.of(policy, PiiKey.from_text(text or _BENCH_PII_KEY, source="BENCH_PII_KEY"))
 
 
 def _postgres_cpu_s() -> float | None:

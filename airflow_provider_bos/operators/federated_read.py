@@ -76,7 +76,8 @@ class BosFederatedReadOperator(BaseOperator):
         leaves the task. Checked when the DAG is parsed; not templated (the table remembers the
         policy it was written with and refuses a run under another, so it cannot vary per run).
     :param pii_key_conn_id: the Airflow Connection whose password is the hash key (default
-        ``bos_pii_key``); read, in the task, only when the policy hashes something.
+        ``bos_pii_key``); read in the task, required when the policy hashes something (a policy
+        that only drops uses it, when the connection exists, for its wire hashes alone).
     :param attribute_columns: promoted attributes: column name -> ``attributes`` path (type text), or
         ``{"path": ..., "type": ...}`` with a type of ``text``, ``integer``, ``number``, ``boolean``,
         ``timestamp`` or ``json``; e.g. ``{"department": "attributes.department", "fte": {"path":
@@ -198,14 +199,14 @@ class BosFederatedReadOperator(BaseOperator):
             engine.dispose()  # the task's connections close with it, not with a pool left behind
 
     def _policy_run(self) -> PolicyRun | None:
-        """The run's policy bound to its key (read only when the policy hashes); None: no policy."""
+        """The run's policy bound to its key (required when the policy hashes; for one that only
+        drops, used for the wire hashes if the connection exists); None: no policy."""
         if self._pii_policy.is_empty:
             return None
-        key = None
-        if self._pii_policy.needs_key:
-            from airflow_provider_bos.pii.airflow_key import key_from_connection
+        from airflow_provider_bos.pii.airflow_key import key_from_connection
 
-            key = key_from_connection(self.pii_key_conn_id)  # registered with the secrets masker
+        # Registered with the secrets masker when read.
+        key = key_from_connection(self.pii_key_conn_id, required=self._pii_policy.needs_key)
         return PolicyRun.of(self._pii_policy, key)
 
     def _sync(self, context: Context, engine: Any, pii: PolicyRun | None) -> dict[str, Any]:

@@ -10,6 +10,8 @@ The value is registered with Airflow's secrets masker as it is read.
 
 from __future__ import annotations
 
+from typing import overload
+
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii.keyed_hash import PiiKey
 from airflow_provider_bos.redaction import add_secret_sink
@@ -28,8 +30,17 @@ def _install_airflow_masker() -> None:
     add_secret_sink(mask_secret)
 
 
-def key_from_connection(conn_id: str) -> PiiKey:
-    """The key in the password of Airflow Connection ``conn_id``."""
+@overload
+def key_from_connection(conn_id: str) -> PiiKey: ...
+
+
+@overload
+def key_from_connection(conn_id: str, *, required: bool) -> PiiKey | None: ...
+
+
+def key_from_connection(conn_id: str, *, required: bool = True) -> PiiKey | None:
+    """The key in the password of Airflow Connection ``conn_id`` (``required=False``: None when there
+    is no such connection)."""
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
@@ -37,6 +48,8 @@ def key_from_connection(conn_id: str) -> PiiKey:
     try:
         conn = BaseHook.get_connection(conn_id)
     except AirflowNotFoundException:
+        if not required:
+            return None
         raise BosConfigurationError(
             f"The Airflow connection {conn_id!r} holding the personal-data hash key does not exist; create "
             f"it (Admin -> Connections, AIRFLOW_CONN_{conn_id.upper()} or the secrets backend) with the "

@@ -13,9 +13,11 @@ and the writer, so nothing raw reaches staging files, tables, audit notes or rej
   (:class:`KeyedWireHashes`), so an unchanged record of a re-run is still not decoded, and its
   :class:`~airflow_provider_bos.wire.KnownRecord` claim carries the keyed hash and the writer's
   own stored set, as the writer verifies it.
-* a policy without a key (one that only drops: nothing is hashed, so no key is configured) stores
-  no wire hash at all: a keyless digest of the raw record would confirm guesses of what was
-  dropped. Such a table's re-run decodes every record (and still rewrites none that did not change).
+* a policy that only drops needs no key. Given one (the key connection is configured), its wire
+  hashes are keyed as above, and the key stays out of the table's policy: a key only ever makes
+  unchanged records skippable. Without one it stores no wire hash at all (a keyless digest of the
+  raw record would confirm guesses of what was dropped), and its re-runs decode every record (and
+  still rewrite none that did not change).
 
 A run without a policy (``None``, or a policy that keeps everything) never gets here: its records
 and hashes are the read's own, untouched.
@@ -99,15 +101,16 @@ class PolicyRun:
     """One run's personal-data policy, bound to its key: the fingerprint the table must hold, the
     matcher the read gets, and the records as they are stored.
 
-    ``key`` is ``None`` only for a policy that hashes nothing (:attr:`PiiPolicy.needs_key`).
+    ``key`` may be ``None`` only for a policy that hashes nothing (:attr:`PiiPolicy.needs_key`);
+    such a policy given a key uses it for the wire hashes alone.
     """
 
     def __init__(self, policy: PiiPolicy, key: PiiKey | None) -> None:
         self.policy = policy
         self.plan = policy.plan(key)
-        #: What the table remembers (recipe, rules, key id); never the key.
+        #: What the table remembers (recipe, rules, and the key's id when a field is hashed); never the key.
         self.fingerprint: PolicyFingerprint = self.plan.fingerprint
-        self._key = key if policy.needs_key else None
+        self._key = key
 
     @classmethod
     def of(cls, policy: PiiPolicy, key: PiiKey | None) -> PolicyRun | None:

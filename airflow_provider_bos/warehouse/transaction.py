@@ -124,6 +124,7 @@ class RunTransaction:
         self.run_keys: RunKeys | None = None
         #: Rows re-hashed at the start of this run (a table whose hashes covered observation stamps).
         self.rehashed = 0
+        self.wire_hashes_to_store = 0  # set by classify()
         #: The promoted attribute columns new history versions carry (see :mod:`.attribute_columns`).
         self.carried_columns: tuple[str, ...] = ()
         #: Work tables of the lifecycle steps (see :meth:`work_table`), dropped with the staging tables.
@@ -232,9 +233,10 @@ class RunTransaction:
     def classify(self, source: str) -> tuple[int, int, int, int]:
         """inserted, updated, unchanged, skipped_stale of ``source`` against the target (under the lock)."""
         statement = self.dialect.classify(source, self.table, self.schema, index=self.guard_index)
-        inserted, updated, unchanged, stale, unverified = (int(v) for v in self.exec(statement).one())
+        inserted, updated, unchanged, stale, unverified, wire_hashes = (int(v) for v in self.exec(statement).one())
         if unverified:
             raise self.unverified(unverified)
+        self.wire_hashes_to_store = wire_hashes
         return inserted, updated, unchanged, stale
 
     def merge(self, source: str, *, synced_at: datetime, new_only: bool, inserted: int, updated: int) -> None:
@@ -282,6 +284,10 @@ class RunTransaction:
             # The rows just re-hashed take this read's copy of their content (its wire hash above
             # all): the same one-time rewrite, so the next re-run skips them undecoded.
             self.exec(self.dialect.adopt_later_copies(source, self.table, self.schema))
+        elif self.wire_hashes_to_store:
+            # Unchanged rows stored without a wire hash (written without a key, or cleared by
+            # pii-apply) take this read's, so the next re-run skips them undecoded.
+            self.exec(self.dialect.store_wire_hashes(source, self.table, self.schema))
         return counts
 
     def withhold(self, source: str) -> tuple[int, int]:

@@ -313,6 +313,26 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
             f"WHERE t.{self.quote('record_ref')} = s.{self.quote('record_ref')} AND {later}"
         )
 
+    def store_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        """Give each stored row without a wire hash (written without one, or cleared) the wire hash of
+        its unchanged staged copy: the next re-run skips it undecoded. Only that empty column is
+        written: the content, its observation and sync time stay. A stored hash that differs (a
+        dropped field changed) is left as it is: a change of what is not stored rewrites nothing."""
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} AS t SET {w} = s.{w} FROM {self.stage_ref(source, schema)} s "
+            f"WHERE t.{ref} = s.{ref} AND {self._wire_hash_to_store('t', 's')}"
+        )
+
+    def _wire_hash_to_store(self, t: str, s: str) -> str:
+        """Staged row ``s`` is an unchanged, current, not older copy of ``t``, which has no wire hash."""
+        q = self.quote
+        h, w = q("_bos_record_hash"), q(WIRE_HASH_COLUMN)
+        if not self.wire_hash_column:
+            return "1 = 0"
+        return (f"{t}.{w} IS NULL AND {s}.{w} IS NOT NULL AND {t}.{h} = {s}.{h} "
+                f"AND {t}.{q(DELETED_AT_COLUMN)} IS NULL AND {self._write_allowed(t, s)}")
+
     def _later_copy_sets(self, t: str = "", s: str = "s") -> str:
         q, prefix = self.quote, f"{t}." if t else ""
         return (f"{prefix}{q(WIRE_HASH_COLUMN)} = {s}.{q(WIRE_HASH_COLUMN)}, "
@@ -427,11 +447,14 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         return ""
 
     def classify(self, stage: str, target: str, schema: str | None, *, index: str | None = None) -> Statement:
-        """One row: inserted, updated, unchanged, skipped_stale (over a duplicate-free stage), unverified.
+        """One row: inserted, updated, unchanged, skipped_stale (over a duplicate-free stage), unverified,
+        wire hashes to store.
 
         A known row counts as unchanged; ``unverified`` counts the known rows whose stored row is
         gone or has another wire hash (the writer refuses to commit those: their content is not
-        staged). ``index``: a covering index of the target for the join (see :meth:`_index_hint`).
+        staged); the last value counts the unchanged decoded rows stored without a wire hash
+        (:meth:`store_wire_hashes`). ``index``: a covering index of the target for the join (see
+        :meth:`_index_hint`).
         """
         ref = self.quote("record_ref")
         known = f"NOT ({self._decoded('s')})"
@@ -451,7 +474,9 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
             f"COALESCE(SUM(CASE WHEN {known} THEN 1 WHEN {new} THEN 0 WHEN {stale} THEN 0 WHEN {changed} THEN 0 "
             "ELSE 1 END), 0), "
             f"COALESCE(SUM(CASE WHEN {known} THEN 0 WHEN {new} THEN 0 WHEN {stale} THEN 1 ELSE 0 END), 0), "
-            f"COALESCE(SUM(CASE WHEN {unverified} THEN 1 ELSE 0 END), 0) "
+            f"COALESCE(SUM(CASE WHEN {unverified} THEN 1 ELSE 0 END), 0), "
+            f"COALESCE(SUM(CASE WHEN {known} THEN 0 WHEN {new} THEN 0 WHEN {self._wire_hash_to_store('t', 's')} THEN 1 "
+            "ELSE 0 END), 0) "
             f"FROM {self.stage_ref(stage, schema)} s "
             f"LEFT JOIN {self.table_ref(target, schema)} t{self._index_hint(index)} ON t.{ref} = s.{ref}"
         )

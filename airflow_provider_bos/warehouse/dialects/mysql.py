@@ -11,7 +11,7 @@ from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, ex
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
-from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN
+from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
 
 __all__ = ["MySqlDialect"]
 
@@ -69,6 +69,13 @@ class MySqlDialect(WarehouseDialect):
 
     def unlock(self, target: str) -> Statement | None:
         return Statement(f"SELECT RELEASE_LOCK({self.placeholder})", (self._lock_name(target),))
+
+    def store_wire_hashes(self, source: str, target: str, schema: str | None) -> Statement:
+        ref, w = self.quote("record_ref"), self.quote(WIRE_HASH_COLUMN)
+        return Statement(
+            f"UPDATE {self.table_ref(target, schema)} t JOIN {self.stage_ref(source, schema)} s "
+            f"ON t.{ref} = s.{ref} SET t.{w} = s.{w} WHERE {self._wire_hash_to_store('t', 's')}"
+        )
 
     def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:
         # MySQL cannot read the table an UPDATE writes in a subquery: a multi-table UPDATE instead.
