@@ -293,12 +293,9 @@ class _FileUpdates:
 
     def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
                  key: tuple[str, ...], wire: bool, directory: Path) -> None:
-        self.conn, self.table, self.dialect = conn, table, dialect
-        self.key = {name: ("TIMESTAMPTZ" if name == "_bos_valid_from" else "VARCHAR") for name in key}
-        content = {"display_name": "VARCHAR", "email": "VARCHAR", "phone": "VARCHAR", "attributes": "JSON",
-                   "sources": "JSON", "_bos_record_hash": "VARCHAR"}
-        self.columns = {"content": {**content, **({WIRE_HASH_COLUMN: "VARCHAR"} if wire else {})},
-                        "wire": {WIRE_HASH_COLUMN: "VARCHAR"}}
+        self.conn, self.table, self.dialect, self.key = conn, table, dialect, key
+        content = (*_POLICY_COLUMNS, "_bos_record_hash")
+        self.columns = {"content": (*content, *((WIRE_HASH_COLUMN,) if wire else ())), "wire": (WIRE_HASH_COLUMN,)}
         self.paths = {kind: directory / f"bos-pii-{table.name}-{kind}.ndjson" for kind in self.columns}
         self.files = {kind: os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
                       for kind, path in self.paths.items()}

@@ -297,8 +297,8 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         columns = self._written_column_list()
         return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({columns}) VALUES ({marks})")
 
-    def update_from_file(self, target: str, schema: str | None, path: str, *, key: Mapping[str, str],
-                         columns: Mapping[str, str], longest_line: int) -> Statement:
+    def update_from_file(self, target: str, schema: str | None, path: str, *, key: Sequence[str],
+                         columns: Sequence[str], longest_line: int) -> Statement:
         """One ``UPDATE`` of ``target`` from a staged NDJSON file (dialects whose capabilities say
         ``updates_from_file``)."""
         raise NotImplementedError(f"{self.name} rewrites rows with bound values, not from a file")
@@ -537,11 +537,11 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         for name, text in columns.items():
             counted.append(f"COUNT(CASE WHEN {self._has_value(f't.{self.quote(name)}', text=text)} THEN 1 END)")
         where = self._current("t") + ("" if keys is None else f" AND {self._returned(keys, schema)}")
+        params: tuple[str, ...] = ()
         if written_by is not None:
             where += f" AND t.{self.quote('_bos_run_id')} = {self.placeholder}"
-            return Statement(f"SELECT {', '.join(counted)} FROM {self.table_ref(target, schema)} t WHERE {where}",
-                             (written_by,))
-        return Statement(f"SELECT {', '.join(counted)} FROM {self.table_ref(target, schema)} t WHERE {where}")
+            params = (written_by,)
+        return Statement(f"SELECT {', '.join(counted)} FROM {self.table_ref(target, schema)} t WHERE {where}", params)
 
     def _has_value(self, column: str, *, text: bool) -> str:
         """True where ``column`` has a value: not NULL, nor the empty string (a column of another type

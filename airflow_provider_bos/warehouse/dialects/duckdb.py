@@ -49,6 +49,8 @@ _STAGE_ROLES = {
     **dict.fromkeys(RECORD_JSON_COLUMNS, "json"),
     "_bos_observed_at": "ts", "_bos_record_hash": "hash", WIRE_HASH_COLUMN: "hash",
 }
+# ... and of a file of rewritten rows (update_from_file): the staged columns and the history's key.
+_UPDATE_ROLES = {**_STAGE_ROLES, "_bos_valid_from": "ts"}
 
 
 class DuckDbDialect(WarehouseDialect):
@@ -113,28 +115,30 @@ class DuckDbDialect(WarehouseDialect):
         """``read_json`` of the NDJSON file bound as the next parameter (keys = :data:`STAGE_COLUMNS`),
         whose longest line is ``longest_line`` bytes."""
         types = {**{c: _FILE_TYPES[r] for c, r in _STAGE_ROLES.items()}, "_bos_seq": "BIGINT"}
-        spec = ", ".join(f"{self.quote(c)}: '{types[c]}'" for c in STAGE_COLUMNS)
+        return self._read_json({c: types[c] for c in STAGE_COLUMNS}, longest_line)
+
+    def _read_json(self, types: Mapping[str, str], longest_line: int) -> str:
+        """``read_json`` of the NDJSON file bound as the next parameter, its keys typed by ``types``."""
+        spec = ", ".join(f"{self.quote(c)}: '{kind}'" for c, kind in types.items())
         # One line is one record. read_json holds a buffer of twice this size per thread, inside the
         # database's memory_limit: ask for more than DuckDB's default only when a line needs it.
         object_size = max(int(longest_line) + 1, READ_JSON_OBJECT_SIZE)
         return (f"read_json({self.placeholder}, format = 'newline_delimited', columns = {{{spec}}}, "
                 f"maximum_object_size = {object_size})")
 
-    def update_from_file(self, target: str, schema: str | None, path: str, *, key: Mapping[str, str],
-                         columns: Mapping[str, str], longest_line: int) -> Statement:
-        """``UPDATE`` the rows of ``target`` that a line of the NDJSON file at ``path`` names by ``key``
-        (its fields ``k_<column>``), setting ``columns`` from the line's fields of the same names (both
-        map a column to its DuckDB type)."""
+    def update_from_file(self, target: str, schema: str | None, path: str, *, key: Sequence[str],
+                         columns: Sequence[str], longest_line: int) -> Statement:
+        """``UPDATE`` the rows of ``target`` that a line of the NDJSON file at ``path`` names by its
+        ``key`` columns (the line's fields ``k_<column>``), setting ``columns`` from the line's fields
+        of the same names."""
         q = self.quote
-        types = {**{f"k_{name}": kind for name, kind in key.items()}, **columns}
-        spec = ", ".join(f"{q(name)}: '{kind}'" for name, kind in types.items())
-        object_size = max(int(longest_line) + 1, READ_JSON_OBJECT_SIZE)
+        types = {**{f"k_{name}": _FILE_TYPES[_UPDATE_ROLES[name]] for name in key},
+                 **{name: _FILE_TYPES[_UPDATE_ROLES[name]] for name in columns}}
         sets = ", ".join(f"{q(name)} = p.{q(name)}" for name in columns)
         match = " AND ".join(f"t.{q(name)} = p.{q(f'k_{name}')}" for name in key)
         return Statement(
-            f"UPDATE {self.table_ref(target, schema)} AS t SET {sets} FROM read_json({self.placeholder}, "
-            f"format = 'newline_delimited', columns = {{{spec}}}, maximum_object_size = {object_size}) p "
-            f"WHERE {match}",
+            f"UPDATE {self.table_ref(target, schema)} AS t SET {sets} "
+            f"FROM {self._read_json(types, longest_line)} p WHERE {match}",
             (path,),
         )
 
