@@ -90,7 +90,11 @@ def _owner_alive(run_dir: Path, now: float) -> bool:
     pid = run_dir.name.partition("-")[0]
     if not pid.isdigit() or not _pid_alive(int(pid)):
         return False
-    return now - run_dir.lstat().st_mtime < UNLOCKED_GRACE_S
+    try:
+        made = run_dir.lstat().st_mtime
+    except FileNotFoundError:  # its run ended meanwhile and removed it: nothing left to remove
+        return True
+    return now - made < UNLOCKED_GRACE_S
 
 
 def remove_dead_runs(root: Path) -> list[Path]:

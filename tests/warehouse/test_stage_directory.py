@@ -127,3 +127,19 @@ def test_a_stage_root_open_to_others_is_refused(stage_base: Path, tmp_path: Path
         write(WarehouseWriter(engine, table="people", audit_table="people_runs"), [make_record(1)])
     engine.dispose()
     assert list(root.iterdir()) == []
+
+
+def test_a_directory_its_run_removes_while_another_load_looks_at_it_is_left_alone(tmp_path, monkeypatch) -> None:
+    """Two loads on one machine: the one cleaning up lists a live run's directory, and that run ends
+    (removing it and its lock) before the look at it. Nothing to remove, and no error."""
+    from airflow_provider_bos.warehouse import stage_dir
+
+    run_dir = tmp_path / f"{os.getpid()}-finishing"  # a live process's id, no lock held
+    run_dir.mkdir()
+
+    def its_run_ends(lock: Path) -> bool:
+        run_dir.rmdir()
+        return False
+
+    monkeypatch.setattr(stage_dir, "_lock_held", its_run_ends)
+    assert stage_dir.remove_dead_runs(tmp_path) == []
