@@ -182,7 +182,7 @@ def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, st
     tables = [records_table(metadata, name, writer.table, writer.schema)]
     if "history" in companions:
         tables.append(history_table(metadata, name, companions["history"], writer.schema))
-    return find_refs(conn, tables, finders, stored, key)
+    return find_refs(conn, tables, finders, stored, key, writer.dialect)
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

@@ -12,8 +12,9 @@ stores it under its personal-data policy (``<table>_policy``):
 * a field it **drops**: nothing is stored to find it by, so the request is refused.
 
 An external id ``SOURCE:ID`` matches a provenance entry whose ``source_identity`` or ``source_type`` is
-SOURCE and whose ``external_id`` is ID. Runs on request, under the erasure's lock: every row is read
-once, in batches.
+SOURCE and whose ``external_id`` is ID. Runs on request, under the erasure's lock. A hashed value is
+found by equality in SQL (the entries of ``sources`` expanded by the database, as for the provenance
+table); only a request naming a kept field reads every row once, in batches.
 """
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiKey, PolicyFingerprint, lookup_hash, normalise
 from airflow_provider_bos.pii.fields import EXTERNAL_ID
+from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 from airflow_provider_bos.warehouse.policy_store import effective_action
 from airflow_provider_bos.warehouse.scan import rows_in_batches
+from airflow_provider_bos.warehouse.transaction import execute
 
 __all__ = ["Finders", "KeySource", "find_refs"]
 
 #: The key, or how to get it (read only when the table's policy hashes a field a finder names).
 KeySource = PiiKey | Callable[[], PiiKey] | None
+# Bound values per look-up of hashed values (SQLite before 3.32 allows 999).
+_VALUES_PER_QUERY = 500
 
 
 @dataclass(frozen=True)
@@ -47,11 +52,16 @@ class Finders:
 
     @classmethod
     def parse(cls, emails: Iterable[str], phones: Iterable[str], external_ids: Iterable[str]) -> Finders:
-        """:raises BosConfigurationError: an empty value, or an external id not of the form SOURCE:ID."""
+        """:raises BosConfigurationError: an empty value, a phone number without a digit, or an external
+        id not of the form SOURCE:ID."""
         emails, phones = tuple(emails), tuple(phones)
         for kind, values in (("email", emails), ("phone", phones)):
             if any(not isinstance(v, str) or not v.strip() for v in values):
                 raise BosConfigurationError(f"Each {kind} to erase by must be a non-empty text.")
+        if any(not normalise("phone", v).lstrip("+") for v in phones):
+            # Its normal form would be empty, as is that of every stored phone without a digit: it
+            # would find all of them.
+            raise BosConfigurationError("Each phone number to erase by must hold a digit; one given holds none.")
         pairs = []
         for given in external_ids:
             source, colon, ident = given.partition(":") if isinstance(given, str) else ("", "", "")
@@ -112,7 +122,7 @@ def _key_reader(key: KeySource, stored: PolicyFingerprint | None) -> Callable[[]
 
 
 def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders, stored: PolicyFingerprint | None,
-              key: KeySource) -> set[str]:
+              key: KeySource, dialect: WarehouseDialect) -> set[str]:
     """The record_refs of every row of ``tables`` (the records table, its history) a finder matches."""
     read_key = _key_reader(key, stored)
     top = [_Wanted(field, values, _action(stored, field, f"--{field}"), read_key)
@@ -124,6 +134,45 @@ def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders,
         for source, ident in finders.external_ids:
             by_source.setdefault(source, []).append(ident)
         external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in by_source.items()}
+    tables = list(tables)
+    found: set[str] = set()
+    hashed_external = {source: w for source, w in external.items() if w.hashed}
+    for table in tables:
+        for wanted in top:
+            if wanted.hashed:
+                found.update(_hashed_refs(conn, table, wanted))
+        for source, wanted in hashed_external.items():
+            found.update(_hashed_external_refs(conn, dialect, table, source, wanted))
+    kept = [w for w in top if not w.hashed]
+    kept_external = {source: w for source, w in external.items() if not w.hashed}
+    if kept or kept_external:
+        found.update(_scanned_refs(conn, tables, kept, kept_external))
+    return found
+
+
+def _chunks(values: set[str]) -> list[list[str]]:
+    ordered = sorted(values)
+    return [ordered[i : i + _VALUES_PER_QUERY] for i in range(0, len(ordered), _VALUES_PER_QUERY)]
+
+
+def _hashed_refs(conn: sa.Connection, table: sa.Table, wanted: _Wanted) -> set[str]:
+    """The refs of the rows of ``table`` whose (hashed) ``wanted.field`` is one of its forms."""
+    column = table.c[wanted.field]
+    return {ref for chunk in _chunks(wanted.forms)
+            for ref in conn.execute(sa.select(table.c.record_ref).where(column.in_(chunk)).distinct()).scalars()}
+
+
+def _hashed_external_refs(conn: sa.Connection, d: WarehouseDialect, table: sa.Table, source: str,
+                          wanted: _Wanted) -> set[str]:
+    """The refs of the rows of ``table`` holding an entry of ``source`` (its source_identity or
+    source_type) whose (hashed) external_id is one of ``wanted``'s forms."""
+    return {row[0] for chunk in _chunks(wanted.forms)
+            for row in execute(conn, d.refs_with_external_id(table.name, table.schema, source, chunk))}
+
+
+def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted],
+                  external: dict[str, _Wanted]) -> set[str]:
+    """The refs of the rows a kept value matches: every row read once, in batches, and compared in Python."""
     columns = [w.field for w in top] + (["sources"] if external else [])
     found: set[str] = set()
     for table in tables:

@@ -87,3 +87,33 @@ def test_a_hashed_field_needs_the_key_and_a_bad_external_id_is_refused(make_writ
     with pytest.raises(BosConfigurationError, match="SOURCE:ID"):
         erase(engine, writer, external_ids=["no-colon"])
     assert len(rows_by_ref(engine, writer.table)) == 4
+
+
+def test_hashed_values_are_found_in_sql_without_reading_every_row(make_writer, engine, monkeypatch) -> None:
+    """Under a policy that hashes what a request names, the stored form is known: the refs are found by
+    equality in the database (old values in history too), and no row is read into the process."""
+    from airflow_provider_bos.warehouse import erase_finders
+
+    writer = make_writer()
+    people_with_an_old_email(writer, HASHED)
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("every row was read to find hashed values")
+
+    monkeypatch.setattr(erase_finders, "rows_in_batches", no_scan)
+    erased = erase(engine, writer, emails=["  P2@Example.COM "], phones=["+49-30-12341"],
+                   external_ids=["crm-eu:ext-3", "crm:ext-4", "other:ext-1"])
+    assert erased.found == 4 and erased.history == 2 + 1 + 1 + 1
+    assert rows_by_ref(engine, writer.table) == {}
+
+
+@pytest.mark.parametrize("policy", [None, HASHED], ids=["kept", "hashed"])
+def test_a_phone_number_without_a_digit_is_refused_not_matched_to_every_empty_phone(make_writer, engine,
+                                                                                    policy) -> None:
+    """Its normal form is empty, as is that of every stored phone without a digit ("n/a", "-")."""
+    writer = make_writer()
+    plan = policy.plan(KEY) if policy is not None else None
+    write_under(writer, plan, [person(1, phone="n/a"), person(2, phone="-"), person(3)])
+    with pytest.raises(BosConfigurationError, match="must hold a digit"):
+        erase(engine, writer, phones=["unknown"])
+    assert len(rows_by_ref(engine, writer.table)) == 3

@@ -219,6 +219,20 @@ class LifecycleSql:
             params,
         )
 
+    def refs_with_external_id(self, table: str, schema: str | None, source: str, ids: list[str]) -> Statement:
+        """The record_refs of the rows of ``table`` (the records table or its history) holding a
+        provenance entry of ``source`` (its source_identity or source_type) whose external_id is one
+        of ``ids``, the entries expanded from the stored ``sources`` (an erasure's finder)."""
+        q, ph = self.quote, self.placeholder
+        ref = q("record_ref")
+        join, entry = self.provenance_entries("c")
+        return Statement(
+            f"SELECT DISTINCT c.{ref} FROM (SELECT t.{ref}, t.{q('sources')} FROM {self.table_ref(table, schema)} t) c"
+            f"{join} WHERE ({entry['source_identity']} = {ph} OR {entry['source_type']} = {ph}) "
+            f"AND {entry['external_id']} IN ({', '.join(ph for _ in ids)})",
+            (source, source, *ids),
+        )
+
     def clear_provenance(self, sources: str, target: str, schema: str | None, *, run_id: str) -> Statement:
         """Delete the entries of the rows ``run_id`` wrote (:meth:`write_provenance` writes them anew)."""
         ref = self.quote("record_ref")
