@@ -214,8 +214,11 @@ def apply_stricter_policy(
 
 def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.ColumnElement[Any]:
     """A bound JSON text for ``column``: cast where the column's type is not text (PostgreSQL JSONB,
-    DuckDB JSON); MariaDB's JSON and SQLite's columns take the text as it is."""
+    DuckDB JSON), parsed on Snowflake (a text bound to a VARIANT would be stored as a string, not the
+    object); MariaDB's JSON and SQLite's columns take the text as it is."""
     value = sa.bindparam(name, type_=sa.Text())
+    if dialect_name == "snowflake":
+        return sa.func.parse_json(value)
     return sa.cast(value, column.type) if dialect_name in ("postgresql", "duckdb") else value
 
 

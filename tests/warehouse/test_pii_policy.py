@@ -22,6 +22,8 @@ from tests.warehouse.pii_helpers import (
 from tests.warehouse.test_content_changes import history_count
 from tests.warehouse.whhelpers import reflect, rows_by_ref
 
+TIMEOUT_S = 60.0  # bound on every wait of the concurrent pii-apply (never a sleep standing in for sync)
+
 
 def stored_policy(engine: sa.Engine, table: str) -> list[tuple[str, str]]:
     t = reflect(engine, companion_table_name(table, "policy"))
@@ -209,3 +211,50 @@ def test_a_change_of_a_dropped_field_rewrites_nothing_and_a_hashed_one_does(writ
         for value in raw_values([person(1), person(2), *dropped_changed, *hashed_changed],
                                 "email", "phone", "display_name", "external_id", "home"):
             assert value not in text, (table, value)
+
+
+def test_a_run_without_a_policy_refuses_a_table_put_under_one_during_its_read(make_writer, engine, monkeypatch) -> None:
+    """pii-apply may bring a table under a policy while a run without one is reading (an old DAG version
+    still scheduled): that run looked before its read and found no policy, so it must look again under
+    the writers' lock before it writes, and refuse, or it would store raw values in a hashed table."""
+    writer = make_writer()
+    if engine.dialect.name == "sqlite" or writer.dialect.capabilities.lock_before_staging:
+        pytest.skip("the run holds the writers' lock (SQLite: the database's) from its start: pii-apply waits for it")
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from airflow_provider_bos.warehouse import pii_apply
+
+    write_under(writer, None, [person(1), person(2)])
+    writer.require_pii_policy(None)  # the run's look before its read: no policy yet
+
+    # pii-apply as another process runs it: its own connection, on a thread. The read goes on once it
+    # has committed; its reclaim (VACUUM, OPTIMIZE, a checkpoint) may wait for the run to end.
+    admin = sa.create_engine(engine.url, poolclass=sa.pool.NullPool)
+    committed = threading.Event()
+    reclaim = pii_apply.reclaim_space
+
+    def reclaim_after_commit(*args, **kwargs):
+        committed.set()
+        return reclaim(*args, **kwargs)
+
+    monkeypatch.setattr(pii_apply, "reclaim_space", reclaim_after_commit)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        applying = []
+
+        def read_during_which_pii_apply_commits():
+            yield person(1, email="new1@example.com")
+            applying.append(pool.submit(pii_apply.apply_stricter_policy, admin, table=writer.table,
+                                        audit_table=writer.audit_table, policy=STRICT, key=KEY))
+            if not committed.wait(TIMEOUT_S):
+                applying[0].result(timeout=0)  # pii-apply's own error, if it failed
+                raise AssertionError("pii-apply did not commit")
+            yield person(2, email="new2@example.com")
+
+        with pytest.raises(PiiPolicyMismatch, match="for email the table hashes it, this run keeps it"):
+            write_under(writer, None, read_during_which_pii_apply_commits())
+        assert applying[0].result(timeout=TIMEOUT_S).records == 2
+    text = every_text(engine, writer.table)
+    raw = raw_values([person(1), person(2), person(1, email="new1@example.com")], "email", "phone")
+    assert raw and not any(value in text for value in raw)
+    assert stored_policy(engine, writer.table)[0][0] == STRICT.fingerprint(KEY).text
