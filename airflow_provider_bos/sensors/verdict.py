@@ -143,7 +143,8 @@ def _coverage_verdict(run: dict[str, Any], ref: str, min_coverage: Mapping[str, 
         counted = ", ".join(printable(str(c), limit=64) for c in columns)
         return Verdict(NO_COVERAGE, (
             f"{ref} counted no coverage of {', '.join(absent)} (it counts {counted or 'no column'}), so "
-            "min_coverage cannot be checked: name the column in the sync's coverage_columns, or remove it "
+            "min_coverage cannot be checked: promote the attribute with the operator's attribute_columns "
+            "(promoted columns are counted; with run_sync, name any column in coverage_columns), or remove it "
             "from min_coverage (a field the personal-data policy drops is never counted)."
         ), run)
     if records <= 0:

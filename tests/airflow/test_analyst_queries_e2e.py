@@ -76,7 +76,7 @@ def test_the_documented_queries_answer_on_every_database(days, run_dag) -> None:
                        if any(e["source_type"] == "hr" for e in p["sources"]))
     hr = next(e for e in person["sources"] if e["source_type"] == "hr")
     answer = ask(days, queries["holder"], **{"'hr-main'": f"'{hr['source_identity']}'",
-                                             "'hr-00042'": f"'{hr['external_id']}'"})
+                                             "'hr-1000042'": f"'{hr['external_id']}'"})
     assert answer == [(ref, person["name"])]
 
     departments = Counter(p["attributes"].get("department") for p in current.values())
