@@ -136,7 +136,8 @@ def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders,
         external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in by_source.items()}
     tables = list(tables)
     found: set[str] = set()
-    hashed_external = {source: w for source, w in external.items() if w.hashed}
+    # One policy action per field: the external ids are all hashed or all kept.
+    hashed_external, kept_external = (external, {}) if any(w.hashed for w in external.values()) else ({}, external)
     for table in tables:
         for wanted in top:
             if wanted.hashed:
@@ -144,7 +145,6 @@ def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders,
         for source, wanted in hashed_external.items():
             found.update(_hashed_external_refs(conn, dialect, table, source, wanted))
     kept = [w for w in top if not w.hashed]
-    kept_external = {source: w for source, w in external.items() if not w.hashed}
     if kept or kept_external:
         found.update(_scanned_refs(conn, tables, kept, kept_external))
     return found

@@ -386,6 +386,11 @@ class WarehouseWriter:
         """A run that found no policy table before its read looks again under the writers' lock, which
         ``pii-apply`` takes too: one committed during the read has put the table under a policy, and
         this run's records, stored as read, are refused (nothing raw lands in a hashed table)."""
+        capabilities = self.dialect.capabilities
+        # Where the run holds the writers' lock from its start (MySQL, DuckDB, SQLite's database lock),
+        # no pii-apply commits during its read; Snowflake has no writers' lock to look under.
+        if capabilities.lock_before_staging or capabilities.ddl_commits:
+            return
         tx.lock()
         table = self._policy_table()
         if sa.inspect(tx.conn).has_table(table.name, schema=self.schema):
@@ -567,10 +572,7 @@ class WarehouseWriter:
                 direct, parse_json = self._prepare_staging(tx, options)
                 rejects, loaded, wrong = self._load_records(tx, records, default_obs, options, quarantine is not None,
                                                             direct=direct, parse_json=parse_json)
-                capabilities = self.dialect.capabilities
-                # Where the run holds the writers' lock from its start (MySQL, DuckDB), no pii-apply
-                # commits during its read; Snowflake has no writers' lock to look under.
-                if policy is None and not capabilities.lock_before_staging and not capabilities.ddl_commits:
+                if policy is None:
                     self._refuse_late_policy(tx, run.run_id)
                 # Known only now that every record was consumed; raising here rolls back.
                 audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
