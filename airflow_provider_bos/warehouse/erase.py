@@ -11,7 +11,9 @@ A later sync brings a person back only if BOS still returns them.
 
 A request may name a person by an email, a phone number or an external id instead of a ref: the
 refs of every row of the records table or its history that holds it are found first, in the same
-transaction (:mod:`.erase_finders`, under the table's personal-data policy), and erased alike.
+transaction (:mod:`.erase_finders`, under the table's personal-data policy), and erased alike; so are
+those of the records quarantined whole in the rejects table (a quarantined record without a ref is
+deleted by its run and bytes).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
-from airflow_provider_bos.warehouse.erase_finders import Finders, KeySource, find_refs
+from airflow_provider_bos.warehouse.erase_finders import Finders, KeySource, find_quarantined, find_refs
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
@@ -36,6 +38,7 @@ from airflow_provider_bos.warehouse.schema import (
     history_table,
     policy_table,
     records_table,
+    rejects_table,
 )
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
@@ -123,9 +126,14 @@ def erase_records(
         try:
             tx.begin()
             tx.lock()
+            unnamed: list[tuple[str, bytes]] = []
             if finders:
                 found = _find(tx.conn, writer, companions, finders, key)
-                erased.found = len(found)
+                if "rejects" in companions:
+                    quarantined = find_quarantined(tx.conn, _rejects(writer, companions), finders)
+                    found |= quarantined.refs
+                    unnamed = quarantined.unnamed
+                erased.found = len(found) + len(unnamed)
                 refs = sorted(set(refs) | found)
             for i in range(0, len(refs), _REFS_PER_STATEMENT):
                 chunk = refs[i : i + _REFS_PER_STATEMENT]
@@ -147,6 +155,8 @@ def erase_records(
                 if "rejects" in companions:
                     erased.rejects += tx.exec(d.delete_refs(companions["rejects"], writer.schema, "record_ref",
                                                             chunk)).rowcount
+            if unnamed:
+                erased.rejects += _delete_unnamed(tx.conn, _rejects(writer, companions), unnamed)
             erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
             note = (f"Erasure of {len(refs)} record_ref(s) on request: deleted {erased.records} row(s) from "
                     f"{writer.destination_table}, {erased.history} history version(s), {erased.sources} provenance "
@@ -183,6 +193,18 @@ def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, st
     if "history" in companions:
         tables.append(history_table(metadata, name, companions["history"], writer.schema))
     return find_refs(conn, tables, finders, stored, key, writer.dialect)
+
+
+def _rejects(writer: WarehouseWriter, companions: dict[str, str]) -> sa.Table:
+    return rejects_table(sa.MetaData(), writer.dialect.name, companions["rejects"], writer.schema)
+
+
+def _delete_unnamed(conn: sa.Connection, rejects: sa.Table, rows: list[tuple[str, bytes]]) -> int:
+    """Delete quarantined records that had no ref, each by its run and its bytes."""
+    record = sa.bindparam("record", type_=rejects.c.record.type)
+    statement = sa.delete(rejects).where(rejects.c.run_id == sa.bindparam("run"), rejects.c.record_ref.is_(None),
+                                         rejects.c.record == record)
+    return sum(conn.execute(statement, {"run": run_id, "record": data}).rowcount for run_id, data in rows)
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

@@ -15,11 +15,17 @@ An external id ``SOURCE:ID`` matches a provenance entry whose ``source_identity`
 SOURCE and whose ``external_id`` is ID. Runs on request, under the erasure's lock. A hashed value is
 found by equality in SQL (the entries of ``sources`` expanded by the database, as for the provenance
 table); only a request naming a kept field reads every row once, in batches.
+
+:func:`find_quarantined` looks through ``<table>_rejects`` too: a run without a policy keeps each
+quarantined record whole (raw, whatever the table's policy became), so a person BOS only ever sent in a
+shape the table refused is found there by their raw values. A record cut at the size limit is no longer
+JSON: its ``"email"``, ``"phone"`` and provenance texts are matched where they appear in it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -34,12 +40,17 @@ from airflow_provider_bos.warehouse.policy_store import effective_action
 from airflow_provider_bos.warehouse.scan import rows_in_batches
 from airflow_provider_bos.warehouse.transaction import execute
 
-__all__ = ["Finders", "KeySource", "find_refs"]
+__all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs"]
 
 #: The key, or how to get it (read only when the table's policy hashes a field a finder names).
 KeySource = PiiKey | Callable[[], PiiKey] | None
 # Bound values per look-up of hashed values (SQLite before 3.32 allows 999).
 _VALUES_PER_QUERY = 500
+# Quarantined records (up to 64 KiB each) held at a time while the rejects table is read.
+_REJECTS_PER_FETCH = 100
+# A field of a cut record's JSON text (json.dumps's separators): its name and its value (a string or number).
+_CUT_FIELD = re.compile(rb'"(email|phone|external_id|source_identity|source_type)": '
+                        rb'("(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)')
 
 
 @dataclass(frozen=True)
@@ -195,3 +206,79 @@ def _has_external_id(sources: Any, wanted: dict[str, _Wanted]) -> bool:
             if finder is not None and finder.holds(entry.get("external_id")):
                 return True
     return False
+
+
+@dataclass
+class Quarantined:
+    """The rows of ``<table>_rejects`` a request matches: their refs, and the rows quarantined without one."""
+
+    refs: set[str]
+    #: (run_id, record) of each matched row whose record had no ref to erase it by.
+    unnamed: list[tuple[str, bytes]]
+
+
+def find_quarantined(conn: sa.Connection, rejects: sa.Table, finders: Finders) -> Quarantined:
+    """The rows of ``rejects`` whose kept record holds a value a finder names (compared raw and normalised:
+    a record is quarantined whole only by a run without a policy)."""
+    raw = _raw_forms(finders)
+    top = [w for w in raw if w.field != EXTERNAL_ID]
+    external = {w.source: w for w in raw if isinstance(w, _SourceWanted)}
+    found = Quarantined(set(), [])
+    empty = sa.bindparam("empty", b"", type_=rejects.c.record.type)
+    query = (sa.select(rejects.c.run_id, rejects.c.record_ref, rejects.c.record, rejects.c.truncated)
+             .where(rejects.c.record != empty).execution_options(yield_per=_REJECTS_PER_FETCH))
+    for run_id, ref, record, truncated in conn.execute(query):
+        data = bytes(record)
+        if not (_cut_record_holds(data, top, external) if truncated else _record_holds(data, top, external)):
+            continue
+        if ref is not None:
+            found.refs.add(ref)
+        else:
+            found.unnamed.append((run_id, data))
+    return found
+
+
+class _SourceWanted(_Wanted):
+    def __init__(self, source: str, values: Iterable[str]) -> None:
+        super().__init__(EXTERNAL_ID, values, "keep", _no_key)
+        self.source = source
+
+
+def _no_key() -> PiiKey:
+    raise AssertionError("a kept value needs no key")
+
+
+def _raw_forms(finders: Finders) -> list[_Wanted]:
+    wanted: list[_Wanted] = [_Wanted(field, values, "keep", _no_key)
+                             for field, values in (("email", finders.emails), ("phone", finders.phones)) if values]
+    by_source: dict[str, list[str]] = {}
+    for source, ident in finders.external_ids:
+        by_source.setdefault(source, []).append(ident)
+    return wanted + [_SourceWanted(source, ids) for source, ids in by_source.items()]
+
+
+def _record_holds(data: bytes, top: list[_Wanted], external: dict[str, _SourceWanted]) -> bool:
+    try:
+        record = json.loads(data)
+    except ValueError:  # kept as repr() when it was not JSON-serialisable: search its text
+        return _cut_record_holds(data, top, external)
+    if not isinstance(record, dict):
+        return False
+    return any(w.holds(record.get(w.field)) for w in top) or (
+        bool(external) and _has_external_id(record.get("sources"), dict(external)))
+
+
+def _cut_record_holds(data: bytes, top: list[_Wanted], external: dict[str, _SourceWanted]) -> bool:
+    """A record cut short is no JSON: match the fields' texts where they appear (a provenance entry's
+    external id and its source may fall either side of the cut, so any source named counts)."""
+    fields: dict[str, list[Any]] = {}
+    for match in _CUT_FIELD.finditer(data):
+        try:
+            fields.setdefault(match[1].decode(), []).append(json.loads(match[2]))
+        except ValueError:
+            continue
+    if any(w.holds(v) for w in top for v in fields.get(w.field, ())):
+        return True
+    sources = set(fields.get("source_identity", ())) | set(fields.get("source_type", ()))
+    return any(w.holds(v) for source, w in external.items() if source in sources
+               for v in fields.get("external_id", ()))

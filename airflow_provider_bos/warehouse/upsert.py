@@ -331,14 +331,21 @@ class WarehouseWriter:
         return table if table.name in self._companions_ready else None
 
     def _holds_rows(self, conn: sa.Connection) -> bool:
-        """The records table or its history holds a row (an empty pair adopts any policy)."""
-        metadata = sa.MetaData()
-        tables = [records_table(metadata, self._dialect_class.name, self.table, self.schema)]
+        """The records table, its history or its rejects hold a record (an empty table adopts any policy).
+
+        A quarantined record counts only if it is kept whole (a run without a policy): under a policy, or
+        after ``pii-apply``, a rejects row is a ref and a reason."""
+        metadata, name = sa.MetaData(), self._dialect_class.name
+        present = sa.inspect(conn)
+        queries = [sa.select(sa.literal(1)).select_from(records_table(metadata, name, self.table, self.schema))]
         history = companion_table_name(self.table, "history")
-        if sa.inspect(conn).has_table(history, schema=self.schema):
-            tables.append(history_table(metadata, self._dialect_class.name, history, self.schema))
-        return any(conn.execute(sa.select(sa.literal(1)).select_from(t).limit(1)).first() is not None
-                   for t in tables)
+        if present.has_table(history, schema=self.schema):
+            queries.append(sa.select(sa.literal(1)).select_from(history_table(metadata, name, history, self.schema)))
+        if present.has_table(rejects := rejects_table_name(self.table), schema=self.schema):
+            quarantined = rejects_table(metadata, name, rejects, self.schema)
+            empty = sa.bindparam("empty", b"", type_=quarantined.c.record.type)
+            queries.append(sa.select(sa.literal(1)).where(quarantined.c.record != empty))
+        return any(conn.execute(query.limit(1)).first() is not None for query in queries)
 
     def require_pii_policy(self, fingerprint: PolicyFingerprint | None) -> None:
         """Refuse a run whose personal-data policy (``None``: none) is not the one the table was written

@@ -117,3 +117,36 @@ def test_a_phone_number_without_a_digit_is_refused_not_matched_to_every_empty_ph
     with pytest.raises(BosConfigurationError, match="must hold a digit"):
         erase(engine, writer, phones=["unknown"])
     assert len(rows_by_ref(engine, writer.table)) == 3
+
+
+def test_a_request_finds_the_records_only_ever_quarantined(make_writer, engine) -> None:
+    """Without a policy a quarantined record is kept whole in ``<table>_rejects``: a person BOS only ever
+    sent in a shape the table refused is found there by their email, phone or external id, the ref
+    erased everywhere, and no quarantined copy of them is left (one cut at the size limit included)."""
+    import sqlalchemy as sa
+
+    from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES
+    from airflow_provider_bos.warehouse.schema import rejects_table_name
+
+    writer = make_writer()
+    cut = person(8, display_name={"first": "Eight"})
+    cut["sources"][0]["zz_notes"] = "n" * MAX_REJECT_BYTES  # the last key of the last field: cut within it
+    nameless = {**person(6), "record_ref": None}  # no ref to erase it by: deleted by its run and bytes
+    write_under(writer, None, [person(1), person(2), person(7, display_name={"first": "Seven"}),
+                               person(9, display_name={"first": "Nine"}), cut, nameless],
+                invalid_records="quarantine")
+    rejects = reflect(engine, rejects_table_name(writer.table))
+
+    def quarantined() -> list[str | None]:
+        with engine.connect() as conn:
+            return sorted(conn.execute(sa.select(rejects.c.record_ref)).scalars(), key=str)
+
+    assert quarantined() == sorted([None, *(person(i)["record_ref"] for i in (7, 8, 9))], key=str)
+    erased = erase(engine, writer, emails=["p6@example.com"])
+    assert (erased.found, erased.rejects) == (1, 1)
+    erased = erase(engine, writer, emails=["P9@Example.com"])
+    assert (erased.found, erased.rejects, erased.records) == (1, 1, 0)
+    erased = erase(engine, writer, external_ids=["crm-eu:ext-7"], phones=["+49 30 12348"])
+    assert (erased.found, erased.rejects) == (2, 2)
+    assert quarantined() == [] and set(rows_by_ref(engine, writer.table)) == {person(1)["record_ref"],
+                                                                               person(2)["record_ref"]}

@@ -112,6 +112,24 @@ def test_an_emptied_table_adopts_a_new_policy(writer, engine) -> None:
     assert stored_policy(engine, writer.table)[0][0] == new.fingerprint.text
 
 
+
+def test_an_emptied_table_with_raw_rejects_does_not_adopt_a_policy(writer, engine) -> None:
+    """Records quarantined without a policy are kept whole: a table whose records are gone but whose
+    rejects still hold them is not empty of personal data, and a policy run is refused until
+    ``pii-apply`` has emptied them."""
+    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+
+    write_under(writer, None, [person(1), person(2, display_name={"first": "Two"})], invalid_records="quarantine")
+    records = reflect(engine, writer.table)
+    with engine.begin() as conn:
+        conn.execute(records.delete())
+    with pytest.raises(PiiPolicyMismatch, match="pii-apply"):
+        writer.require_pii_policy(STRICT.fingerprint(KEY))
+    apply_stricter_policy(engine, table=writer.table, policy=STRICT, key=KEY, audit_table=writer.audit_table)
+    assert person(2)["email"] not in every_text(engine, rejects_table_name(writer.table))
+    writer.require_pii_policy(STRICT.fingerprint(KEY))
+
+
 # --- rejects under a policy ------------------------------------------------------------------------
 
 

@@ -52,3 +52,22 @@ def test_policy_erase_and_pii_apply_on_snowflake(sf_writer: WarehouseWriter) -> 
     erased = erase_records(engine, table=sf_writer.table, audit_table=sf_writer.audit_table,
                            external_ids=["crm-eu:ext-3"], key=KEY)
     assert erased.found == 1 and set(emails(sf_writer)) == {person(1)["record_ref"]}
+
+
+def test_quarantined_records_are_erased_by_value_and_keep_a_policy_out_on_snowflake(
+        sf_writer: WarehouseWriter) -> None:  # noqa: F811
+    """Records quarantined whole (no policy) are found by their email, the ref-less one deleted by its bytes;
+    while one is left, an emptied table does not adopt a policy."""
+    engine = sf_writer.engine
+    nameless = {**person(6), "record_ref": None}
+    write_under(sf_writer, None, [person(1), person(7, display_name={"first": "Seven"}), nameless,
+                                  person(8, display_name={"first": "Eight"})], invalid_records="quarantine")
+    erased = erase_records(engine, table=sf_writer.table, audit_table=sf_writer.audit_table,
+                           emails=["P7@example.com", "p6@example.com"])
+    assert (erased.found, erased.rejects) == (2, 2)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {sf_writer.table}")
+    with pytest.raises(PiiPolicyMismatch, match="pii-apply"):
+        sf_writer.require_pii_policy(STRICT.fingerprint(KEY))
+    erase_records(engine, table=sf_writer.table, audit_table=sf_writer.audit_table, emails=["p8@example.com"])
+    sf_writer.require_pii_policy(STRICT.fingerprint(KEY))
