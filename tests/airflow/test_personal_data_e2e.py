@@ -235,10 +235,7 @@ def test_a_run_under_another_key_or_policy_fails_before_its_read(pii, run_dag, o
 def test_quarantined_records_are_stored_under_the_policy_too(pii, run_dag, caplog, capsys) -> None:
     """Two final records no table can store (a record_ref too long, a display_name that is an object):
     quarantined in ``<table>_rejects``, which holds nothing raw of a hashed or dropped field either."""
-    scenario = load_scenario(SCENARIO)
-    scenario = scenario.model_copy(update={"faults": scenario.faults.model_copy(
-        update={"unstorable_final_records": True})})
-    pii["server"].set_scenario(scenario)
+    scenario = unstorable_scenario(pii)
     raw = raw_values(r.record for r in expected_final(scenario, 1).records)
     with caplog.at_level(logging.DEBUG):
         dag_run = run(pii, run_dag, BOS_TEST_INVALID_RECORDS="quarantine")
@@ -248,6 +245,15 @@ def test_quarantined_records_are_stored_under_the_policy_too(pii, run_dag, caplo
     assert sa.inspect(pii["engine"]).has_table(companion_table_name(pii["table"], "rejects"))
     log = caplog.text + "".join(capsys.readouterr())
     assert not leaks([*every_table(pii), *pii["observed"].texts(), json.dumps(summary), log], raw)
+
+
+def unstorable_scenario(env: dict[str, Any]) -> Any:
+    """The scenario whose final result ends with two records no table can store (see the test above)."""
+    scenario = load_scenario(SCENARIO)
+    scenario = scenario.model_copy(update={"faults": scenario.faults.model_copy(
+        update={"unstorable_final_records": True})})
+    env["server"].set_scenario(scenario)
+    return scenario
 
 
 def command(env: dict[str, Any], *args: str) -> tuple[int, dict[str, Any] | None]:
@@ -297,6 +303,42 @@ def test_erase_by_the_raw_email_phone_and_external_id_a_request_names(pii, run_d
     assert code == 0 and again is not None
     assert (again["found"], again["records"], again["history"]) == (0, 0, 0)
     assert (table_dump(pii["engine"], pii["table"]), history_dump(pii)) == after
+
+
+def quarantined(env: dict[str, Any]) -> list[tuple]:
+    return table_dump(env["engine"], companion_table_name(env["table"], "rejects"))
+
+
+@every_dialect
+def test_records_quarantined_without_a_policy_are_erased_by_value_and_keep_a_policy_out(pii, run_dag) -> None:
+    """A run without a policy quarantines two records whole: a request naming one by its external id
+    erases it from the rejects table (its ref was never stored anywhere else). While the other is left,
+    an emptied table refuses a policy run before its read; after ``pii-apply`` the run adopts the policy."""
+    scenario = unstorable_scenario(pii)
+    unstorable = [r.record for r in expected_final(scenario, 1).records][-2:]
+    plain = run(pii, run_dag, BOS_TEST_PII_POLICY="null", BOS_TEST_INVALID_RECORDS="quarantine")
+    assert xcom_summary(plain)["rejected"] == 2 and len(quarantined(pii)) == 2
+    named = unstorable[1]["sources"][0]
+    code, erased = command(pii, "erase", "--external-id", f"{named['source_identity']}:{named['external_id']}")
+    assert code == 0 and erased is not None
+    assert (erased["found"], erased["records"], erased["rejects"]) == (1, 0, 1)
+    assert [row for row in quarantined(pii) if unstorable[1]["record_ref"] in row] == []
+    assert len(quarantined(pii)) == 1
+
+    with pii["engine"].begin() as conn:  # emptied: the records and their history gone, one raw reject left
+        for name in (pii["table"], companion_table_name(pii["table"], "history")):
+            conn.execute(sa.text(f"DELETE FROM {name}"))
+    before = pii["server"].counters.snapshot()
+    refused = run(pii, run_dag)
+    assert task_states(refused)["sync"] == "failed"
+    assert pii["server"].counters.snapshot()["tool_calls"] == before["tool_calls"], "the read reached the server"
+    assert "pii-apply" in audit_rows(pii["engine"], pii["table"], pii["audit"])[-1]["error_message"]
+
+    code, applied = command(pii, "pii-apply", "--policy", json.dumps(POLICY), "--key-conn-id", "bos_pii_key")
+    assert code == 0 and applied is not None and applied["rejects"] == 1
+    under = run(pii, run_dag, BOS_TEST_INVALID_RECORDS="quarantine")
+    assert xcom_summary(under)["inserted"] == 230
+    assert not leaks(every_table(pii), raw_values(unstorable))
 
 
 @every_dialect
