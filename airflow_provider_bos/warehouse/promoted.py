@@ -15,13 +15,15 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 
-from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.warehouse.attribute_columns import (
+    AttributeColumn,
     AttributeColumns,
     AttributeTypeError,
     attribute_column,
@@ -29,7 +31,7 @@ from airflow_provider_bos.warehouse.attribute_columns import (
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.transaction import RunTransaction
 
-__all__ = ["WrongTypes", "fill_written", "refill_promoted", "settle_promoted"]
+__all__ = ["AttributeFillError", "StoredFill", "WrongTypes", "fill_written", "refill_promoted", "settle_promoted"]
 
 log = logging.getLogger(__name__)
 
@@ -59,15 +61,33 @@ class WrongTypes:
                 f"({per_column}).")
 
 
+@dataclass(frozen=True)
+class StoredFill:
+    """What filling columns from the stored rows did: the audit note, and how many stored values of the
+    records table did not fit their column (stored as NULL)."""
+
+    note: str
+    misfits: int
+    #: The run quarantines invalid records: a misfit makes it ``partial`` (a stored row stays stored).
+    partial: bool
+
+
 def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeColumns, history: str | None,
-                    *, policy: str | None, run_id: str, at: datetime) -> str | None:
+                    *, policy: str | None, invalid_records: str, run_id: str, at: datetime) -> StoredFill | None:
     """Fill the configured columns ``marker`` has no matching row for; forget the unconfigured ones.
 
     ``policy``: the run's personal-data policy (its fingerprint text; None: none): the stored
     ``attributes`` are in its form, so a column filled under another one is filled again.
 
-    Returns the audit note of a fill (how many stored values did not fit each column), or None.
+    A stored value of the wrong type follows ``attribute_type_errors`` as a read one does, as far as a
+    row already stored can: ``"null"`` stores NULL and counts it; else ``invalid_records="fail"`` fails
+    the run (nothing written) and ``"quarantine"`` stores NULL, counts it and makes the run ``partial``
+    (the row is not taken out of the table). A history version's value of the wrong type is NULL: the
+    past cannot be fixed at BOS.
+
+    Returns what the fill did, or None when nothing was filled.
     :raises BosConfigurationError: a column configured with another type than it was filled with.
+    :raises AttributeFillError: stored values of the wrong type, under ``invalid_records="fail"``.
     """
     policy_key = hashlib.sha256(policy.encode("utf-8")).hexdigest() if policy else None
     stored = _stored(tx, marker)
@@ -86,17 +106,20 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
     fill = [c for c in promoted.columns if stored.get(c.name) != wanted[c.name]]
     forget = [name for name in stored if name not in promoted.names]
     d = tx.dialect
-    note = None
+    filled = None
     if fill:
         for table in (tx.table, history):
             if table is not None:
                 tx.exec(d.fill_attribute_columns(table, tx.schema, fill))
-        misfits = {c.name: tx.exec(d.count_attribute_type_errors(tx.table, tx.schema, c)).scalar() or 0
-                   for c in fill}
+        misfits = {c: tx.exec(d.count_attribute_type_errors(tx.table, tx.schema, c)).scalar() or 0 for c in fill}
+        wrong = {c: n for c, n in misfits.items() if n}
+        if wrong and promoted.type_errors != "null" and invalid_records == "fail":
+            raise AttributeFillError(tx.table, wrong)
         note = (f"Filled the promoted column(s) {', '.join(c.name for c in fill)} from the stored attributes"
                 + (f"; values of the wrong type stored as NULL: "
-                   f"{', '.join(f'{n}: {k}' for n, k in misfits.items() if k)}." if any(misfits.values()) else "."))
+                   f"{', '.join(f'{c.name}: {n}' for c, n in wrong.items())}." if wrong else "."))
         log.info("BOS run %s: %s", run_id, note)
+        filled = StoredFill(note, sum(wrong.values()), partial=bool(wrong) and promoted.type_errors != "null")
     if forget:
         log.info("BOS run %s: the column(s) %s are no longer promoted; they keep their values, new rows get NULL.",
                  run_id, ", ".join(forget))
@@ -105,7 +128,21 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
     if fill:
         tx.conn.execute(marker.insert(), [{"column_name": c.name, "path": c.path, "type": c.type,
                                            "policy": policy_key, "filled_at": at, "run_id": run_id} for c in fill])
-    return note
+    return filled
+
+
+class AttributeFillError(BosWarehouseError):
+    """Stored rows hold values of the wrong type for a column being filled, and the run fails on invalid
+    records. Names the columns, paths and counts, never a value or a ref."""
+
+    def __init__(self, table: str, wrong: dict[AttributeColumn, int]) -> None:
+        each = "; ".join(f"{n} at {c.path} are not of type {c.type} (column {c.name!r})" for c, n in wrong.items())
+        super().__init__(
+            f"attribute_columns: stored rows of {table} hold values of the wrong type for the column(s) being "
+            f"filled: {each}. With invalid_records='fail' they are not stored as NULL, and nothing was written. "
+            "Set attribute_type_errors='null' to store NULL there and count them (or "
+            "invalid_records='quarantine': the same, and the run is partial), or promote the path under "
+            "another name with the type its values have.")
 
 
 def refill_promoted(tx: RunTransaction, marker: sa.Table, history: str | None, *, policy: str, run_id: str,

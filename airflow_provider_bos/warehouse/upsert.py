@@ -26,7 +26,7 @@ from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refuse_unless_same, store_policy
-from airflow_provider_bos.warehouse.promoted import WrongTypes, fill_written, settle_promoted
+from airflow_provider_bos.warehouse.promoted import StoredFill, WrongTypes, fill_written, settle_promoted
 from airflow_provider_bos.warehouse.provenance import seed_provenance
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import UnstorableRecord, parse_timestamp
@@ -575,7 +575,7 @@ class WarehouseWriter:
                 columns = options.attribute_columns or AttributeColumns()
                 tx.carried_columns = columns.names  # new history versions carry them
                 rehashed = self._prepare(tx, life)
-                filled = promoted.settle(tx, run.run_id) if promoted is not None else None
+                filled = promoted.settle(tx, run.run_id, options.invalid_records) if promoted is not None else None
                 direct, parse_json = self._prepare_staging(tx, options)
                 rejects, loaded, wrong = self._load_records(tx, records, default_obs, options, quarantine is not None,
                                                             direct=direct, parse_json=parse_json)
@@ -598,8 +598,9 @@ class WarehouseWriter:
                     counts.attribute_type_errors = sum(wrong.nulls.values())
                     log.warning("BOS run %s: %s", run.run_id, wrong.note())
                     audit = _with_note(audit, wrong.note())
-                if filled:
-                    audit = _with_note(audit, filled)
+                if filled is not None:
+                    counts.attribute_type_errors += filled.misfits
+                    audit = (_with_rejects if filled.partial else _with_note)(audit, filled.note)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
                 coverage = count_coverage(tx, counts, loaded, watched)  # before staging is dropped
@@ -800,7 +801,7 @@ class _Promoted:
     def __init__(self, marker: sa.Table, columns: AttributeColumns, history: str | None, policy: str | None) -> None:
         self.marker, self.columns, self.history, self.policy = marker, columns, history, policy
 
-    def settle(self, tx: RunTransaction, run_id: str) -> str | None:
-        """Fill what is new since the last run, in ``tx`` (the audit note of a fill, or None)."""
-        return settle_promoted(tx, self.marker, self.columns, self.history, policy=self.policy, run_id=run_id,
-                               at=utcnow())
+    def settle(self, tx: RunTransaction, run_id: str, invalid_records: str) -> StoredFill | None:
+        """Fill what is new since the last run, in ``tx`` (what a fill did, or None)."""
+        return settle_promoted(tx, self.marker, self.columns, self.history, policy=self.policy,
+                               invalid_records=invalid_records, run_id=run_id, at=utcnow())

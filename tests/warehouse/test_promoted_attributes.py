@@ -24,6 +24,8 @@ PROMOTED = check_attribute_columns({
     "tags": {"path": "attributes.tags", "type": "json"},
 })
 NAMES = PROMOTED.names
+LENIENT = check_attribute_columns({c.name: {"path": c.path, "type": c.type} for c in PROMOTED.columns},
+                                  type_errors="null")
 
 
 def person(i: int, observed_at: str = T1, **attributes: Any) -> dict[str, Any]:
@@ -86,8 +88,8 @@ def test_an_existing_table_gets_the_columns_filled_from_the_stored_attributes(ma
     write(writer, [person(1, **FULL), person(2, department=5)], reconcile=ReconcileOptions(history=True))
     before = {ref: (r["_bos_record_hash"], r["_bos_synced_at"]) for ref, r in rows_by_ref(engine, writer.table).items()}
     run = run_info()
-    counts = write(make_writer(), [], run, attribute_columns=PROMOTED, reconcile=ReconcileOptions(history=True))
-    assert counts.written == 0
+    counts = write(make_writer(), [], run, attribute_columns=LENIENT, reconcile=ReconcileOptions(history=True))
+    assert (counts.written, counts.attribute_type_errors) == (0, 1)
     rows = promoted(engine, writer.table)
     assert _typed(rows[make_record(1)["record_ref"]]) == EXPECTED_FULL
     assert rows[make_record(2)["record_ref"]]["department"] is None  # a number is not text: NULL, counted
@@ -107,6 +109,37 @@ def test_an_existing_table_gets_the_columns_filled_from_the_stored_attributes(ma
         rows_now = conn.execute(sa.select(history.c.department).where(history.c._bos_valid_to.is_(None))
                                 .where(history.c.record_ref == make_record(1)["record_ref"])).scalars().all()
     assert rows_now == ["Ops"]
+
+
+def test_a_stored_value_of_the_wrong_type_follows_invalid_records_when_the_column_is_first_filled(
+        make_writer, engine) -> None:
+    """The first fill reads stored rows, not records: with ``invalid_records="fail"`` the run fails (the
+    column stays unfilled, nothing written); with ``"quarantine"`` the stored row stays, its column NULL,
+    counted, and the run is partial; ``attribute_type_errors="null"`` is the test above (complete)."""
+    writer = make_writer()
+    write(writer, [person(1, **FULL), person(2, department=98765), person(3, department=6)])
+    before = rows_by_ref(engine, writer.table)
+    failed = run_info()
+    with pytest.raises(BosWarehouseError, match=r"2 at attributes.department are not of type text") as caught:
+        write(make_writer(), [person(4, **FULL)], failed, attribute_columns=PROMOTED)
+    assert "attribute_type_errors='null'" in str(caught.value) and "nothing was written" in str(caught.value)
+    assert "98765" not in str(caught.value)  # no value quoted
+    assert {ref: {k: v for k, v in row.items() if k not in NAMES} for ref, row in
+            rows_by_ref(engine, writer.table).items()} == before
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(f"SELECT COUNT(*) FROM {companion_table_name(writer.table, 'columns')}")
+                            ).scalar() == 0
+    run = run_info()
+    counts = write(make_writer(), [person(4, **FULL)], run, attribute_columns=PROMOTED,
+                   invalid_records="quarantine")
+    assert (counts.inserted, counts.rejected, counts.attribute_type_errors) == (1, 0, 2)
+    rows = promoted(engine, writer.table)
+    assert rows[make_record(2)["record_ref"]]["department"] is None
+    assert rows[make_record(1)["record_ref"]]["department"] == rows[make_record(4)["record_ref"]]["department"]
+    with engine.connect() as conn:
+        status, note = conn.exec_driver_sql(f"SELECT status, error_message FROM {writer.audit_table} "
+                                            f"WHERE run_id = '{run.run_id}'").one()
+    assert status == "partial" and "department: 2" in note
 
 
 def test_a_wrong_type_fails_the_run_and_writes_nothing(make_writer, engine) -> None:
