@@ -63,12 +63,12 @@ class WrongTypes:
 
 @dataclass(frozen=True)
 class StoredFill:
-    """What filling columns from the stored rows did: the audit note, and how many stored values of the
-    records table did not fit their column (stored as NULL)."""
+    """What filling columns from the stored rows did: the audit note (how many stored values of the
+    records table did not fit each column, stored as NULL), and whether that makes the run ``partial``
+    (it quarantines invalid records: a stored row stays stored, so the run says so instead). The
+    run's own records are checked as they are read, and counted apart."""
 
     note: str
-    misfits: int
-    #: The run quarantines invalid records: a misfit makes it ``partial`` (a stored row stays stored).
     partial: bool
 
 
@@ -119,7 +119,7 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
                 + (f"; values of the wrong type stored as NULL: "
                    f"{', '.join(f'{c.name}: {n}' for c, n in wrong.items())}." if wrong else "."))
         log.info("BOS run %s: %s", run_id, note)
-        filled = StoredFill(note, sum(wrong.values()), partial=bool(wrong) and promoted.type_errors != "null")
+        filled = StoredFill(note, partial=bool(wrong) and promoted.type_errors != "null")
     if forget:
         log.info("BOS run %s: the column(s) %s are no longer promoted; they keep their values, new rows get NULL.",
                  run_id, ", ".join(forget))

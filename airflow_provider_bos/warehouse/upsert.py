@@ -599,7 +599,6 @@ class WarehouseWriter:
                     log.warning("BOS run %s: %s", run.run_id, wrong.note())
                     audit = _with_note(audit, wrong.note())
                 if filled is not None:
-                    counts.attribute_type_errors += filled.misfits
                     audit = (_with_rejects if filled.partial else _with_note)(audit, filled.note)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)

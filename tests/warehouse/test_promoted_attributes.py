@@ -89,7 +89,7 @@ def test_an_existing_table_gets_the_columns_filled_from_the_stored_attributes(ma
     before = {ref: (r["_bos_record_hash"], r["_bos_synced_at"]) for ref, r in rows_by_ref(engine, writer.table).items()}
     run = run_info()
     counts = write(make_writer(), [], run, attribute_columns=LENIENT, reconcile=ReconcileOptions(history=True))
-    assert (counts.written, counts.attribute_type_errors) == (0, 1)
+    assert (counts.written, counts.attribute_type_errors) == (0, 0)  # stored values: the audit note counts them
     rows = promoted(engine, writer.table)
     assert _typed(rows[make_record(1)["record_ref"]]) == EXPECTED_FULL
     assert rows[make_record(2)["record_ref"]]["department"] is None  # a number is not text: NULL, counted
@@ -132,7 +132,7 @@ def test_a_stored_value_of_the_wrong_type_follows_invalid_records_when_the_colum
     run = run_info()
     counts = write(make_writer(), [person(4, **FULL)], run, attribute_columns=PROMOTED,
                    invalid_records="quarantine")
-    assert (counts.inserted, counts.rejected, counts.attribute_type_errors) == (1, 0, 2)
+    assert (counts.inserted, counts.rejected, counts.attribute_type_errors) == (1, 0, 0)
     rows = promoted(engine, writer.table)
     assert rows[make_record(2)["record_ref"]]["department"] is None
     assert rows[make_record(1)["record_ref"]]["department"] == rows[make_record(4)["record_ref"]]["department"]
