@@ -55,9 +55,9 @@ def current_holders(env: dict[str, Any]) -> dict[tuple[str, str, str], set[str]]
     return holders
 
 
-def run_day(env: dict[str, Any], run_dag: Any, day: int) -> Any:
+def run_day(env: dict[str, Any], run_dag: Any, day: int, **settings: str) -> Any:
     env["server"].set_day(day)
-    return run_dag("bos_test_days", "bos_test_days.py", **FULL)
+    return run_dag("bos_test_days", "bos_test_days.py", **FULL, **settings)
 
 
 @every_dialect
@@ -87,3 +87,70 @@ def test_the_provenance_table_follows_merges_leavers_and_splits(days, run_dag) -
     assert all(len(refs) == 1 for refs in holders.values())
     assert was_merged not in {ref for refs in holders.values() for ref in refs}
     assert set(people) <= {ref for refs in holders.values() for ref in refs}
+
+
+def stored_rows(env: dict[str, Any]) -> dict[str, tuple[str, ...]]:
+    """record_ref -> what a rewrite of the row would change: its hash, sync time, run and whether it is current."""
+    with env["engine"].connect() as conn:
+        rows = conn.execute(sa.text(
+            "SELECT record_ref, _bos_record_hash, _bos_synced_at, _bos_run_id, "
+            f"CASE WHEN _bos_deleted_at IS NULL THEN 1 ELSE 0 END FROM {env['table']}")).all()
+    return {ref: tuple(str(v) for v in rest) for ref, *rest in rows}
+
+
+def drop_provenance_table(env: dict[str, Any]) -> None:
+    with env["engine"].begin() as conn:
+        conn.execute(sa.text(f"DROP TABLE {companion_table_name(env['table'], 'sources')}"))
+
+
+@every_dialect
+def test_a_table_stored_before_its_provenance_table_gets_it_from_the_sources_column(days, run_dag) -> None:
+    """A records table without ``<table>_sources`` (stored before it existed) gets it on its next run,
+    built from the stored ``sources`` JSON, retired rows' entries not current, without rewriting a row;
+    and the next day's supersession finds its candidates in the table so built."""
+    run_day(days, run_dag, 1)
+    assert task_states(run_day(days, run_dag, 2))["sync"] == "success"
+    stored, entries = stored_rows(days), entries_of_the_records(days)
+    assert {live for *_, live in entries} == {True, False}  # current rows and retired or superseded ones
+    drop_provenance_table(days)
+
+    again = run_day(days, run_dag, 2)  # nothing changed at the server
+    assert task_states(again) == {"sync": "success", "check": "success"}
+    summary = xcom_summary(again)
+    assert (summary["inserted"], summary["updated"], summary["retired"], summary["superseded"]) == (0, 0, 0, 0)
+    assert summary["unchanged"] == len(expected_final(SCENARIO, 2).records)
+    assert stored_rows(days) == stored  # no row rewritten: same hash, sync time, run, state
+    assert provenance_rows(days) == entries_of_the_records(days) == entries
+
+    third = run_day(days, run_dag, 3)  # the split is found through the entries built from the JSON
+    assert task_states(third)["sync"] == "success"
+    assert provenance_rows(days) == entries_of_the_records(days)
+    [(was_merged, people)] = day_changes(SCENARIO, 3).split.items()
+    holders = current_holders(days)
+    assert all(len(refs) == 1 for refs in holders.values())
+    assert was_merged not in {ref for refs in holders.values() for ref in refs}
+    assert set(people) <= {ref for refs in holders.values() for ref in refs}
+
+
+@every_dialect
+def test_hard_deletions_leave_no_provenance_row_of_the_people_removed(days, run_dag) -> None:
+    """With ``deletions="hard"`` a leaver's row and a merged-away row are deleted, and so are their
+    entries in ``<table>_sources``: it holds only the current records' entries, none of a removed person's."""
+    hard = {"BOS_TEST_DELETIONS": "hard"}
+    assert task_states(run_day(days, run_dag, 1, **hard))["sync"] == "success"
+    day1 = {r.record_ref: set(r.provenance) for r in expected_final(SCENARIO, 1).records}
+    changes = day_changes(SCENARIO, 2)
+    removed = set(changes.left) | {old for olds in changes.merged.values() for old in olds}
+    assert len(removed) == 50 and removed <= {entry[0] for entry in provenance_rows(days)}
+
+    second = run_day(days, run_dag, 2, **hard)
+    assert task_states(second)["sync"] == "success"
+    summary = xcom_summary(second)
+    assert (summary["retired"], summary["superseded"]) == (len(changes.left), 40)
+    assert set(stored_rows(days)) == expected_final(SCENARIO, 2).refs  # the removed rows are deleted
+    rows = provenance_rows(days)
+    assert rows == entries_of_the_records(days) and all(entry[-1] for entry in rows)
+    assert not removed & {entry[0] for entry in rows}
+    # A leaver's ids are held by nobody now: no row of the table names them.
+    gone = set().union(*(day1[ref] for ref in changes.left))
+    assert gone and not gone & {entry[-4:-1] for entry in rows}
