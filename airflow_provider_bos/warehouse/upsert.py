@@ -591,7 +591,7 @@ class WarehouseWriter:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
                     counts.rejected = len(rejects)
-                    audit = _with_rejects(audit, rejects.note(self._qualified(quarantine.name)))
+                    audit = _partial_with(audit, rejects.note(self._qualified(quarantine.name)))
                 if rehashed:
                     audit = _with_rehash_note(audit, rehashed, run.run_id)
                 if wrong is not None and wrong.nulls:
@@ -599,7 +599,7 @@ class WarehouseWriter:
                     log.warning("BOS run %s: %s", run.run_id, wrong.note())
                     audit = _with_note(audit, wrong.note())
                 if filled is not None:
-                    audit = (_with_rejects if filled.partial else _with_note)(audit, filled.note)
+                    audit = (_partial_with if filled.partial else _with_note)(audit, filled.note)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
                 coverage = count_coverage(tx, counts, loaded, watched)  # before staging is dropped
@@ -763,8 +763,9 @@ class WarehouseWriter:
             ) from exc
 
 
-def _with_rejects(audit: dict[str, Any], note: str) -> dict[str, Any]:
-    """A run that quarantined records is at best ``partial``; the note says how many and why."""
+def _partial_with(audit: dict[str, Any], note: str) -> dict[str, Any]:
+    """A run that quarantined records (or left invalid stored values as NULL) is at best ``partial``;
+    the note says how many and why."""
     status = "partial" if audit["status"] == "complete" else audit["status"]
     error = f"{audit['error_message']} {note}" if audit["error_message"] else note
     return {**audit, "status": status, "error_message": error}
