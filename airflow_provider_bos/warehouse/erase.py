@@ -13,7 +13,7 @@ A request may name a person by an email, a phone number or an external id instea
 refs of every row of the records table or its history that holds it are found first, in the same
 transaction (:mod:`.erase_finders`, under the table's personal-data policy), and erased alike; so are
 those of the records quarantined whole in the rejects table (a quarantined record without a ref is
-deleted by its run and bytes).
+deleted by its run and an identity the database computes from it).
 """
 
 from __future__ import annotations
@@ -22,13 +22,21 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
-from airflow_provider_bos.warehouse.erase_finders import Finders, KeySource, find_quarantined, find_refs
+from airflow_provider_bos.warehouse.dialects import WarehouseDialect
+from airflow_provider_bos.warehouse.erase_finders import (
+    Finders,
+    KeySource,
+    find_quarantined,
+    find_refs,
+    reject_row_id,
+)
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
@@ -57,7 +65,7 @@ class ErasedRows:
     """How many rows one erasure deleted from each table."""
 
     run_id: str
-    #: Refs the finders (email, phone, external id) matched.
+    #: Refs the finders (email, phone, external id) matched, and quarantined records without a ref they matched.
     found: int = 0
     records: int = 0
     history: int = 0
@@ -89,8 +97,9 @@ def erase_records(
 ) -> ErasedRows:
     """Delete ``record_refs`` from ``table`` and the tables beside it, in one transaction; audit it.
 
-    ``emails``, ``phones``, ``external_ids`` (``SOURCE:ID``): also erase every ref whose row or
-    history version holds one of them (:mod:`.erase_finders`). ``key``: the table's personal-data
+    ``emails``, ``phones``, ``external_ids`` (``SOURCE:ID``): also erase every ref whose row, history
+    version or quarantined record holds one of them, and every quarantined record without a ref that
+    holds one (:mod:`.erase_finders`). ``key``: the table's personal-data
     hash key, or a callable giving it; needed only when the table's policy hashes a field named.
 
     After the commit the space the deleted rows held is reclaimed (:func:`~.reclaim.reclaim_space`:
@@ -126,11 +135,13 @@ def erase_records(
         try:
             tx.begin()
             tx.lock()
-            unnamed: list[tuple[str, bytes]] = []
+            unnamed: list[tuple[str, Any]] = []
+            rejects = (rejects_table(sa.MetaData(), d.name, companions["rejects"], writer.schema)
+                       if "rejects" in companions else None)
             if finders:
                 found = _find(tx.conn, writer, companions, finders, key)
-                if "rejects" in companions:
-                    quarantined = find_quarantined(tx.conn, _rejects(writer, companions), finders)
+                if rejects is not None:
+                    quarantined = find_quarantined(tx.conn, d, rejects, finders)
                     found |= quarantined.refs
                     unnamed = quarantined.unnamed
                 erased.found = len(found) + len(unnamed)
@@ -155,8 +166,8 @@ def erase_records(
                 if "rejects" in companions:
                     erased.rejects += tx.exec(d.delete_refs(companions["rejects"], writer.schema, "record_ref",
                                                             chunk)).rowcount
-            if unnamed:
-                erased.rejects += _delete_unnamed(tx.conn, _rejects(writer, companions), unnamed)
+            if rejects is not None and unnamed:
+                erased.rejects += _delete_unnamed(tx.conn, d, rejects, unnamed)
             erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
             note = (f"Erasure of {len(refs)} record_ref(s) on request: deleted {erased.records} row(s) from "
                     f"{writer.destination_table}, {erased.history} history version(s), {erased.sources} provenance "
@@ -195,16 +206,13 @@ def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, st
     return find_refs(conn, tables, finders, stored, key, writer.dialect)
 
 
-def _rejects(writer: WarehouseWriter, companions: dict[str, str]) -> sa.Table:
-    return rejects_table(sa.MetaData(), writer.dialect.name, companions["rejects"], writer.schema)
-
-
-def _delete_unnamed(conn: sa.Connection, rejects: sa.Table, rows: list[tuple[str, bytes]]) -> int:
-    """Delete quarantined records that had no ref, each by its run and its bytes."""
-    record = sa.bindparam("record", type_=rejects.c.record.type)
+def _delete_unnamed(conn: sa.Connection, d: WarehouseDialect, rejects: sa.Table,
+                    rows: list[tuple[str, Any]]) -> int:
+    """Delete quarantined records that had no ref, each by its run and the identity the database computed
+    for it (:attr:`~.dialects.lifecycle.LifecycleSql.reject_row_id_sql`): the record's bytes are not bound."""
     statement = sa.delete(rejects).where(rejects.c.run_id == sa.bindparam("run"), rejects.c.record_ref.is_(None),
-                                         rejects.c.record == record)
-    return sum(conn.execute(statement, {"run": run_id, "record": data}).rowcount for run_id, data in rows)
+                                         reject_row_id(d) == sa.bindparam("row_id"))
+    return sum(conn.execute(statement, {"run": run_id, "row_id": value}).rowcount for run_id, value in rows)
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

@@ -18,15 +18,16 @@ table); only a request naming a kept field reads every row once, in batches.
 
 :func:`find_quarantined` looks through ``<table>_rejects`` too: a run without a policy keeps each
 quarantined record whole (raw, whatever the table's policy became), so a person BOS only ever sent in a
-shape the table refused is found there by their raw values. A record cut at the size limit is no longer
-JSON: its ``"email"``, ``"phone"`` and provenance texts are matched where they appear in it.
+shape the table refused is found there by their raw values, whatever that shape. A record cut at the
+size limit is read up to the cut: its top-level fields that are whole, and the whole entries of its
+``sources`` (a record cut inside its ``attributes``, which come first, is found by its ref only).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ from airflow_provider_bos.warehouse.policy_store import effective_action
 from airflow_provider_bos.warehouse.scan import rows_in_batches
 from airflow_provider_bos.warehouse.transaction import execute
 
-__all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs"]
+__all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs", "reject_row_id"]
 
 #: The key, or how to get it (read only when the table's policy hashes a field a finder names).
 KeySource = PiiKey | Callable[[], PiiKey] | None
@@ -48,9 +49,8 @@ KeySource = PiiKey | Callable[[], PiiKey] | None
 _VALUES_PER_QUERY = 500
 # Quarantined records (up to 64 KiB each) held at a time while the rejects table is read.
 _REJECTS_PER_FETCH = 100
-# A field of a cut record's JSON text (json.dumps's separators): its name and its value (a string or number).
-_CUT_FIELD = re.compile(rb'"(email|phone|external_id|source_identity|source_type)": '
-                        rb'("(?:[^"\\]|\\.)*"|-?[0-9][0-9.eE+-]*)')
+_DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 @dataclass(frozen=True)
@@ -198,11 +198,17 @@ def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted
 def _has_external_id(sources: Any, wanted: dict[str, _Wanted]) -> bool:
     if isinstance(sources, str | bytes):
         sources = json.loads(sources)
+    return _entries_hold(sources, wanted)
+
+
+def _entries_hold(sources: Any, wanted: Mapping[str, _Wanted]) -> bool:
+    """``sources`` (any shape) holds an entry of a wanted source whose external_id that finder holds."""
     for entry in sources if isinstance(sources, list) else ():
         if not isinstance(entry, dict):
             continue
         for name in ("source_identity", "source_type"):
-            finder = wanted.get(entry.get(name))  # type: ignore[arg-type]
+            source = entry.get(name)
+            finder = wanted.get(source) if isinstance(source, str) else None
             if finder is not None and finder.holds(entry.get("external_id")):
                 return True
     return False
@@ -213,29 +219,35 @@ class Quarantined:
     """The rows of ``<table>_rejects`` a request matches: their refs, and the rows quarantined without one."""
 
     refs: set[str]
-    #: (run_id, record) of each matched row whose record had no ref to erase it by.
-    unnamed: list[tuple[str, bytes]]
+    #: (run_id, the dialect's ``reject_row_id_sql`` value) of each matched row without a ref to erase it by.
+    unnamed: list[tuple[str, Any]]
 
 
-def find_quarantined(conn: sa.Connection, rejects: sa.Table, finders: Finders) -> Quarantined:
+def find_quarantined(conn: sa.Connection, d: WarehouseDialect, rejects: sa.Table, finders: Finders) -> Quarantined:
     """The rows of ``rejects`` whose kept record holds a value a finder names (compared raw and normalised:
     a record is quarantined whole only by a run without a policy)."""
     raw = _raw_forms(finders)
-    top = [w for w in raw if w.field != EXTERNAL_ID]
+    top = [w for w in raw if not isinstance(w, _SourceWanted)]
     external = {w.source: w for w in raw if isinstance(w, _SourceWanted)}
     found = Quarantined(set(), [])
     empty = sa.bindparam("empty", b"", type_=rejects.c.record.type)
-    query = (sa.select(rejects.c.run_id, rejects.c.record_ref, rejects.c.record, rejects.c.truncated)
+    query = (sa.select(rejects.c.run_id, rejects.c.record_ref, rejects.c.record, rejects.c.truncated,
+                       reject_row_id(d))
              .where(rejects.c.record != empty).execution_options(yield_per=_REJECTS_PER_FETCH))
-    for run_id, ref, record, truncated in conn.execute(query):
+    for run_id, ref, record, truncated, row_key in conn.execute(query):
         data = bytes(record)
-        if not (_cut_record_holds(data, top, external) if truncated else _record_holds(data, top, external)):
+        if not _fields_hold(_cut_record(data) if truncated else _record(data), top, external):
             continue
         if ref is not None:
             found.refs.add(ref)
         else:
-            found.unnamed.append((run_id, data))
+            found.unnamed.append((run_id, row_key))
     return found
+
+
+def reject_row_id(d: WarehouseDialect) -> sa.ColumnClause[Any]:
+    """The identity the database computes for a row of the rejects table (see ``reject_row_id_sql``)."""
+    return sa.literal_column(d.reject_row_id_sql.format(record=d.quote("record")))
 
 
 class _SourceWanted(_Wanted):
@@ -257,28 +269,75 @@ def _raw_forms(finders: Finders) -> list[_Wanted]:
     return wanted + [_SourceWanted(source, ids) for source, ids in by_source.items()]
 
 
-def _record_holds(data: bytes, top: list[_Wanted], external: dict[str, _SourceWanted]) -> bool:
+def _record(data: bytes) -> Any:
     try:
-        record = json.loads(data)
-    except ValueError:  # kept as repr() when it was not JSON-serialisable: search its text
-        return _cut_record_holds(data, top, external)
+        return json.loads(data)
+    except ValueError:  # not JSON (see rejects.record_bytes): nothing to compare
+        return None
+
+
+def _cut_record(data: bytes) -> dict[str, Any]:
+    """The top-level fields of a record cut short that are whole before the cut, ``sources`` with its
+    whole entries. Its keys are sorted (:func:`~.rejects.record_bytes`), so ``attributes`` comes first:
+    a cut inside it leaves nothing else to find the record by."""
+    text = data.decode("utf-8", "ignore")  # the cut may split a character
+    fields: dict[str, Any] = {}
+    at = _after_space(text, 0)
+    if not text.startswith("{", at):
+        return fields
+    at += 1
+    while True:
+        try:
+            key, at = _DECODER.raw_decode(text, _after_space(text, at))
+        except ValueError:
+            return fields
+        at = _after_space(text, at)
+        if not isinstance(key, str) or not text.startswith(":", at):
+            return fields
+        at = _after_space(text, at + 1)
+        if key == "sources" and text.startswith("[", at):
+            fields[key], end = _whole_entries(text, at + 1)
+            if end is None:
+                return fields
+            at = end
+        else:
+            try:
+                fields[key], at = _DECODER.raw_decode(text, at)
+            except ValueError:
+                return fields
+        at = _after_space(text, at)
+        if not text.startswith(",", at):
+            return fields
+        at += 1
+
+
+def _whole_entries(text: str, at: int) -> tuple[list[Any], int | None]:
+    """The whole elements of a JSON list starting at ``at`` (after its ``[``), and where the list ends
+    (None: it was cut)."""
+    entries: list[Any] = []
+    while True:
+        at = _after_space(text, at)
+        if text.startswith("]", at):
+            return entries, at + 1
+        try:
+            entry, at = _DECODER.raw_decode(text, at)
+        except ValueError:
+            return entries, None
+        entries.append(entry)
+        at = _after_space(text, at)
+        if text.startswith(",", at):
+            at += 1
+        elif not text.startswith("]", at):
+            return entries, None
+
+
+def _after_space(text: str, at: int) -> int:
+    return _SPACE.match(text, at).end()  # type: ignore[union-attr]  # matches the empty string too
+
+
+def _fields_hold(record: Any, top: list[_Wanted], external: dict[str, _SourceWanted]) -> bool:
+    """A quarantined record, of whatever shape it was refused for, holds a value a finder names."""
     if not isinstance(record, dict):
         return False
     return any(w.holds(record.get(w.field)) for w in top) or (
-        bool(external) and _has_external_id(record.get("sources"), dict(external)))
-
-
-def _cut_record_holds(data: bytes, top: list[_Wanted], external: dict[str, _SourceWanted]) -> bool:
-    """A record cut short is no JSON: match the fields' texts where they appear (a provenance entry's
-    external id and its source may fall either side of the cut, so any source named counts)."""
-    fields: dict[str, list[Any]] = {}
-    for match in _CUT_FIELD.finditer(data):
-        try:
-            fields.setdefault(match[1].decode(), []).append(json.loads(match[2]))
-        except ValueError:
-            continue
-    if any(w.holds(v) for w in top for v in fields.get(w.field, ())):
-        return True
-    sources = set(fields.get("source_identity", ())) | set(fields.get("source_type", ()))
-    return any(w.holds(v) for source, w in external.items() if source in sources
-               for v in fields.get("external_id", ()))
+        bool(external) and _entries_hold(record.get("sources"), external))

@@ -82,8 +82,9 @@ def settle_promoted(tx: RunTransaction, marker: sa.Table, promoted: AttributeCol
     A stored value of the wrong type follows ``attribute_type_errors`` as a read one does, as far as a
     row already stored can: ``"null"`` stores NULL and counts it; else ``invalid_records="fail"`` fails
     the run (nothing written) and ``"quarantine"`` stores NULL, counts it and makes the run ``partial``
-    (the row is not taken out of the table). A history version's value of the wrong type is NULL: the
-    past cannot be fixed at BOS.
+    (the row is not taken out of the table; the run still retires and supersedes as a complete read
+    does). Only current rows count: a retired row's or a history version's value of the wrong type is
+    NULL, as BOS no longer sends either to be fixed.
 
     Returns what the fill did, or None when nothing was filled.
     :raises BosConfigurationError: a column configured with another type than it was filled with.

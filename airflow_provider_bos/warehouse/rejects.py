@@ -40,8 +40,11 @@ def record_bytes(record: Any) -> bytes:
         data = dump(mode="python") if dump is not None else record
     try:
         text = json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True, sort_keys=True)
-    except (TypeError, ValueError):  # e.g. non-string keys of mixed types
-        text = repr(data)
+    except (TypeError, ValueError):  # e.g. keys of mixed types, which cannot be sorted: still JSON, unsorted
+        try:
+            text = json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True)
+        except (TypeError, ValueError):  # e.g. a key that is no string, number or bool
+            text = repr(data)
     return text.encode("utf-8", errors="backslashreplace")
 
 

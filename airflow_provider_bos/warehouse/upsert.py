@@ -598,10 +598,10 @@ class WarehouseWriter:
                     counts.attribute_type_errors = sum(wrong.nulls.values())
                     log.warning("BOS run %s: %s", run.run_id, wrong.note())
                     audit = _with_note(audit, wrong.note())
-                if filled is not None:
-                    audit = (_partial_with if filled.partial else _with_note)(audit, filled.note)
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
+                if filled is not None:  # after reconcile: a stored value does not stop a complete read retiring
+                    audit = (_partial_with if filled.partial else _with_note)(audit, filled.note)
                 coverage = count_coverage(tx, counts, loaded, watched)  # before staging is dropped
                 audit.pop("observed_at", None)
                 if not ddl_commits:  # else after the commit: a DROP would commit the run half-done

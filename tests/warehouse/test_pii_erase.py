@@ -4,12 +4,14 @@ its history (hashed with the table's key where its policy hashes the field), on 
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.warehouse import AuditReader
 from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES
+from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
 from tests.warehouse.pii_helpers import HISTORY, KEY, STRICT, person, write_under
 from tests.warehouse.whhelpers import T2, reflect, rows_by_ref
 
@@ -17,8 +19,6 @@ HASHED = PiiPolicy.parse({"email": "hash", "phone": "hash", "sources[].external_
 
 
 def history_refs(engine, table: str) -> set[str]:
-    import sqlalchemy as sa
-
     t = reflect(engine, companion_table_name(table, "history"))
     with engine.connect() as conn:
         return set(conn.execute(sa.select(t.c.record_ref)).scalars())
@@ -123,11 +123,6 @@ def test_a_request_finds_the_records_only_ever_quarantined(make_writer, engine) 
     """Without a policy a quarantined record is kept whole in ``<table>_rejects``: a person BOS only ever
     sent in a shape the table refused is found there by their email, phone or external id, the ref
     erased everywhere, and no quarantined copy of them is left (one cut at the size limit included)."""
-    import sqlalchemy as sa
-
-    from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES
-    from airflow_provider_bos.warehouse.schema import rejects_table_name
-
     writer = make_writer()
     cut = person(8, display_name={"first": "Eight"})
     cut["sources"][0]["zz_notes"] = "n" * MAX_REJECT_BYTES  # the last key of the last field: cut within it
@@ -150,3 +145,38 @@ def test_a_request_finds_the_records_only_ever_quarantined(make_writer, engine) 
     assert (erased.found, erased.rejects) == (2, 2)
     assert quarantined() == [] and set(rows_by_ref(engine, writer.table)) == {person(1)["record_ref"],
                                                                                person(2)["record_ref"]}
+
+
+def test_a_quarantined_record_is_matched_by_its_own_fields_whatever_its_shape(make_writer, engine) -> None:
+    """Only a quarantined record's own top-level email and phone and its own provenance entries name it:
+    not a colleague's email or an id nested in its attributes, nor a source and an id of two different
+    entries. A cut inside ``attributes`` (which come first) leaves it to be erased by ref; a record of
+    a shape no table stores (``sources`` a text, a source named by a list) is passed over, not fatal."""
+    writer = make_writer()
+    nested = person(3, display_name={"first": "Three"}, attributes={
+        "manager": {"email": "boss@example.com"},
+        "contacts": [{"source_type": "hr", "external_id": "hr-9"}]})
+    nested["sources"] = [{**nested["sources"][0], "source_identity": "crm-eu", "external_id": "ext-3"},
+                         {**nested["sources"][0], "source_identity": "hr-de", "source_type": "hr",
+                          "external_id": "hr-3"}]
+    cut_early = person(4, display_name={"first": "Four"}, attributes={"notes": "n" * (MAX_REJECT_BYTES + 10)})
+    odd = [person(5, sources="crm"), person(6, sources=[{"source_identity": ["crm-eu"], "external_id": "ext-6"}])]
+    write_under(writer, None, [person(1), nested, cut_early, *odd], invalid_records="quarantine")
+    rejects = reflect(engine, rejects_table_name(writer.table))
+
+    def quarantined() -> set[str]:
+        with engine.connect() as conn:
+            return set(conn.execute(sa.select(rejects.c.record_ref)).scalars())
+
+    assert quarantined() == {person(i)["record_ref"] for i in (3, 4, 5, 6)}
+    # Not its own: a colleague's email, an id nested in attributes, a source and an id of two entries.
+    missed = erase(engine, writer, emails=["boss@example.com"], external_ids=["hr:hr-9", "crm-eu:hr-3"])
+    assert (missed.found, missed.rejects) == (0, 0)
+    # Past the cut inside attributes: nothing left to find it by but its ref.
+    assert erase(engine, writer, emails=["p4@example.com"]).found == 0
+    assert erase_records(engine, table=writer.table, audit_table=writer.audit_table,
+                         record_refs=[person(4)["record_ref"]]).rejects == 1
+    # Its own second entry; and the odd shapes are compared where they can be, never fatal.
+    erased = erase(engine, writer, external_ids=["hr-de:hr-3", "crm-eu:ext-6"], emails=["P5@example.com"])
+    assert (erased.found, erased.rejects) == (2, 2)
+    assert quarantined() == {person(6)["record_ref"]}

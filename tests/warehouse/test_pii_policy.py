@@ -8,6 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch
+from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
 from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
 from tests.warehouse.pii_helpers import (
     HISTORY,
@@ -112,13 +113,10 @@ def test_an_emptied_table_adopts_a_new_policy(writer, engine) -> None:
     assert stored_policy(engine, writer.table)[0][0] == new.fingerprint.text
 
 
-
 def test_an_emptied_table_with_raw_rejects_does_not_adopt_a_policy(writer, engine) -> None:
     """Records quarantined without a policy are kept whole: a table whose records are gone but whose
     rejects still hold them is not empty of personal data, and a policy run is refused until
     ``pii-apply`` has emptied them."""
-    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
-
     write_under(writer, None, [person(1), person(2, display_name={"first": "Two"})], invalid_records="quarantine")
     records = reflect(engine, writer.table)
     with engine.begin() as conn:

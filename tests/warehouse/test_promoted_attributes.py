@@ -142,6 +142,27 @@ def test_a_stored_value_of_the_wrong_type_follows_invalid_records_when_the_colum
     assert status == "partial" and "department: 2" in note
 
 
+def test_a_first_fill_counts_current_rows_and_a_complete_read_still_retires(make_writer, engine) -> None:
+    """A retired row's value of the wrong type is NULL without failing the run (BOS no longer sends
+    it to be fixed); a current one under quarantine makes the run partial after the complete read
+    has retired what it no longer returned."""
+    full = ReconcileOptions(sync_mode="full", max_retire_fraction=None)
+    writer = make_writer()
+    write(writer, [person(1, **FULL), person(2, department=98765), person(3, department=6)], reconcile=full)
+    write(writer, [person(1, **FULL), person(2, department=98765)], reconcile=full)  # 3 retired
+    department = check_attribute_columns({"department": "attributes.department"})
+    counts = write(make_writer(), [person(1, **FULL)], attribute_columns=department,
+                   invalid_records="quarantine", reconcile=full)
+    assert (counts.retired, counts.rejected) == (1, 0)  # 2, not returned by this complete read
+    rows = rows_by_ref(engine, writer.table)
+    assert rows[make_record(2)["record_ref"]]["_bos_deleted_at"] is not None
+    assert rows[make_record(2)["record_ref"]]["department"] is None
+    with engine.connect() as conn:
+        status, note = conn.exec_driver_sql(f"SELECT status, error_message FROM {writer.audit_table} "
+                                            "ORDER BY started_at DESC").first()
+    assert status == "partial" and "department: 1" in note  # 2 was current when filled; 3 was not
+
+
 def test_a_wrong_type_fails_the_run_and_writes_nothing(make_writer, engine) -> None:
     writer = make_writer()
     write(writer, [person(1, **FULL)], attribute_columns=PROMOTED)

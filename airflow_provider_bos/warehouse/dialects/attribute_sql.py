@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_bos.warehouse.dialects.statement import Statement
+from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.attribute_columns import AttributeColumn
@@ -59,10 +60,12 @@ class AttributeSql:
         return Statement(f"UPDATE {self.table_ref(target, schema)} SET {', '.join(sets)}{where}", tuple(params))
 
     def count_attribute_type_errors(self, target: str, schema: str | None, column: AttributeColumn) -> Statement:
-        """One row: how many rows hold a value at the column's path that the column could not take."""
+        """One row: how many current (not retired) rows of the records table ``target`` hold a value at
+        the column's path that the column could not take."""
         sql, params = self._attribute_present(column)
         return Statement(f"SELECT COUNT(*) FROM {self.table_ref(target, schema)} "
-                         f"WHERE {sql} AND {self.quote(column.name)} IS NULL", params)
+                         f"WHERE {sql} AND {self.quote(column.name)} IS NULL "
+                         f"AND {self.quote(DELETED_AT_COLUMN)} IS NULL", params)
 
 
 def expand(template: str, **parts: Expression) -> Expression:

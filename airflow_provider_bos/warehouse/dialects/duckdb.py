@@ -57,6 +57,7 @@ class DuckDbDialect(WarehouseDialect):
     """DuckDB: a staged NDJSON file read by ``read_json``, one ON CONFLICT merge, no SQL lock."""
 
     name = "duckdb"
+    reject_row_id_sql = "sha256({record})"
     # The staged file: an empty table is loaded from it straight into the table (one pass over the
     # rows inside DuckDB, and no temporary table holding the whole result in memory); a table with
     # rows stages it into a keyless temporary table merged by one INSERT ... SELECT. The snapshot is

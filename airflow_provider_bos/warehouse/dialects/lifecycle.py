@@ -81,6 +81,12 @@ class ScopeFilter:
 class LifecycleSql:
     """Builders of the lifecycle statements; mixed into :class:`~.base.WarehouseDialect`."""
 
+    #: The identity the database computes for a row of the rejects table (``{record}``: its quoted
+    #: ``record`` column), by which an erasure finds a quarantined record without a ref again in the
+    #: same transaction without binding the record's bytes (a statement log or query history keeps
+    #: what is bound).
+    reject_row_id_sql = "encode(sha256({record}), 'hex')"
+
     # Provided by WarehouseDialect.
     placeholder: str
     if TYPE_CHECKING:

@@ -20,6 +20,7 @@ class MySqlDialect(WarehouseDialect):
     """MySQL/MariaDB: executemany staging, UPDATE ... JOIN + INSERT ... LEFT JOIN, GET_LOCK."""
 
     name = "mysql"
+    reject_row_id_sql = "SHA2({record}, 256)"
     # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): the lock is
     # taken before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
