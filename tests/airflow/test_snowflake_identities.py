@@ -4,7 +4,6 @@ destination a Connection of type ``snowflake`` on the fakesnow server, through S
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,12 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_identities_over_time as days_suite
 import test_provenance_e2e as provenance_suite
-from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from snowflake_destination import (  # noqa: F401 - the fixtures
+    fakesnow_server,
+    snowflake_url,
+    snowflake_warehouse_connection,
+    warehouse_url,
+)
 from test_analyst_queries_e2e import *  # noqa: F403 - docs/analytics.md's queries, on this destination too
 from test_identities_over_time import *  # noqa: F403 - the shared suite runs again on this destination
 from test_provenance_e2e import *  # noqa: F403 - the shared suite runs again on this destination
@@ -24,15 +28,9 @@ from test_provenance_e2e import *  # noqa: F403 - the shared suite runs again on
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
 
 
-@pytest.fixture()
-def warehouse_url(snowflake_url: str) -> str:  # noqa: F811
-    return snowflake_url
-
-
 @pytest.fixture(autouse=True)
-def _snowflake_connection(bos_airflow: dict[str, Any], fakesnow_server: dict[str, Any],  # noqa: F811
-                          monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", json.dumps(snowflake_connection_json(fakesnow_server)))
+def _fakesnow_readings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The suites' readers of stored rows, as fakesnow answers them (see below)."""
     monkeypatch.setattr(days_suite, "rows", _rows)
     for name in ("entries_of_the_records", "provenance_rows"):
         read = getattr(provenance_suite, name)

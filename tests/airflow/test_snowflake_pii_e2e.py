@@ -25,25 +25,18 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_personal_data_e2e as suite
-from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from snowflake_destination import (  # noqa: F401 - the fixtures
+    fakesnow_server,
+    snowflake_url,
+    snowflake_warehouse_connection,
+    warehouse_url,
+)
 from test_personal_data_e2e import pii  # noqa: F401 - the fixture
 
 from airflow_provider_bos.pii import hash_value
 from airflow_provider_bos.testing.federation import expected_final
 
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
-
-
-@pytest.fixture()
-def warehouse_url(snowflake_url: str) -> str:  # noqa: F811
-    return snowflake_url
-
-
-@pytest.fixture(autouse=True)
-def _snowflake_connection(bos_airflow: dict[str, Any], fakesnow_server: dict[str, Any],  # noqa: F811
-                          monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", json.dumps(snowflake_connection_json(fakesnow_server)))
-    yield  # noqa: PT022 - monkeypatch undoes it at teardown
 
 
 def _texts(value: Any) -> Iterator[str]:

@@ -4,35 +4,25 @@ check on a promoted column's coverage of test_coverage_e2e.py, their destination
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_coverage_e2e as coverage
 import test_promoted_attributes_e2e as suite
-from fakesnow_support import fakesnow_server, snowflake_connection_json, snowflake_url  # noqa: F401
+from snowflake_destination import (  # noqa: F401 - the fixtures
+    fakesnow_server,
+    snowflake_url,
+    snowflake_warehouse_connection,
+    warehouse_url,
+)
 from test_promoted_attributes_e2e import promoting  # noqa: F401 - the fixture
 
 from airflow_provider_bos.warehouse.schema import companion_table_name
 
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
-
-
-@pytest.fixture()
-def warehouse_url(snowflake_url: str) -> str:  # noqa: F811
-    return snowflake_url
-
-
-@pytest.fixture(autouse=True)
-def _snowflake_connection(bos_airflow: dict[str, Any], fakesnow_server: dict[str, Any],  # noqa: F811
-                          monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_WAREHOUSE", json.dumps(snowflake_connection_json(fakesnow_server)))
-    yield  # noqa: PT022 - monkeypatch undoes it at teardown
 
 
 def test_promoting_attributes_of_a_synced_table_fills_them_from_what_is_stored(promoting, run_dag) -> None:  # noqa: F811
