@@ -86,6 +86,13 @@ class Finders:
     def __bool__(self) -> bool:
         return bool(self.emails or self.phones or self.external_ids)
 
+    def ids_by_source(self) -> list[tuple[str, list[str]]]:
+        """The external ids, grouped by the source they name."""
+        by_source: dict[str, list[str]] = {}
+        for source, ident in self.external_ids:
+            by_source.setdefault(source, []).append(ident)
+        return list(by_source.items())
+
 
 class _Wanted:
     """The stored forms a finder's values take under the table's policy, and the test of a stored value."""
@@ -141,10 +148,7 @@ def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders,
     external: dict[str, _Wanted] = {}
     if finders.external_ids:
         action = _action(stored, EXTERNAL_ID, "--external-id")
-        by_source: dict[str, list[str]] = {}
-        for source, ident in finders.external_ids:
-            by_source.setdefault(source, []).append(ident)
-        external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in by_source.items()}
+        external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in finders.ids_by_source()}
     tables = list(tables)
     found: set[str] = set()
     # One policy action per field: the external ids are all hashed or all kept.
@@ -263,10 +267,7 @@ def _no_key() -> PiiKey:
 def _raw_forms(finders: Finders) -> list[_Wanted]:
     wanted: list[_Wanted] = [_Wanted(field, values, "keep", _no_key)
                              for field, values in (("email", finders.emails), ("phone", finders.phones)) if values]
-    by_source: dict[str, list[str]] = {}
-    for source, ident in finders.external_ids:
-        by_source.setdefault(source, []).append(ident)
-    return wanted + [_SourceWanted(source, ids) for source, ids in by_source.items()]
+    return wanted + [_SourceWanted(source, ids) for source, ids in finders.ids_by_source()]
 
 
 def _record(data: bytes) -> Any:

@@ -15,12 +15,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_identities_over_time as days_suite
 import test_provenance_e2e as provenance_suite
-from snowflake_destination import (  # noqa: F401 - the fixtures
-    fakesnow_server,
-    snowflake_url,
-    snowflake_warehouse_connection,
-    warehouse_url,
-)
+from snowflake_destination import *  # noqa: F403 - the fixtures that make Snowflake the destination
 from test_analyst_queries_e2e import *  # noqa: F403 - docs/analytics.md's queries, on this destination too
 from test_identities_over_time import *  # noqa: F403 - the shared suite runs again on this destination
 from test_provenance_e2e import *  # noqa: F403 - the shared suite runs again on this destination

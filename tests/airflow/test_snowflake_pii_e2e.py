@@ -25,12 +25,7 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_personal_data_e2e as suite
-from snowflake_destination import (  # noqa: F401 - the fixtures
-    fakesnow_server,
-    snowflake_url,
-    snowflake_warehouse_connection,
-    warehouse_url,
-)
+from snowflake_destination import *  # noqa: F403 - the fixtures that make Snowflake the destination
 from test_personal_data_e2e import pii  # noqa: F401 - the fixture
 
 from airflow_provider_bos.pii import hash_value

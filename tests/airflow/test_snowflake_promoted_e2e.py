@@ -12,12 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "warehouse"))
 import test_coverage_e2e as coverage
 import test_promoted_attributes_e2e as suite
-from snowflake_destination import (  # noqa: F401 - the fixtures
-    fakesnow_server,
-    snowflake_url,
-    snowflake_warehouse_connection,
-    warehouse_url,
-)
+from snowflake_destination import *  # noqa: F403 - the fixtures that make Snowflake the destination
 from test_promoted_attributes_e2e import promoting  # noqa: F401 - the fixture
 
 from airflow_provider_bos.warehouse.schema import companion_table_name
