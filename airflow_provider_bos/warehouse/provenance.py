@@ -16,7 +16,7 @@ SQL, by the first run (:func:`seed_provenance`, under the writers' lock, before 
 
 from __future__ import annotations
 
-from airflow_provider_bos.warehouse.transaction import RunTransaction
+from airflow_provider_bos.warehouse.transaction import RunTransaction, UpsertCounts
 
 __all__ = ["rebuild_provenance", "record_provenance", "seed_provenance"]
 
@@ -34,17 +34,28 @@ def seed_provenance(tx: RunTransaction, sources: str) -> None:
         tx.exec(d.write_provenance(sources, tx.table, tx.schema, run_id=None))
 
 
-def record_provenance(tx: RunTransaction, sources: str, *, fresh: bool, touched: bool) -> None:
-    """Write anew the entries of the rows this run wrote (``touched``: any at all; ``fresh``: the
-    records table held no row before this run, so any entry left is of rows deleted by hand)."""
-    if not touched:
+def record_provenance(tx: RunTransaction, sources: str, *, direct: bool, counts: UpsertCounts) -> None:
+    """Write anew the entries of the rows this run wrote (``direct``: it loaded an empty table directly).
+
+    When every row of the records table is one this run wrote (a first run, or a run that rewrote
+    them all), all entries go at once instead of the written rows' one by one; any entry left of a
+    row deleted by hand goes with them.
+    """
+    if not counts.inserted + counts.updated:
         return
     d = tx.dialect
-    if fresh:
+    if direct or _every_row_is_the_runs(tx, counts):
         tx.exec(d.delete_all(sources, tx.schema))
     else:
         tx.exec(d.clear_provenance(sources, tx.table, tx.schema, run_id=tx.run_id))
     tx.exec(d.write_provenance(sources, tx.table, tx.schema, run_id=tx.run_id))
+
+
+def _every_row_is_the_runs(tx: RunTransaction, counts: UpsertCounts) -> bool:
+    """Whether every row of the records table carries this run's id (after the merge, under the lock)."""
+    if counts.unchanged:  # a row left unchanged keeps the run that wrote it: no need to look
+        return False
+    return tx.exec(tx.dialect.probe_other_rows(tx.table, tx.schema, run_id=tx.run_id)).first() is None
 
 
 def rebuild_provenance(tx: RunTransaction, sources: str) -> None:

@@ -125,7 +125,7 @@ def reconcile(
         audit = _note(audit, f"{counts.withheld} records of this partial read came under refs that a complete read "
                              "merged away (their successor is current); they were withheld, not revived.")
     # Before supersession, which finds the entries of the rows this run wrote in the provenance table.
-    record_provenance(tx, life.sources_table, fresh=direct, touched=counts.inserted + counts.updated > 0)
+    record_provenance(tx, life.sources_table, direct=direct, counts=counts)
     if tx.answered_by_newer is not None:
         audit = _note(audit, "A newer complete read of this scope answered for this read's records: nothing was "
                              "written over it, retired or superseded.")

@@ -169,3 +169,20 @@ def test_erasure_deletes_the_entries(make_writer, engine) -> None:
     assert erased.sources == 2
     stored = assert_mirrors(engine, writer.table)
     assert ref not in {e[0] for e in stored} and len(stored) == 4
+
+
+def test_a_records_table_emptied_by_hand_leaves_no_entry_behind(make_writer, engine) -> None:
+    """Rows deleted by hand leave their entries; the next run into the emptied table keeps none of
+    them (on every dialect, whether or not it loads an empty table directly), and a run into an
+    empty table clears no entry ref by ref."""
+    writer = make_writer()
+    write(writer, [varied(i) for i in range(1, 4)])
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {writer.table}")
+    with statements(engine) as seen:
+        assert write(writer, [varied(4)]) == UpsertCounts(inserted=1)
+    stored = assert_mirrors(engine, writer.table)
+    assert {e[0] for e in stored} == {make_record(4)["record_ref"]}
+    assert holder(engine, writer.table, "hr", "E1") == []
+    deletes = [s for s in writes_to(seen, writer.table) if re.match(r"\s*DELETE\b", s, re.IGNORECASE)]
+    assert deletes and not [s for s in deletes if re.search(r"\bWHERE\b", s, re.IGNORECASE)]

@@ -248,6 +248,15 @@ class LifecycleSql:
             (run_id,),
         )
 
+    def probe_other_rows(self, target: str, schema: str | None, *, run_id: str) -> Statement:
+        """One row if ``target`` holds a row that run ``run_id`` did not write."""
+        run = f"t.{self.quote('_bos_run_id')}"
+        return Statement(
+            f"SELECT 1 FROM {self.table_ref(target, schema)} t WHERE {run} IS NULL OR {run} <> {self.placeholder} "
+            "LIMIT 1",
+            (run_id,),
+        )
+
     def delete_all(self, table: str, schema: str | None) -> Statement:
         """Delete every row of ``table`` (in the transaction: not TRUNCATE, which commits on some)."""
         return Statement(f"DELETE FROM {self.table_ref(table, schema)}")

@@ -29,10 +29,7 @@ class SqliteDialect(WarehouseDialect):
 
     name = "sqlite"
     reject_row_id_sql = "rowid"  # no hash function built in; a row keeps its rowid in the transaction
-    # Not even an empty table is loaded directly: in this process, executemany into the keyed table
-    # cost more than into a keyless temporary table plus one INSERT ... SELECT (100k records: 3.6-4.0
-    # s against 3.4 s; bench/README.md).
-    capabilities = DialectCapabilities(loader=ROWS_LOADER, direct_load=False)
+    capabilities = DialectCapabilities(loader=ROWS_LOADER)
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
