@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from whhelpers import dump, make_record, run_info, write
 
+import tests.warehouse.test_provenance_table as provenance
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosIncompleteStreamError
 from airflow_provider_bos.warehouse import AuditReader
 from airflow_provider_bos.wire import WireRecord, WriteOptions
@@ -52,6 +53,8 @@ def test_a_restarted_frame_lands_exactly_its_own_records(make_writer, engine, se
     seeded_in_final = len(range(1000, 3500, 2)) if seeded else 0
     assert counts.inserted == len(final) - seeded_in_final and counts.updated == seeded_in_final
     assert counts.received == len(final)
+    # Every stored row has its entries, and no entry of the cut frame's rows is left.
+    assert len(provenance.assert_mirrors(engine, writer.table)) == len(names(engine, writer.table))
 
 
 def test_a_frame_restarted_twice_lands_the_last_one(make_writer, engine) -> None:
@@ -70,7 +73,7 @@ def test_a_frame_restarted_twice_lands_the_last_one(make_writer, engine) -> None
 def test_a_failure_after_a_restart_still_leaves_everything_untouched(make_writer, engine) -> None:
     writer = make_writer(batch_size=100)
     write(writer, [make_record(i, name="before") for i in range(10)])
-    before = dump(engine, writer.table)
+    before, entries = dump(engine, writer.table), provenance.stored_entries(engine, writer.table)
 
     def broken_again() -> Iterator[Any]:
         yield from (WireRecord(make_record(i, name="restarted")) for i in range(500))
@@ -80,6 +83,7 @@ def test_a_failure_after_a_restart_still_leaves_everything_untouched(make_writer
         writer.write_run(run_info(), _cut([make_record(i, name="cut") for i in range(500)], broken_again()),
                          WriteOptions(audit=COMPLETE))
     assert dump(engine, writer.table) == before
+    assert provenance.stored_entries(engine, writer.table) == entries
 
 
 def test_records_quarantined_from_the_cut_frame_are_forgotten(make_writer, engine) -> None:

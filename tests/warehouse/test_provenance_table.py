@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
-from airflow_provider_bos.warehouse import UpsertCounts
+from airflow_provider_bos.exceptions import BosIncompleteStreamError
+from airflow_provider_bos.warehouse import UpsertCounts, file_load, loads
 from airflow_provider_bos.warehouse.erase import erase_records
 from airflow_provider_bos.warehouse.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions
@@ -186,3 +189,64 @@ def test_a_records_table_emptied_by_hand_leaves_no_entry_behind(make_writer, eng
     assert holder(engine, writer.table, "hr", "E1") == []
     deletes = [s for s in writes_to(seen, writer.table) if re.match(r"\s*DELETE\b", s, re.IGNORECASE)]
     assert deletes and not [s for s in deletes if re.search(r"\bWHERE\b", s, re.IGNORECASE)]
+
+
+def _load_in_small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A direct load sends its rows in blocks and stages possible repeats every few (COPY on
+    PostgreSQL, files on DuckDB): blocks of a handful make a small load cross several of both."""
+    monkeypatch.setattr(loads, "_COPY_BLOCK", 2)
+    monkeypatch.setattr(loads, "_PENDING_LIMIT", 2)
+    monkeypatch.setattr(file_load, "FILE_BLOCK_ROWS", 3)
+    monkeypatch.setattr(file_load, "_WRITE_ROWS", 2)
+
+
+def test_a_first_load_with_later_copies_of_its_records_mirrors_the_stored_rows(
+        make_writer, engine, monkeypatch) -> None:
+    """A first load whose read repeats record_refs with newer content stores the later copies' entries
+    (merged after the load) and nothing of the copies they replaced."""
+    _load_in_small_blocks(monkeypatch)
+    writer = make_writer()
+    first = [varied(i) for i in range(1, 15)]
+    later = []
+    for i in (2, 7, 13):  # a later, newer copy of three records: its second entry moved to another id
+        copy = varied(i, T2)
+        copy["sources"][1] = {**copy["sources"][1], "external_id": f"E{i}-moved"}
+        later.append(copy)
+    counts = write(writer, [*first[:8], later[0], *first[8:], *later[1:]])
+    assert (counts.inserted, counts.duplicates) == (14, 3)
+    stored = assert_mirrors(engine, writer.table)
+    assert len(stored) == 28
+    for i in (2, 7, 13):
+        ref = make_record(i)["record_ref"]
+        assert holder(engine, writer.table, "hr", f"E{i}-moved") == [ref]
+        assert holder(engine, writer.table, "hr", f"E{i}") == []
+    assert holder(engine, writer.table, "hr", "E5") == [make_record(5)["record_ref"]]
+
+
+def test_a_first_load_that_fails_midway_leaves_the_provenance_table_as_it_was(
+        make_writer, engine, monkeypatch) -> None:
+    """A read that breaks after rows were loaded rolls back the provenance table with them: the
+    entries of rows deleted by hand are still there, and no entry of the failed run is."""
+    _load_in_small_blocks(monkeypatch)
+    writer = make_writer()
+    write(writer, [varied(i) for i in range(1, 4)])
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DELETE FROM {writer.table}")
+    before = entry_ids(engine, writer.table)
+    assert len(before) == 6
+
+    def breaking() -> Iterator[dict[str, Any]]:
+        yield from (varied(i) for i in range(10, 30))
+        raise BosIncompleteStreamError("the stream ended inside the final response")
+
+    with pytest.raises(BosIncompleteStreamError):
+        write(writer, breaking())
+    assert rows_by_ref(engine, writer.table) == {}
+    assert entry_ids(engine, writer.table) == before
+
+
+def entry_ids(engine: sa.Engine, table: str) -> set[tuple[str, str]]:
+    """(record_ref, external_id) of every entry, whether its row exists or not, in plain SQL."""
+    with engine.connect() as conn:
+        return {(ref, external_id) for ref, external_id in conn.exec_driver_sql(
+            f"SELECT record_ref, external_id FROM {companion_table_name(table, 'sources')}")}

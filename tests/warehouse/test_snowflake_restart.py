@@ -12,6 +12,7 @@ import sqlalchemy as sa
 import test_frame_restart as restart_suite
 from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
 from test_frame_restart import *  # noqa: F403 - the shared suite runs again on this destination
+from test_snowflake_lifecycle import _sql_reads  # noqa: F401 - fixture: the provenance checks read in SQL
 
 pytestmark = pytest.mark.snowflake
 
