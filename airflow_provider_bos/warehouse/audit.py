@@ -45,9 +45,9 @@ __all__ = [
 RUN_STATUSES = ("complete", "partial", "failed")
 #: What stands in an audit text for a record_ref that was erased.
 ERASED_REF = "[erased record_ref]"
-# A quoted literal of a message (Python's repr of a string), which may be the start of a ref: a
-# message names an over-long ref by its first characters.
-_QUOTED = re.compile(r"'([^'\\\n]{8,})'|\"([^\"\\\n]{8,})\"")
+# A quoted literal of a message (Python's repr of a string, escapes included), which may be the
+# start of a ref: a message names an over-long ref by its first characters.
+_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.){8,})'|\"((?:[^\"\\\n]|\\.){8,})\"")
 
 
 def utcnow() -> datetime:
@@ -83,13 +83,16 @@ def truncate_error(message: str | None, limit: int = ERROR_MESSAGE_MAX) -> str |
 
 def without_refs(text: str, refs: Collection[str], placeholder: str = ERASED_REF) -> str:
     """``text`` with each of ``refs`` replaced by ``placeholder``, and any quoted start of one (at
-    least 8 characters: a message may quote only an over-long ref's first characters)."""
-    for ref in sorted((r for r in refs if r), key=len, reverse=True):
-        text = text.replace(ref, placeholder)
+    least 8 characters: a message may quote only an over-long ref's first characters). A ref is
+    found as it is and as a message's ``repr`` quotes it (a backslash, a control character or a
+    quote escaped)."""
+    forms = {form for ref in refs if ref for form in (ref, repr(ref)[1:-1])}
+    for form in sorted(forms, key=len, reverse=True):
+        text = text.replace(form, placeholder)
 
     def quoted(match: re.Match[str]) -> str:
         inner = match.group(1) or match.group(2)
-        return placeholder if any(ref.startswith(inner) for ref in refs) else match.group(0)
+        return placeholder if any(form.startswith(inner) for form in forms) else match.group(0)
 
     return _QUOTED.sub(quoted, text)
 

@@ -1,7 +1,8 @@
 """Erasure on request: a person's rows out of the records table, its history, provenance, lineage and rejects.
 
-:func:`erase_records` deletes every row of the given record_refs from ``<table>``,
-``<table>_history``, ``<table>_sources``, ``<table>_lineage`` (as predecessor or successor) and
+:func:`erase_records` deletes every row of the given record_refs, and of the same people's earlier
+records merged into them (superseded by one of them, as the rows or ``<table>_lineage`` say), from
+``<table>``, ``<table>_history``, ``<table>_sources``, ``<table>_lineage`` (as predecessor or successor) and
 ``<table>_rejects``, in
 ONE transaction under the writers' lock; in the same transaction it replaces the refs in every
 audit row's ``error_message`` (a failed run's error names the record it refused) and writes an audit
@@ -40,14 +41,16 @@ from airflow_provider_bos.warehouse.erase_finders import (
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy
 from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
-from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 from airflow_provider_bos.warehouse.schema import (
+    SUPERSEDED_BY_COLUMN,
     companion_table_name,
     history_table,
+    lineage_table,
     policy_table,
     records_table,
     rejects_table,
 )
+from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
 
@@ -67,6 +70,8 @@ class ErasedRows:
     run_id: str
     #: Refs the finders (email, phone, external id) matched, and quarantined records without a ref they matched.
     found: int = 0
+    #: Refs of the same people's earlier records, merged into an erased one (superseded by it).
+    merged: int = 0
     records: int = 0
     history: int = 0
     lineage: int = 0
@@ -146,6 +151,9 @@ def erase_records(
                     unnamed = quarantined.unnamed
                 erased.found = len(found) + len(unnamed)
                 refs = sorted(set(refs) | found)
+            merged = _merged_into(tx.conn, writer, companions, refs)
+            erased.merged = len(merged)
+            refs = sorted(set(refs) | merged)
             for i in range(0, len(refs), _REFS_PER_STATEMENT):
                 chunk = refs[i : i + _REFS_PER_STATEMENT]
                 # An over-long ref is only ever in the rejects table (it was quarantined for its length).
@@ -169,7 +177,8 @@ def erase_records(
             if rejects is not None and unnamed:
                 erased.rejects += _delete_unnamed(tx.conn, d, rejects, unnamed)
             erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
-            note = (f"Erasure of {len(refs)} record_ref(s) on request: deleted {erased.records} row(s) from "
+            note = (f"Erasure of {len(refs)} record_ref(s) on request ({erased.merged} of them earlier records merged "
+                    f"into another): deleted {erased.records} row(s) from "
                     f"{writer.destination_table}, {erased.history} history version(s), {erased.sources} provenance "
                     f"entries, {erased.lineage} lineage row(s), {erased.rejects} quarantined record(s); replaced "
                     f"the refs in {erased.audit_messages} audit message(s).")
@@ -204,6 +213,29 @@ def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, st
     if "history" in companions:
         tables.append(history_table(metadata, name, companions["history"], writer.schema))
     return find_refs(conn, tables, finders, stored, key, writer.dialect)
+
+
+def _merged_into(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, str], refs: list[str]) -> set[str]:
+    """The refs of the records merged into ``refs`` (superseded by one of them, as their rows or the
+    lineage say), and of those merged into these, and so on: the same people's earlier records, which
+    hold their data too. Without them an erased ref would stay behind in their ``_bos_superseded_by``."""
+    metadata, name = sa.MetaData(), writer.dialect.name
+    records = records_table(metadata, name, writer.table, writer.schema)
+    lineage = lineage_table(metadata, name, companions["lineage"], writer.schema) if "lineage" in companions else None
+    merged: set[str] = set()
+    successors = [r for r in refs if len(r) <= MAX_RECORD_REF_LENGTH]
+    while successors:
+        earlier: set[str] = set()
+        for i in range(0, len(successors), _REFS_PER_STATEMENT):
+            chunk = successors[i : i + _REFS_PER_STATEMENT]
+            earlier.update(conn.execute(sa.select(records.c.record_ref)
+                                        .where(records.c[SUPERSEDED_BY_COLUMN].in_(chunk))).scalars())
+            if lineage is not None:
+                earlier.update(conn.execute(sa.select(lineage.c.record_ref)
+                                            .where(lineage.c.successor_ref.in_(chunk))).scalars())
+        successors = sorted(earlier - merged - set(refs))
+        merged.update(successors)
+    return merged
 
 
 def _delete_unnamed(conn: sa.Connection, d: WarehouseDialect, rejects: sa.Table,

@@ -72,7 +72,8 @@ class Rejects:
             "truncated": len(data) > MAX_REJECT_BYTES,
         })
         if len(self._reasons) < _NOTE_REASONS:
-            self._reasons.append(without_refs(reason[:200], [ref] if isinstance(ref, str) else [], "<record_ref>"))
+            # The ref out before the cut: a cut inside a long ref would leave its start.
+            self._reasons.append(without_refs(reason, [ref] if isinstance(ref, str) else [], "<record_ref>")[:200])
 
     def table_rows(self, run_id: str, rejected_at: datetime) -> list[dict[str, Any]]:
         return [{**row, "run_id": run_id, "rejected_at": rejected_at} for row in self.rows]

@@ -91,6 +91,70 @@ def test_erasure_scrubs_the_ref_from_every_audit_text(writer, engine) -> None:
     assert reader.get_run(failed.run_id)["error_message"].endswith("'sources' must be a list.")
 
 
+@pytest.mark.parametrize("ref", ["bos:person:dom\\zelda-0042", "bos:person:tab\tzelda-0042",
+                                 "bos:person:o'ne\"il-0042"], ids=["backslash", "tab", "both-quotes"])
+def test_a_ref_that_messages_quote_escaped_is_kept_out_of_audit_text_too(writer, engine, ref: str) -> None:
+    """Messages quote a ref as Python's repr does (a backslash, a control character or a quote
+    escaped): the quarantine note names such a ref in neither form, and an erasure scrubs both from
+    a failed run's error."""
+    escaped = repr(ref)[1:-1]
+    assert escaped != ref
+    refused = make_record(ref, email=EMAIL)
+    refused["display_name"] = {"first": "Zelda"}
+    run = run_info()
+    write(writer, [*others(3), refused], run, invalid_records="quarantine")
+    reader = AuditReader(engine, table=writer.audit_table)
+    note = reader.get_run(run.run_id)["error_message"]
+    assert note.startswith("1 record(s) quarantined in ") and ref not in note and escaped not in note
+    failed = run_info()
+    writer.record_failure(failed, error=f"BosWarehouseError: Record {ref!r}: 'sources' must be a list.")
+
+    erased = erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[ref])
+
+    assert (erased.rejects, erased.audit_messages) == (1, 1)
+    error = reader.get_run(failed.run_id)["error_message"]
+    assert ref not in error and escaped not in error and "[erased record_ref]" in error
+
+
+def test_a_long_ref_is_kept_out_of_the_quarantine_note(writer, engine) -> None:
+    """The note keeps the first 200 characters of a reason, cut after its ref is taken out: a cut
+    inside a long ref would leave its start in the note."""
+    ref = "bos:person:" + "q" * 300  # a ref the records table could hold
+    refused = make_record(ref, email=EMAIL)
+    refused["display_name"] = {"first": "Zelda"}
+    run = run_info()
+    write(writer, [*others(3), refused], run, invalid_records="quarantine")
+    note = AuditReader(engine, table=writer.audit_table).get_run(run.run_id)["error_message"]
+    assert "display_name" in note and "q" * 20 not in note
+
+
+def test_erasing_a_merged_record_erases_the_records_merged_into_it(writer, engine) -> None:
+    """BOS merged two records of one person into a new ref: erasing that ref erases the two earlier
+    ones too (their rows hold the same person and name the erased ref as their successor), from every
+    table, and the people merged into nobody stay."""
+    full = ReconcileOptions(sync_mode="full", history=True)
+    first = [make_record(i, name=f"Person {i}") for i in range(1, 8)]
+    for i, email in ((1, EMAIL), (2, NEW_EMAIL)):
+        first[i - 1] = make_record(i, name=NAME, email=email)
+    write(writer, first, reconcile=full)
+    merged = make_record(REF, T2, name=NAME, email=EMAIL)
+    merged["sources"] = [{**first[0]["sources"][0], "observed_at": T2},
+                         {**first[1]["sources"][0], "observed_at": T2}]
+    write(writer, [merged, *first[2:]], reconcile=full)
+    earlier = [first[0]["record_ref"], first[1]["record_ref"]]
+
+    erased = erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[REF])
+
+    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in ("history", "sources", "lineage"))]
+    with engine.connect() as conn:
+        for table in tables:
+            text = repr(conn.exec_driver_sql(f"SELECT * FROM {table}").all())
+            assert traces(text) == [] and not [ref for ref in earlier if ref in text], table
+        left = conn.exec_driver_sql(f"SELECT record_ref FROM {writer.table}").scalars().all()
+    assert sorted(left) == sorted(r["record_ref"] for r in first[2:])
+    assert (erased.merged, erased.records) == (2, 3)
+
+
 @pytest.mark.parametrize("database", ["sqlite", "sqlite-wal", "duckdb"])
 def test_the_database_file_keeps_no_byte_of_an_erased_person(database, tmp_path, unique_table) -> None:
     """The file (and its WAL or journal) after the erasure and the engine's close holds neither the

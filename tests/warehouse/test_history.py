@@ -65,14 +65,16 @@ def test_erase_removes_a_person_everywhere_and_audits_without_the_ref(make_write
     ref = make_record(1)["record_ref"]
     erased = erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[ref, "m:1-2"],
                            conn_id="warehouse")
-    assert (erased.records, erased.lineage) == (2, 2)  # 1 -> m:1-2, 2 -> m:1-2
-    assert erased.history == 2  # 1's closed version and m:1-2's open one
+    # 2 was merged into m:1-2 too (the same person's earlier record): it goes with it.
+    two = make_record(2)["record_ref"]
+    assert (erased.merged, erased.records, erased.lineage) == (1, 3, 2)  # 1 -> m:1-2, 2 -> m:1-2
+    assert erased.history == 3  # 1's and 2's closed versions and m:1-2's open one
     rows = rows_by_ref(engine, writer.table)
-    assert ref not in rows and "m:1-2" not in rows and make_record(2)["record_ref"] in rows
-    assert all(v["record_ref"] not in (ref, "m:1-2") for v in versions(engine, writer.table))
+    assert not {ref, two, "m:1-2"} & set(rows) and make_record(3)["record_ref"] in rows
+    assert all(v["record_ref"] not in (ref, two, "m:1-2") for v in versions(engine, writer.table))
     audit = AuditReader(engine, table=writer.audit_table).get_run(erased.run_id)
     assert (audit["status"], audit["tool_name"], audit["conn_id"]) == ("complete", ERASE_TOOL_NAME, "warehouse")
-    assert ref not in str(audit) and "m:1-2" not in str(audit) and "deleted 2 row(s)" in audit["error_message"]
+    assert ref not in str(audit) and "m:1-2" not in str(audit) and "deleted 3 row(s)" in audit["error_message"]
 
 
 def test_erase_refuses_nothing_to_erase(make_writer, engine) -> None:
