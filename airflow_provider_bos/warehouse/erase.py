@@ -36,6 +36,7 @@ from airflow_provider_bos.warehouse.erase_finders import (
     KeySource,
     find_quarantined,
     find_refs,
+    refs_in,
     reject_row_id,
 )
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy
@@ -222,19 +223,14 @@ def _merged_into(conn: sa.Connection, writer: WarehouseWriter, companions: dict[
     metadata, name = sa.MetaData(), writer.dialect.name
     records = records_table(metadata, name, writer.table, writer.schema)
     lineage = lineage_table(metadata, name, companions["lineage"], writer.schema) if "lineage" in companions else None
-    merged: set[str] = set()
-    successors = [r for r in refs if len(r) <= MAX_RECORD_REF_LENGTH]
+    named, merged = set(refs), set[str]()
+    successors = {r for r in refs if len(r) <= MAX_RECORD_REF_LENGTH}
     while successors:
-        earlier: set[str] = set()
-        for i in range(0, len(successors), _REFS_PER_STATEMENT):
-            chunk = successors[i : i + _REFS_PER_STATEMENT]
-            earlier.update(conn.execute(sa.select(records.c.record_ref)
-                                        .where(records.c[SUPERSEDED_BY_COLUMN].in_(chunk))).scalars())
-            if lineage is not None:
-                earlier.update(conn.execute(sa.select(lineage.c.record_ref)
-                                            .where(lineage.c.successor_ref.in_(chunk))).scalars())
-        successors = sorted(earlier - merged - set(refs))
-        merged.update(successors)
+        earlier = refs_in(conn, records, SUPERSEDED_BY_COLUMN, successors)
+        if lineage is not None:
+            earlier |= refs_in(conn, lineage, "successor_ref", successors)
+        successors = earlier - merged - named
+        merged |= successors
     return merged
 
 

@@ -41,7 +41,7 @@ from airflow_provider_bos.warehouse.policy_store import effective_action
 from airflow_provider_bos.warehouse.scan import rows_in_batches
 from airflow_provider_bos.warehouse.transaction import execute
 
-__all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs", "reject_row_id"]
+__all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs", "refs_in", "reject_row_id"]
 
 #: The key, or how to get it (read only when the table's policy hashes a field a finder names).
 KeySource = PiiKey | Callable[[], PiiKey] | None
@@ -170,11 +170,15 @@ def _chunks(values: set[str]) -> list[list[str]]:
     return [ordered[i : i + _VALUES_PER_QUERY] for i in range(0, len(ordered), _VALUES_PER_QUERY)]
 
 
+def refs_in(conn: sa.Connection, table: sa.Table, column: str, values: set[str]) -> set[str]:
+    """The refs of the rows of ``table`` whose ``column`` is one of ``values`` (bound, in batches)."""
+    select, matched = sa.select(table.c.record_ref).distinct(), table.c[column]
+    return {ref for chunk in _chunks(values) for ref in conn.execute(select.where(matched.in_(chunk))).scalars()}
+
+
 def _hashed_refs(conn: sa.Connection, table: sa.Table, wanted: _Wanted) -> set[str]:
     """The refs of the rows of ``table`` whose (hashed) ``wanted.field`` is one of its forms."""
-    column = table.c[wanted.field]
-    return {ref for chunk in _chunks(wanted.forms)
-            for ref in conn.execute(sa.select(table.c.record_ref).where(column.in_(chunk)).distinct()).scalars()}
+    return refs_in(conn, table, wanted.field, wanted.forms)
 
 
 def _hashed_external_refs(conn: sa.Connection, d: WarehouseDialect, table: sa.Table, source: str,
