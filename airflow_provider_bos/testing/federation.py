@@ -207,6 +207,7 @@ class PlannedRead:
         )
         merged = sum(1 for _, parts in self._merged if any(i < s.cutoff for s, i in parts))
         self._unstorable = scenario.faults.unstorable_final_records and bool(self._sources)
+        self._error_message = scenario.faults.source_error_message
         self.final_record_count = (
             self._shared_final + own + merged + (len(_UNSTORABLE) if self._unstorable else 0)
         )
@@ -227,9 +228,7 @@ class PlannedRead:
             ],
         }
         if failed:
-            metadata["source_errors"] = [
-                {"source": s.source_ref(), "error": {"code": s.error}} for s in failed
-            ]
+            metadata["source_errors"] = [{"source": s.source_ref(), "error": self._error(s)} for s in failed]
         contradiction = scenario.faults.final_contradiction
         if contradiction == "error_flag_on_complete":
             metadata["completeness"], self.is_error = "complete", True
@@ -261,9 +260,16 @@ class PlannedRead:
                 "status": status,
             }
             if status == "error":
-                params["error"] = {"code": source.error}
+                params["error"] = self._error(source)
             params["context"] = dict(context)
             yield at_ms, params
+
+    def _error(self, s: _SourcePlan) -> dict[str, str | None]:
+        """A failing source's ``error`` object (see ``FaultSpec.source_error_message``)."""
+        error: dict[str, str | None] = {"code": s.error}
+        if self._error_message is not None:
+            error["message"] = self._error_message
+        return error
 
     def _source_events(self, s: _SourcePlan) -> Iterator[tuple]:
         # Tuples sort by (time, source index, per-source counter); the counter is unique per

@@ -181,6 +181,9 @@ class FaultSpec(_Strict):
     - ``unstorable_final_records``: the final result ends with two records that are well-formed
       on the wire but that no warehouse table can store (a 600-character ``record_ref``, a
       ``display_name`` that is an object); ``result_count`` counts them.
+    - ``source_error_message``: every failing source's ``error`` object (on its terminal page and in
+      the final's ``source_errors``) also carries ``message`` with this text, a field the contract
+      allows beside ``code``: a server's own words, which may quote anything.
     """
 
     drop_after_notifications: int | None = Field(default=None, ge=0)
@@ -204,6 +207,7 @@ class FaultSpec(_Strict):
     final_context_handle: str | None = None
     malformed_final: bool = False
     unstorable_final_records: bool = False
+    source_error_message: str | None = None
     final_contradiction: Literal[
         "error_flag_on_complete", "hidden_source_errors", "result_count_mismatch", "unfinished_source"
     ] | None = None

@@ -247,6 +247,29 @@ def test_quarantined_records_are_stored_under_the_policy_too(pii, run_dag, caplo
     assert not leaks([*every_table(pii), *pii["observed"].texts(), json.dumps(summary), log], raw)
 
 
+@every_dialect
+def test_a_source_errors_own_words_are_not_stored_logged_or_returned(pii, run_dag, caplog, capsys) -> None:
+    """The contract's source error is a source and an ``error.code``; a server may add its own words
+    beside the code, which can quote a person. The audit row keeps the contract's fields only, so
+    nothing a policy hashes reaches the audit table (where no policy applies), and no text there
+    outlives an erasure."""
+    day = 4  # hr-main fails after its first page
+    person = next(r.record for r in expected_final(SCENARIO, day).records if r.record["email"])
+    said = f"upstream refused {person['email']} ({person['record_ref']})"
+    scenario = load_scenario(SCENARIO)
+    pii["server"].set_scenario(scenario.model_copy(update={"faults": scenario.faults.model_copy(
+        update={"source_error_message": said})}), day=day)
+    with caplog.at_level(logging.DEBUG):
+        dag_run = run(pii, run_dag)
+    assert task_states(dag_run)["sync"] == "success"  # partial: the sensor then stops the DAG
+    [audit] = audit_rows(pii["engine"], pii["table"], pii["audit"])
+    errors = audit["source_errors"]
+    assert (json.loads(errors) if isinstance(errors, str) else errors) == [
+        {"source": {"source_type": "hr", "source_identity": "hr-main"}, "error": {"code": "source_timeout"}}]
+    log = caplog.text + "".join(capsys.readouterr())
+    assert not leaks([*every_table(pii), json.dumps(xcom_summary(dag_run)), log], {person["email"], said})
+
+
 def unstorable_scenario(env: dict[str, Any]) -> Any:
     """The scenario whose final result ends with two records no table can store (see the test above)."""
     scenario = load_scenario(SCENARIO)
