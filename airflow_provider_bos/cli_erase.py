@@ -8,7 +8,8 @@
 any history version holds that value (normalised as the personal-data hash recipe normalises it;
 hashed with the table's key, from ``--key-conn-id``, where the table's policy hashes the field).
 
-Deletes the rows of each ``--record-ref`` from the table, its history, lineage and rejects tables
+Deletes the rows of each ``--record-ref``, and of the earlier records merged into it (the same
+person's), from the table, its history, lineage and rejects tables
 in one transaction that also replaces the refs in the audit table's messages, writes an audit row
 that names no ref, then reclaims the space the deleted rows held (so the database files keep no
 copy), and prints the counts and what it ran as JSON. Exits 1 if the reclaim failed after the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
@@ -33,10 +35,10 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
 
     refs = list(args.record_ref or [])
     if args.record_refs_from == "-":
-        refs += [line.strip() for line in stdin if line.strip()]
+        refs += _refs_of(stdin)
     elif args.record_refs_from:
-        with open(args.record_refs_from, encoding="utf-8") as lines:
-            refs += [line.strip() for line in lines if line.strip()]
+        with open(args.record_refs_from, encoding="utf-8", newline="") as lines:
+            refs += _refs_of(lines)
     engine = engine_for_connection(args.conn_id)
 
     def key() -> PiiKey:  # read only if the table's policy hashes a field a finder names
@@ -54,6 +56,13 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     return 0
 
 
+def _refs_of(lines: Iterable[str]) -> list[str]:
+    """The refs of a refs file: each line as it is but for its line ending (a ref is any string, and
+    ``"r:7 "`` is not ``"r:7"``); blank lines are skipped."""
+    refs = (line.rstrip("\r\n") for line in lines)
+    return [ref for ref in refs if ref.strip()]
+
+
 def add_table_arguments(parser: Any) -> None:
     """The arguments naming a records table: its warehouse connection, name, schema and audit table."""
     parser.add_argument("--conn-id", required=True, help="The Airflow SQL connection of the warehouse.")
@@ -65,14 +74,15 @@ def add_table_arguments(parser: Any) -> None:
 def add_erase_parser(commands: Any) -> None:
     """The ``erase`` subcommand, on the CLI's subparsers."""
     erase = commands.add_parser(
-        "erase", help="Delete the rows of record_refs (given, or found by email, phone or external id) from a "
-                 "table, its history, lineage and rejects, scrub them from the audit messages and reclaim the "
-                 "freed space (on request).",
+        "erase", help="Delete the rows of record_refs (given, or found by email, phone or external id), and of "
+                 "the same people's earlier records merged into them, from a table, its history, lineage and "
+                 "rejects, scrub them from the audit messages and reclaim the freed space (on request).",
     )
     add_table_arguments(erase)
     erase.add_argument("--record-ref", action="append", metavar="REF", help="A record_ref to erase (repeatable).")
     erase.add_argument("--record-refs-from", metavar="FILE",
-                       help="Also erase the record_refs in FILE, one a line ('-': standard input).")
+                       help="Also erase the record_refs in FILE, one a line, exactly as the line holds it but for "
+                            "its line ending ('-': standard input).")
     erase.add_argument("--email", action="append", metavar="EMAIL",
                        help="Also erase every record whose email is (or was, in history) EMAIL, compared "
                             "case-folded and trimmed (repeatable).")

@@ -162,3 +162,21 @@ def test_erase_by_a_dropped_field_exits_1(warehouse_url, unique_table, monkeypat
         assert list(rows_by_ref(engine, unique_table)) == [person(1)["record_ref"]]
     finally:
         _drop_tables(engine, unique_table)
+
+
+def test_a_refs_file_names_each_ref_exactly_as_its_line_holds_it(warehouse_url, unique_table, monkeypatch) -> None:
+    """Only the line ending is taken off a line of ``--record-refs-from``: a ref is any string, so
+    ``" r:7"`` and ``"r:7"`` are two people and erasing the one must keep the other."""
+    engine = sa.create_engine(warehouse_url)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    write(writer, [make_record("r:7"), make_record(" r:7"), make_record(" r:8")])
+    engine.dispose()
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(warehouse_url))
+    try:
+        out = io.StringIO()
+        code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", unique_table, "--audit-table",
+                     writer.audit_table, "--record-refs-from", "-"], stdout=out, stdin=io.StringIO(" r:7\r\n\n r:8\n"))
+        assert code == 0 and json.loads(out.getvalue())["records"] == 2
+        assert set(rows_by_ref(engine, unique_table)) == {"r:7"}
+    finally:
+        _drop_tables(engine, unique_table)
