@@ -176,12 +176,26 @@ def _documents(
             yield (record.record_ref, None, None, None, record.wire_hash, seq)
 
 
+def _unpadded_row_values(record: Any, default_obs: datetime | None) -> tuple[Any, ...]:
+    """:func:`row_values` of a record whose ref a key that ignores trailing spaces can hold."""
+    values = row_values(record, default_obs)
+    if values[0].endswith(" "):
+        raise BosWarehouseError(
+            f"Record {values[0]!r}: its record_ref ends in a space, and this database compares keys ignoring "
+            "trailing spaces (MySQL/MariaDB's PAD SPACE collation), so it would be stored as the key of "
+            "another record_ref, the same without them. Sync this read to another destination, or ask BOS "
+            "why a record_ref ends in a space."
+        )
+    return values
+
+
 def _rows(
     tx: RunTransaction, records: Iterable[Any], default_obs: datetime | None, rejects: Rejects | None = None,
 ) -> Iterator[tuple[Any, ...]]:
     """Column-staged tuples (:data:`~.dialects.STAGE_COLUMNS` order)."""
     known_value, bind_ts = tx.dialect.known_value, tx.dialect.bind_timestamp
-    for seq, record, fields in encoded(records, row_values, default_obs, rejects):
+    encode = _unpadded_row_values if tx.dialect.capabilities.keys_ignore_trailing_spaces else row_values
+    for seq, record, fields in encoded(records, encode, default_obs, rejects):
         if fields is None:
             yield known_value(record.record_ref, record.wire_hash, seq)
         else:

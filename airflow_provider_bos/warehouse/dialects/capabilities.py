@@ -42,6 +42,9 @@ class DialectCapabilities:
     #: Rows rewritten in place (``pii-apply``) go back through a staged file and one ``UPDATE ... FROM``
     #: (DuckDB: one ``UPDATE`` per row costs it ~0.7 ms, which grows with the transaction's changes).
     updates_from_file: bool = False
+    #: Keys compare ignoring trailing spaces (MySQL/MariaDB's ``PAD SPACE`` collations): a record_ref
+    #: ending in a space would be another ref's key, so it is refused and only ever quarantined.
+    keys_ignore_trailing_spaces: bool = False
     #: ``stored_wire_state``'s last value is the number of current rows (an unchanged re-run proves
     #: it returned every current row without a join).
     wire_state_counts_current: bool = False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,7 +26,8 @@ class MySqlDialect(WarehouseDialect):
     # taken before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
     capabilities = DialectCapabilities(loader=ROWS_LOADER, lock_before_staging=True, uses_guard_index=True,
-                                       temp_tables_survive_rollback=True, keyed_run_keys=True)
+                                       temp_tables_survive_rollback=True, keyed_run_keys=True,
+                                       keys_ignore_trailing_spaces=True)
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.
@@ -34,6 +36,15 @@ class MySqlDialect(WarehouseDialect):
     def _temp_suffix(self) -> str:
         # CREATE/DROP TEMPORARY TABLE do not commit implicitly (plain CREATE TABLE would).
         return " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+    def delete_refs(self, table: str, schema: str | None, column: str, refs: Sequence[str]) -> Statement:
+        # Exact: under utf8mb4_bin (PAD SPACE) 'r:7 ' = 'r:7'; the binary test tells them apart, the
+        # plain one keeps the key's index.
+        marks = ", ".join([self.placeholder] * len(refs))
+        binary = ", ".join([f"BINARY {self.placeholder}"] * len(refs))
+        column = self.quote(column)
+        return Statement(f"DELETE FROM {self.table_ref(table, schema)} WHERE {column} IN ({marks}) "
+                         f"AND BINARY {column} IN ({binary})", (*refs, *refs))
 
     def drop_staging(self, stage: str, schema: str | None) -> Statement:
         return Statement(f"DROP TEMPORARY TABLE IF EXISTS {self.stage_ref(stage, schema)}")

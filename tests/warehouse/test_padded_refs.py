@@ -1,0 +1,67 @@
+"""Refs that differ only in trailing spaces are two people, on every destination.
+
+MySQL/MariaDB compare keys under a ``PAD SPACE`` collation, where ``"r:7 "`` equals ``"r:7"``: there a
+ref ending in a space would be stored as another person's key (its upsert rewrote that person's row),
+so such a record is refused like any record the table cannot store, and an erasure of one ref never
+reaches the other's rows or quarantined records.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from whhelpers import make_record, rows_by_ref, write
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.erase import erase_records
+from airflow_provider_bos.warehouse.schema import companion_table_name
+
+ALICE, BOB = "r:7", "r:7 "
+
+
+def pads_keys(engine: sa.Engine) -> bool:
+    return engine.dialect.name == "mysql"
+
+
+def quarantined(engine: sa.Engine, table: str) -> list[str]:
+    rejects = companion_table_name(table, "rejects")
+    if not sa.inspect(engine).has_table(rejects):
+        return []
+    with engine.connect() as conn:
+        return sorted(conn.execute(sa.text(f"SELECT record_ref FROM {rejects}")).scalars())
+
+
+def names(engine: sa.Engine, table: str) -> dict[str, str]:
+    return {ref: row["display_name"] for ref, row in rows_by_ref(engine, table).items()}
+
+
+def test_a_ref_with_a_trailing_space_never_rewrites_another_persons_row(engine, writer) -> None:
+    write(writer, [make_record(ALICE, name="Alice")])
+    counts = write(writer, [make_record(ALICE, name="Alice"), make_record(BOB, name="Bob")],
+                   invalid_records="quarantine")
+    if pads_keys(engine):
+        assert (counts.unchanged, counts.rejected) == (1, 1)
+        assert names(engine, writer.table) == {ALICE: "Alice"}
+        assert quarantined(engine, writer.table) == [BOB]
+    else:
+        assert (counts.unchanged, counts.inserted, counts.rejected) == (1, 1, 0)
+        assert names(engine, writer.table) == {ALICE: "Alice", BOB: "Bob"}
+
+
+def test_without_quarantine_the_run_fails_saying_why_and_writes_nothing(engine, writer) -> None:
+    if not pads_keys(engine):
+        pytest.skip("only MySQL/MariaDB compare keys ignoring trailing spaces")
+    write(writer, [make_record(ALICE, name="Alice")])
+    with pytest.raises(BosWarehouseError, match="ends in a space") as raised:
+        write(writer, [make_record(BOB, name="Bob")])
+    assert "PAD SPACE" in str(raised.value)
+    assert names(engine, writer.table) == {ALICE: "Alice"}
+
+
+@pytest.mark.parametrize("erased", [ALICE, BOB])
+def test_erasing_one_of_the_two_keeps_the_other(engine, writer, erased: str) -> None:
+    write(writer, [make_record(ALICE, name="Alice"), make_record(BOB, name="Bob")], invalid_records="quarantine")
+    kept = BOB if erased == ALICE else ALICE
+    erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[erased])
+    held = set(names(engine, writer.table)) | set(quarantined(engine, writer.table))
+    assert held == {kept}
