@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -33,6 +35,16 @@ def sent_statements(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         yield sent
 
 
+def _unmatched(more: list[str], fewer: list[str]) -> str:
+    """The statements one list has beyond the other's, table and stage names left out (for a failure)."""
+    name = re.compile(r'"?\b(?:t|bos_stage)_[0-9a-z_]+"?', re.IGNORECASE)
+
+    def shapes(sent: list[str]) -> Counter[str]:
+        return Counter(name.sub("<name>", " ".join(s.split()))[:120] for s in sent)
+    beyond, missing = shapes(more) - shapes(fewer), shapes(fewer) - shapes(more)
+    return f"beyond: {sorted(beyond.elements())}; missing: {sorted(missing.elements())}"
+
+
 def _sync(engine: sa.Engine, table: str, n: int, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
     writer = WarehouseWriter(engine, table=table, audit_table=f"{table}_runs")
     writer.ensure_tables()  # DDL and inspection are counted apart from the run
@@ -60,8 +72,8 @@ def test_statements_grow_with_batches_not_records(snowflake_url: str, unique_tab
     inserts = [s for s in large_first if s.lstrip().upper().startswith("INSERT INTO BOS_STAGE_") and ") VALUES (" in s]
     assert len(inserts) == 6  # one multi-row INSERT per batch of staged rows
     # Three times the records: exactly the four extra staging batches, on the first run and the re-run.
-    assert len(large_first) - len(small_first) == 4
-    assert len(large_rerun) - len(small_rerun) == 4
+    assert len(large_first) - len(small_first) == 4, _unmatched(large_first, small_first)
+    assert len(large_rerun) - len(small_rerun) == 4, _unmatched(large_rerun, small_rerun)
     # Everything else is a constant handful: the run's temporary tables made and dropped, classify,
     # merge, supersession's look-up, the scope's newest confirmation, the one-row look at whether the
     # table's hashes need re-hashing, the provenance table's look, whether the table holds a row of
