@@ -102,6 +102,12 @@ class SourceErrorEntry(_Wire):
     source: SourceRef
     error: SourceErrorInfo
 
+    def as_stored(self) -> dict[str, Any]:
+        """The entry as an audit row keeps it: the contract's fields only. A server's own words beside
+        the code may quote a person, and no personal-data policy or erasure reaches into them."""
+        return {"source": {"source_type": self.source.source_type, "source_identity": self.source.source_identity},
+                "error": {"code": self.error.code}}
+
 
 class BosContext(_Wire):
     """A public BOS context (an authorized organization / application / installation / role)."""

@@ -124,10 +124,7 @@ def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | A
         "status": status,
         "error_message": contradiction_message(result),
         "result_count": result.result_count,
-        # The contract's fields only: a server's own words beside the code may quote a person, and
-        # no personal-data policy or erasure reaches into them.
-        "source_errors": [{"source": {"source_type": e.source.source_type, "source_identity": e.source.source_identity},
-                           "error": {"code": e.error.code}} for e in result.source_errors],
+        "source_errors": [e.as_stored() for e in result.source_errors],
         "source_summary": result.observations.summary(),
         "provisional_records": result.observations.provisional_records,
         "provisional_pages": result.observations.pages,

@@ -19,6 +19,7 @@ deleted by its run and an identity the database computes from it).
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Callable, Iterable
@@ -26,8 +27,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import sqlalchemy as sa
+from pydantic import ValidationError
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
+from airflow_provider_bos.models import SourceErrorEntry
 from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
@@ -52,7 +55,7 @@ from airflow_provider_bos.warehouse.schema import (
     rejects_table,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
-from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
+from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail, execute
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
 
 __all__ = ["ERASE_TOOL_NAME", "ErasedRows", "erase_records"]
@@ -81,6 +84,9 @@ class ErasedRows:
     rejects: int = 0
     #: Audit rows whose error_message named an erased ref (now replaced).
     audit_messages: int = 0
+    #: Audit rows whose source_errors held more than the contract's fields, as runs once kept them:
+    #: a server's own words, which may quote the person (now reduced to the source and the code).
+    audit_source_errors: int = 0
     #: What was run after the commit to reclaim the deleted rows' space.
     reclaimed: str = ""
 
@@ -187,11 +193,13 @@ def erase_records(
             if rejects is not None and unnamed:
                 erased.rejects += _delete_unnamed(tx.conn, d, rejects, unnamed)
             erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
+            erased.audit_source_errors = _reduce_source_errors(tx.conn, d, audit)
             note = (f"Erasure of {len(refs)} record_ref(s) on request ({erased.merged} of them earlier records merged "
                     f"into another): deleted {erased.records} row(s) from "
                     f"{writer.destination_table}, {erased.history} history version(s), {erased.sources} provenance "
                     f"entries, {erased.lineage} lineage row(s), {erased.rejects} quarantined record(s); replaced "
-                    f"the refs in {erased.audit_messages} audit message(s).")
+                    f"the refs in {erased.audit_messages} audit message(s); reduced {erased.audit_source_errors} audit "
+                    f"row(s)' source errors to their sources and codes.")
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=len(refs),
                                  error_message=note, destination_table=writer.destination_table,
@@ -251,6 +259,31 @@ def _delete_unnamed(conn: sa.Connection, d: WarehouseDialect, rejects: sa.Table,
     statement = sa.delete(rejects).where(rejects.c.run_id == sa.bindparam("run"), rejects.c.record_ref.is_(None),
                                          reject_row_id(d) == sa.bindparam("row_id"))
     return sum(conn.execute(statement, {"run": run_id, "row_id": value}).rowcount for run_id, value in rows)
+
+
+def _reduce_source_errors(conn: sa.Connection, d: WarehouseDialect, audit: sa.Table) -> int:
+    """Reduce every audit row's ``source_errors`` to the contract's fields (:meth:`SourceErrorEntry.as_stored`,
+    as runs write them now); return how many rows changed. An entry that is not a source error is kept."""
+    changed = 0
+    rows = conn.execute(sa.select(audit.c.run_id, audit.c.source_errors)
+                        .where(audit.c.source_errors.is_not(None))).all()
+    for run_id, stored in rows:
+        errors = json.loads(stored) if isinstance(stored, str | bytes) else stored
+        if not isinstance(errors, list):
+            continue
+        reduced = [_stored_source_error(entry) for entry in errors]
+        if reduced != errors:
+            text = json.dumps(reduced, ensure_ascii=False, separators=(",", ":"))
+            execute(conn, d.set_audit_json(audit.name, audit.schema, "source_errors", run_id, text))
+            changed += 1
+    return changed
+
+
+def _stored_source_error(entry: Any) -> Any:
+    try:
+        return SourceErrorEntry.model_validate(entry).as_stored()
+    except ValidationError:
+        return entry
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

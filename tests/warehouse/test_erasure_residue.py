@@ -91,6 +91,21 @@ def test_erasure_scrubs_the_ref_from_every_audit_text(writer, engine) -> None:
     assert reader.get_run(failed.run_id)["error_message"].endswith("'sources' must be a list.")
 
 
+def test_a_failed_sources_words_stored_before_are_reduced_to_the_contracts_fields(writer, engine) -> None:
+    """Runs used to keep whatever a server put beside a source error's code; such a message can quote
+    the person. An erasure leaves every audit row's source_errors as runs write them now: the source
+    and the code."""
+    write(writer, [*others(3), person()])
+    older = run_info()
+    source = {"source_type": "hr", "source_identity": "hr-main"}
+    said = {"source": {**source, "region": "eu"}, "error": {"code": "source_timeout", "message": f"{NAME} <{EMAIL}>"}}
+    write(writer, others(3), older, completeness="partial", status="partial", source_errors=[said])
+    erased = erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[REF])
+    audit = AuditReader(engine, table=writer.audit_table).get_run(older.run_id)
+    assert audit["source_errors"] == [{"source": source, "error": {"code": "source_timeout"}}]
+    assert erased.audit_source_errors == 1
+
+
 @pytest.mark.parametrize("ref", ["bos:person:dom\\zelda-0042", "bos:person:tab\tzelda-0042",
                                  "bos:person:o'ne\"il-0042"], ids=["backslash", "tab", "both-quotes"])
 def test_a_ref_that_messages_quote_escaped_is_kept_out_of_audit_text_too(writer, engine, ref: str) -> None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 from fakesnow_support import fakesnow_server, sf_writer, snowflake_url  # noqa: F401 - fixtures
+from test_erasure_residue import (
+    test_a_failed_sources_words_stored_before_are_reduced_to_the_contracts_fields as reduced_to_the_contracts_fields,
+)
 from whhelpers import make_record, run_info, write
 
 from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
@@ -26,3 +29,7 @@ def test_erasure_scrubs_the_audit_and_says_time_travel_keeps_the_rows(sf_writer:
     assert erased.reclaimed.startswith("nothing")
     message = AuditReader(engine, table=sf_writer.audit_table).get_run(failed.run_id)["error_message"]
     assert REF not in message and "[erased record_ref]" in message
+
+
+def test_a_failed_sources_words_stored_before_are_reduced_on_snowflake_too(sf_writer: WarehouseWriter) -> None:  # noqa: F811
+    reduced_to_the_contracts_fields(sf_writer, sf_writer.engine)

@@ -525,6 +525,11 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         marks = ", ".join(self.bind_json() if c in json_columns else self.placeholder for c in columns)
         return Statement(f"INSERT INTO {self.table_ref(audit, schema)} ({cols}) VALUES ({marks})")
 
+    def set_audit_json(self, audit: str, schema: str | None, column: str, run_id: str, text: str) -> Statement:
+        """Set one audit row's JSON ``column`` to the JSON ``text``."""
+        return Statement(f"UPDATE {self.table_ref(audit, schema)} SET {self.quote(column)} = {self.bind_json()} "
+                         f"WHERE {self.quote('run_id')} = {self.placeholder}", (text, run_id))
+
     # --- coverage -----------------------------------------------------------------------------
 
     def count_coverage(self, target: str, schema: str | None, columns: Mapping[str, bool],
