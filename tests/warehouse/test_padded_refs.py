@@ -1,20 +1,22 @@
-"""Refs that differ only in trailing spaces are two people, on every destination.
+"""Refs, and a source's ids, that differ only in trailing spaces are two people, on every destination.
 
-MySQL/MariaDB compare keys under a ``PAD SPACE`` collation, where ``"r:7 "`` equals ``"r:7"``: there a
+MySQL/MariaDB compare text under a ``PAD SPACE`` collation, where ``"r:7 "`` equals ``"r:7"``: there a
 ref ending in a space would be stored as another person's key (its upsert rewrote that person's row),
 so such a record is refused like any record the table cannot store, and an erasure of one ref never
-reaches the other's rows or quarantined records.
+reaches the other's rows or quarantined records. Supersession compares provenance entries exactly:
+a source's id ``"4711 "`` is not its id ``"4711"``.
 """
 
 from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from whhelpers import make_record, rows_by_ref, write
+from whhelpers import T2, make_record, rows_by_ref, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.erase import erase_records
 from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.wire import ReconcileOptions
 
 ALICE, BOB = "r:7", "r:7 "
 
@@ -65,3 +67,19 @@ def test_erasing_one_of_the_two_keeps_the_other(engine, writer, erased: str) -> 
     erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[erased])
     held = set(names(engine, writer.table)) | set(quarantined(engine, writer.table))
     assert held == {kept}
+
+
+def test_an_id_that_differs_only_in_trailing_spaces_is_another_entry(engine, writer) -> None:
+    """A leaver is retired, not merged into a newcomer whose entry has the same id but for a space:
+    a merge would tie two people together (an erasure of the one would erase the other)."""
+    def holding(ref: str, external_id: str, observed_at: str = "2026-10-08T12:00:00Z") -> dict:
+        record = make_record(ref, observed_at)
+        record["sources"][0]["external_id"] = external_id
+        return record
+
+    full = ReconcileOptions(sync_mode="full")
+    write(writer, [holding("p:leaver", "4711"), make_record(1)], reconcile=full)
+    counts = write(writer, [holding("p:newcomer", "4711 ", T2), make_record(1, T2)], reconcile=full)
+    assert (counts.inserted, counts.retired, counts.superseded) == (1, 1, 0)
+    leaver = rows_by_ref(engine, writer.table)["p:leaver"]
+    assert leaver["_bos_deleted_at"] is not None and leaver["_bos_superseded_by"] is None

@@ -11,6 +11,7 @@ from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, 
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
 
@@ -36,6 +37,11 @@ class MySqlDialect(WarehouseDialect):
     def _temp_suffix(self) -> str:
         # CREATE/DROP TEMPORARY TABLE do not commit implicitly (plain CREATE TABLE would).
         return " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+    def _keys_equal(self, a: str, b: str) -> str:
+        # Exact, as delete_refs: under PAD SPACE a source's id '4711 ' = '4711', which would merge two people.
+        plain = super()._keys_equal(a, b)
+        return plain + "".join(f" AND BINARY {a}.{c} = BINARY {b}.{c}" for c in PROVENANCE_KEY)
 
     def delete_refs(self, table: str, schema: str | None, column: str, refs: Sequence[str]) -> Statement:
         # Exact: under utf8mb4_bin (PAD SPACE) 'r:7 ' = 'r:7'; the binary test tells them apart, the
