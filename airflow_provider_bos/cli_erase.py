@@ -82,7 +82,7 @@ def add_erase_parser(commands: Any) -> None:
     erase.add_argument("--record-ref", action="append", metavar="REF", help="A record_ref to erase (repeatable).")
     erase.add_argument("--record-refs-from", metavar="FILE",
                        help="Also erase the record_refs in FILE, one a line, exactly as the line holds it but for "
-                            "its line ending ('-': standard input).")
+                            "its line ending; blank lines are skipped ('-': standard input).")
     erase.add_argument("--email", action="append", metavar="EMAIL",
                        help="Also erase every record whose email is (or was, in history) EMAIL, compared "
                             "case-folded and trimmed (repeatable).")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -94,15 +94,6 @@ class ErasedRows:
         return asdict(self)
 
 
-def storable_ref(dialect: WarehouseDialect) -> Callable[[str], bool]:
-    """Whether a ref can be a key of the records table and its companions; one that cannot is only
-    ever in the rejects table, quarantined: an over-long ref, and where keys ignore trailing spaces
-    one ending in a space (it would be another ref's key, whose rows must not be touched)."""
-    if dialect.capabilities.keys_ignore_trailing_spaces:
-        return lambda ref: len(ref) <= MAX_RECORD_REF_LENGTH and not ref.endswith(" ")
-    return lambda ref: len(ref) <= MAX_RECORD_REF_LENGTH
-
-
 def _checked_refs(record_refs: list[str], *, finders: bool) -> list[str]:
     if (not record_refs and not finders) or any(not isinstance(r, str) or not r for r in record_refs):
         raise BosConfigurationError("Give at least one record_ref to erase, each a non-empty string (or an "
@@ -150,7 +141,6 @@ def erase_records(
     audit = audit_table_definition(sa.MetaData(), writer.dialect.name, writer.audit_table, writer.schema)
     erased = ErasedRows(run_id=run.run_id)
     d = writer.dialect
-    storable = storable_ref(d)
     tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
                         lock_timeout_s=lock_timeout_s, guard_index=None)
     try:
@@ -173,7 +163,8 @@ def erase_records(
             refs = sorted(set(refs) | merged)
             for i in range(0, len(refs), _REFS_PER_STATEMENT):
                 chunk = refs[i : i + _REFS_PER_STATEMENT]
-                keys = [r for r in chunk if storable(r)]
+                # An over-long ref is only ever in the rejects table (it was quarantined for its length).
+                keys = [r for r in chunk if len(r) <= MAX_RECORD_REF_LENGTH]
                 if keys:
                     erased.records += tx.exec(d.delete_refs(writer.table, writer.schema, "record_ref",
                                                             keys)).rowcount
@@ -241,8 +232,7 @@ def _merged_into(conn: sa.Connection, writer: WarehouseWriter, companions: dict[
     records = records_table(metadata, name, writer.table, writer.schema)
     lineage = lineage_table(metadata, name, companions["lineage"], writer.schema) if "lineage" in companions else None
     named, merged = set(refs), set[str]()
-    storable = storable_ref(writer.dialect)
-    successors = {r for r in refs if storable(r)}
+    successors = {r for r in refs if len(r) <= MAX_RECORD_REF_LENGTH}
     while successors:
         earlier = refs_in(conn, records, SUPERSEDED_BY_COLUMN, successors)
         if lineage is not None:

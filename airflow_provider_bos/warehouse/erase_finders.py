@@ -171,9 +171,14 @@ def _chunks(values: set[str]) -> list[list[str]]:
 
 
 def refs_in(conn: sa.Connection, table: sa.Table, column: str, values: set[str]) -> set[str]:
-    """The refs of the rows of ``table`` whose ``column`` is one of ``values`` (bound, in batches)."""
-    select, matched = sa.select(table.c.record_ref).distinct(), table.c[column]
-    return {ref for chunk in _chunks(values) for ref in conn.execute(select.where(matched.in_(chunk))).scalars()}
+    """The refs of the rows of ``table`` whose ``column`` is one of ``values`` (bound, in batches).
+
+    Compared again in Python: a collation that ignores trailing spaces (MySQL/MariaDB) also matches
+    ``'r:7 '`` for ``'r:7'``, another person's value."""
+    matched = table.c[column]
+    select = sa.select(table.c.record_ref, matched).distinct()
+    return {ref for chunk in _chunks(values) for ref, value in conn.execute(select.where(matched.in_(chunk)))
+            if value in values}
 
 
 def _hashed_refs(conn: sa.Connection, table: sa.Table, wanted: _Wanted) -> set[str]:

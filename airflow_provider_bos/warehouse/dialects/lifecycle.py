@@ -136,8 +136,14 @@ class LifecycleSql:
             return f"NOT EXISTS (SELECT 1 FROM {table} m WHERE m.{ref} = {t}.{ref})"
         return f"{t}.{ref} IN (SELECT s.{ref} FROM {table} s)"
 
-    def _keys_equal(self, a: str, b: str) -> str:
+    def _entries_match(self, a: str, b: str) -> str:
+        """The entries of aliases ``a`` and ``b`` match as the entry index compares them (where a
+        collation ignores trailing spaces, also entries that differ only in them)."""
         return " AND ".join(f"{a}.{c} = {b}.{c}" for c in PROVENANCE_KEY)
+
+    def _keys_equal(self, a: str, b: str) -> str:
+        """The entries of aliases ``a`` and ``b`` are the same entry."""
+        return self._entries_match(a, b)
 
     def reconcile_settings(self) -> list[Statement]:
         """Statements run once before the lifecycle statements, for the rest of the transaction."""
@@ -283,7 +289,9 @@ class LifecycleSql:
                   f"HAVING COUNT(*) > 1{self._fence()}) d")
         return Statement(
             f"INSERT INTO {self.stage_ref(candidates, schema)} ({ref}) SELECT DISTINCT x.{ref} FROM {shared} "
-            f"JOIN {sources_ref} x ON {self._keys_equal('x', 'd')} WHERE x.is_current"
+            # As the index matches: a group stands for every spelling it took in, and a row too many
+            # is only looked at (the next steps compare entries exactly).
+            f"JOIN {sources_ref} x ON {self._entries_match('x', 'd')} WHERE x.is_current"
         )
 
     def collect_others(

@@ -11,7 +11,7 @@ from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, 
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
-from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY
+from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY, RunKeys
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
 
@@ -40,17 +40,32 @@ class MySqlDialect(WarehouseDialect):
 
     def _keys_equal(self, a: str, b: str) -> str:
         # Exact, as delete_refs: under PAD SPACE a source's id '4711 ' = '4711', which would merge two people.
-        plain = super()._keys_equal(a, b)
-        return plain + "".join(f" AND BINARY {a}.{c} = BINARY {b}.{c}" for c in PROVENANCE_KEY)
+        # Equal under PAD SPACE and of one length: the same text, whatever the connection's charset.
+        same_length = "".join(f" AND CHAR_LENGTH({a}.{c}) = CHAR_LENGTH({b}.{c})" for c in PROVENANCE_KEY)
+        return self._entries_match(a, b) + same_length
+
+    def collect_successors(
+        self, successors: str, others: str, keys: RunKeys, sources: str, schema: str | None,
+    ) -> Statement:
+        # A join, not the base's EXISTS: with the exact test in a correlated EXISTS, MariaDB 10.11's
+        # INSERT ... SELECT inserted no row where the same SELECT alone returned one.
+        ref, cols = self.quote("record_ref"), ", ".join(PROVENANCE_KEY)
+        return Statement(
+            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) "
+            f"SELECT DISTINCT r.{ref}, {', '.join(f'r.{c}' for c in PROVENANCE_KEY)} "
+            f"FROM {self.table_ref(sources, schema)} r JOIN {self.stage_ref(others, schema)} o "
+            f"ON {self._keys_equal('o', 'r')} WHERE r.is_current AND {self._returned(keys, schema, 'r')}"
+        )
 
     def delete_refs(self, table: str, schema: str | None, column: str, refs: Sequence[str]) -> Statement:
-        # Exact: under utf8mb4_bin (PAD SPACE) 'r:7 ' = 'r:7'; the binary test tells them apart, the
-        # plain one keeps the key's index.
-        marks = ", ".join([self.placeholder] * len(refs))
-        binary = ", ".join([f"BINARY {self.placeholder}"] * len(refs))
+        # Exact: under utf8mb4_bin (PAD SPACE) 'r:7 ' = 'r:7'; equal and of one length, they are the
+        # same text. The plain test keeps the key's index.
+        p = self.placeholder
+        marks, pairs = ", ".join([p] * len(refs)), ", ".join([f"({p}, {p})"] * len(refs))
         column = self.quote(column)
         return Statement(f"DELETE FROM {self.table_ref(table, schema)} WHERE {column} IN ({marks}) "
-                         f"AND BINARY {column} IN ({binary})", (*refs, *refs))
+                         f"AND ({column}, CHAR_LENGTH({column})) IN ({pairs})",
+                         (*refs, *(v for ref in refs for v in (ref, len(ref)))))
 
     def drop_staging(self, stage: str, schema: str | None) -> Statement:
         return Statement(f"DROP TEMPORARY TABLE IF EXISTS {self.stage_ref(stage, schema)}")
