@@ -221,7 +221,9 @@ def test_admin_endpoints(bos_server):
 def test_keepalive_comments_fill_slow_gaps(bos_server_factory):
     scenario = load_scenario("identity_merge")  # pages 20 ms apart (simulated)
     scenario.faults = FaultSpec(keepalive_interval_ms=10)
-    server = bos_server_factory(scenario=scenario, time_scale=5)  # -> 100 ms real gaps
+    # -> 500 ms real gaps between a source's pages: the schedule is wall-clock, so a server held up
+    # longer than the whole read (here 1.5 s) would send every event overdue, with no idle gap to fill.
+    server = bos_server_factory(scenario=scenario, time_scale=25)
     _, raw, error = call(server)
     assert error is None
     first_note = raw.index(b"notifications/bos/source_result")
