@@ -397,12 +397,18 @@ class LifecycleSql:
         """Into ``successors``: the entries of the result's current rows that some row of ``others``
         also has."""
         ref, cols = self.quote("record_ref"), ", ".join(PROVENANCE_KEY)
+        held = self._current_entries_held_by(self.stage_ref(others, schema), self.table_ref(sources, schema))
         return Statement(
-            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) "
-            f"SELECT r.{ref}, {', '.join(f'r.{c}' for c in PROVENANCE_KEY)} FROM {self.table_ref(sources, schema)} r "
-            f"WHERE r.is_current AND EXISTS (SELECT 1 FROM {self.stage_ref(others, schema)} o "
-            f"WHERE {self._keys_equal('o', 'r')}) AND {self._returned(keys, schema, 'r')}"
+            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) {held} "
+            f"AND {self._returned(keys, schema, 'r')}"
         )
+
+    def _current_entries_held_by(self, others: str, sources: str) -> str:
+        """``SELECT`` of the current entries ``r`` of ``sources`` that some row ``o`` of ``others`` also
+        has (record_ref and the entry), ending in its ``WHERE`` conditions."""
+        entry = ", ".join(f"r.{c}" for c in (self.quote("record_ref"), *PROVENANCE_KEY))
+        return (f"SELECT {entry} FROM {sources} r WHERE r.is_current "
+                f"AND EXISTS (SELECT 1 FROM {others} o WHERE {self._keys_equal('o', 'r')})")
 
     def pick_superseded(self, superseded: str, others: str, successors: str, schema: str | None) -> Statement:
         """Into ``superseded``: each row of ``others`` whose every entry is in ``successors``, with

@@ -11,7 +11,7 @@ from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, 
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
-from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY, RunKeys
+from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY
 from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
 
@@ -44,18 +44,12 @@ class MySqlDialect(WarehouseDialect):
         same_length = "".join(f" AND CHAR_LENGTH({a}.{c}) = CHAR_LENGTH({b}.{c})" for c in PROVENANCE_KEY)
         return self._entries_match(a, b) + same_length
 
-    def collect_successors(
-        self, successors: str, others: str, keys: RunKeys, sources: str, schema: str | None,
-    ) -> Statement:
+    def _current_entries_held_by(self, others: str, sources: str) -> str:
         # A join, not the base's EXISTS: with the exact test in a correlated EXISTS, MariaDB 10.11's
         # INSERT ... SELECT inserted no row where the same SELECT alone returned one.
-        ref, cols = self.quote("record_ref"), ", ".join(PROVENANCE_KEY)
-        return Statement(
-            f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) "
-            f"SELECT DISTINCT r.{ref}, {', '.join(f'r.{c}' for c in PROVENANCE_KEY)} "
-            f"FROM {self.table_ref(sources, schema)} r JOIN {self.stage_ref(others, schema)} o "
-            f"ON {self._keys_equal('o', 'r')} WHERE r.is_current AND {self._returned(keys, schema, 'r')}"
-        )
+        entry = ", ".join(f"r.{c}" for c in (self.quote("record_ref"), *PROVENANCE_KEY))
+        return (f"SELECT DISTINCT {entry} FROM {sources} r JOIN {others} o ON {self._keys_equal('o', 'r')} "
+                f"WHERE r.is_current")
 
     def delete_refs(self, table: str, schema: str | None, column: str, refs: Sequence[str]) -> Statement:
         # Exact: under utf8mb4_bin (PAD SPACE) 'r:7 ' = 'r:7'; equal and of one length, they are the
