@@ -93,7 +93,8 @@ class SourceRef(BaseModel):
 
 
 class SourceErrorInfo(_Wire):
-    code: str
+    # One of the contract's five, in a page and in the final alike: any other text would be stored.
+    code: SourceErrorCode
 
 
 class SourceErrorEntry(_Wire):

@@ -16,6 +16,7 @@ Names shown in messages and logs go through :func:`source_label` (escaped, cut).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -60,6 +61,17 @@ def source_label(source_type: str, source_identity: str) -> str:
     redacted, and the label cut to 200 characters.
     """
     return printable(f"{source_type}/{source_identity}", limit=_LABEL_CHARS)
+
+
+_CODE_SHAPED = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def _code_for_message(code: object) -> str:
+    """A rejected error code as a message shows it: named when it looks like a code (a newer server's
+    code is worth seeing), described otherwise (a server's text there may quote a person)."""
+    if isinstance(code, str) and _CODE_SHAPED.fullmatch(code):
+        return repr(code)
+    return f"(a {type(code).__name__} that is not a code)"
 
 
 def _violation(rule: str, message: str) -> BosStreamValidationError:
@@ -283,7 +295,8 @@ class SourceResultsTracker:
             if not isinstance(code, str) or code not in SOURCE_ERROR_CODES:
                 raise _violation(
                     "error-code",
-                    f"{where} error code {code!r} is not one of {', '.join(sorted(SOURCE_ERROR_CODES))}.",
+                    f"{where} error code {_code_for_message(code)} is not one of "
+                    f"{', '.join(sorted(SOURCE_ERROR_CODES))}.",
                 )
             if records:
                 raise _violation("error-records", f"{where} sent records with status 'error'.")

@@ -208,6 +208,7 @@ class PlannedRead:
         merged = sum(1 for _, parts in self._merged if any(i < s.cutoff for s, i in parts))
         self._unstorable = scenario.faults.unstorable_final_records and bool(self._sources)
         self._error_message = scenario.faults.source_error_message
+        self._final_code = scenario.faults.final_source_error_code
         self.final_record_count = (
             self._shared_final + own + merged + (len(_UNSTORABLE) if self._unstorable else 0)
         )
@@ -228,7 +229,8 @@ class PlannedRead:
             ],
         }
         if failed:
-            metadata["source_errors"] = [{"source": s.source_ref(), "error": self._error(s)} for s in failed]
+            metadata["source_errors"] = [{"source": s.source_ref(), "error": self._error(s, final=True)}
+                                         for s in failed]
         contradiction = scenario.faults.final_contradiction
         if contradiction == "error_flag_on_complete":
             metadata["completeness"], self.is_error = "complete", True
@@ -264,9 +266,11 @@ class PlannedRead:
             params["context"] = dict(context)
             yield at_ms, params
 
-    def _error(self, s: _SourcePlan) -> dict[str, str | None]:
-        """A failing source's ``error`` object (see ``FaultSpec.source_error_message``)."""
-        error: dict[str, str | None] = {"code": s.error}
+    def _error(self, s: _SourcePlan, *, final: bool = False) -> dict[str, str | None]:
+        """A failing source's ``error`` object (see ``FaultSpec.source_error_message`` and
+        ``final_source_error_code``)."""
+        code = self._final_code if final and self._final_code is not None else s.error
+        error: dict[str, str | None] = {"code": code}
         if self._error_message is not None:
             error["message"] = self._error_message
         return error

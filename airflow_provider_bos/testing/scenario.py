@@ -184,6 +184,8 @@ class FaultSpec(_Strict):
     - ``source_error_message``: every failing source's ``error`` object (on its terminal page and in
       the final's ``source_errors``) also carries ``message`` with this text, a field the contract
       allows beside ``code``: a server's own words, which may quote anything.
+    - ``final_source_error_code``: the final's ``source_errors`` give every failing source this
+      code instead of the one its terminal page carried (any text: the contract's five or not).
     """
 
     drop_after_notifications: int | None = Field(default=None, ge=0)
@@ -208,6 +210,7 @@ class FaultSpec(_Strict):
     malformed_final: bool = False
     unstorable_final_records: bool = False
     source_error_message: str | None = None
+    final_source_error_code: str | None = None
     final_contradiction: Literal[
         "error_flag_on_complete", "hidden_source_errors", "result_count_mismatch", "unfinished_source"
     ] | None = None

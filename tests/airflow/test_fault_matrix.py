@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import time
 import uuid
@@ -31,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from afhelpers import table_dump, task_states, xcom_summary
+from afhelpers import every_dialect, table_dump, task_states, xcom_summary
 from bos_fault_helpers import BASE, audits, final_records, final_refs, scenario, seed_table, table_refs
 
 from airflow_provider_bos.auth import SqlTokenStore
@@ -370,6 +371,29 @@ def test_bad_final_response_is_a_typed_failure(bos_airflow_audit, run_dag, fault
 
     assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=getattr(errors, error_name),
                             mentions=mentions)
+
+
+@every_dialect
+def test_a_final_source_error_code_outside_the_contract_fails_and_is_quoted_nowhere(bos_airflow_audit, run_dag,
+                                                                                    caplog, capsys) -> None:
+    """A page's error code outside the contract's five already failed the read; the final's does too
+    (it is the authority the audit row would keep), and its text, which may name a person, is not kept."""
+    code = "account locked: alice@example.com"
+    hr_fails = [source.model_copy(update={"error": "source_timeout", "error_after_pages": 1})
+                if source.source_type == "hr" else source for source in BASE.sources]
+    sc = BASE.model_copy(update={"sources": hr_fails, "faults": FaultSpec(final_source_error_code=code)})
+    before = seed_table(bos_airflow_audit)
+    bos_airflow_audit["server"].set_scenario(sc)
+
+    with caplog.at_level(logging.DEBUG):
+        dag_run = run_faults(run_dag)
+
+    row = assert_failed_untouched(bos_airflow_audit, dag_run, before, error_type=BosResultError,
+                                  mentions=("source_errors", "source_timeout"))
+    log = caplog.text + "".join(capsys.readouterr())
+    assert "alice@example.com" not in json.dumps(row, default=str)
+    assert "alice@example.com" not in log
+    assert "BosResultError" in log  # the log searched is the task's: it holds the failure
 
 
 # --- records without record_ref, duplicate record_refs (session level, MockTransport) -----------------

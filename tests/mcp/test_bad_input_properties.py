@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from airflow_provider_bos.exceptions import (
     BosError,
     BosEventTooLarge,
+    BosResultError,
     BosStreamValidationError,
 )
 from airflow_provider_bos.mcp import McpSession, RetryPolicy
@@ -317,6 +318,52 @@ def test_a_record_without_record_ref_is_rejected(style: str, records: list[dict[
     with pytest.raises(BosError, match="record_ref"):
         _consume(parse_final_response(final_message(records, style=style), request_id=RID,
                                       tool_style=style))  # type: ignore[arg-type]
+
+
+def _with_source_error(message: dict[str, Any], style: str, code: Any) -> dict[str, Any]:
+    structured = message["result"]["structuredContent"]
+    metadata = (structured if style == "direct" else structured["result"])["metadata"]
+    metadata["source_errors"] = [{"source": SOURCES[1], "error": {"code": code}}]
+    message["result"]["content"][0]["text"] = json.dumps(structured)
+    return message
+
+
+@PROFILE
+@given(styles, record_lists, json_values)
+def test_a_final_source_error_code_outside_the_contract_is_rejected(style: str, records: list[dict[str, Any]],
+                                                                    code: Any) -> None:
+    """The final's codes are the stream's five (contract: "one of source_timeout, ..."), as a page's are."""
+    message = _with_source_error(final_message(records, style=style, completeness="partial"), style, code)
+    if isinstance(code, str) and code in SOURCE_ERROR_CODES:
+        result = parse_final_response(message, request_id=RID, tool_style=style)  # type: ignore[arg-type]
+        assert [e.as_stored()["error"] for e in result.source_errors] == [{"code": code}]
+        return
+    with pytest.raises(BosResultError, match="source_errors"):
+        parse_final_response(message, request_id=RID, tool_style=style)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("style", ["direct", "execute"])
+def test_a_rejected_final_source_error_code_is_not_quoted(style: str) -> None:
+    """A code that is not one of the contract's may be anything a server wrote, a person's address too."""
+    code = "locked out: alice@example.com"
+    message = _with_source_error(final_message([record("bos:person:1")], style=style, completeness="partial"),
+                                 style, code)
+    with pytest.raises(BosResultError) as caught:
+        parse_final_response(message, request_id=RID, tool_style=style)  # type: ignore[arg-type]
+    assert "alice@example.com" not in str(caught.value)
+    assert all(known in str(caught.value) for known in SOURCE_ERROR_CODES)
+
+
+def test_a_rejected_page_error_code_is_not_quoted_unless_it_looks_like_a_code() -> None:
+    def rejection(code: str) -> str:
+        note = {"requestId": RID, "sequence": 1, "pageIndex": 0, "source": SOURCES[0], "records": [],
+                "status": "error", "error": {"code": code}}
+        with pytest.raises(BosStreamValidationError) as caught:
+            SourceResultsTracker(RID).observe(note)
+        return str(caught.value)
+
+    assert "alice@example.com" not in rejection("locked out: alice@example.com")
+    assert "'source_gone'" in rejection("source_gone")  # a code-shaped value is named, to diagnose a new code
 
 
 # --- the incremental final-frame scanner (PERF helper's mcp/final_frame.py) ------------------------------

@@ -356,7 +356,7 @@ def test_source_error_missing_from_source_errors_is_a_contradiction() -> None:
 
 def test_harmless_mismatches_are_no_contradiction() -> None:
     # A partial result without isError, or without source_errors, cannot make a result pass as complete.
-    for errors in ([{"source": HR, "error": {"code": "x"}}], None):
+    for errors in ([{"source": HR, "error": {"code": "rate_limited"}}], None):
         result = direct_result([record("a")], metadata("partial", 1, errors))
         final = FinalResultParser(RID, tool_style="direct").parse_data(frame(result))
         assert len(final.warnings) == (1 if errors else 2) and final.contradictions == []
