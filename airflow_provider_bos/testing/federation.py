@@ -38,6 +38,7 @@ from airflow_provider_bos.testing.days import mix as _mix
 from airflow_provider_bos.testing.scenario import MAX_CONCURRENT_SOURCES, Scenario, load_scenario
 
 __all__ = [
+    "LONG_EXTERNAL_ID_REF",
     "DayChangeRefs",
     "ExpectedFinal",
     "ExpectedRecord",
@@ -159,6 +160,11 @@ _UNSTORABLE: tuple[tuple[str, dict[str, Any]], ...] = (
 )
 
 
+#: The record of ``FaultSpec.long_external_id_final_record``: its one provenance entry's external_id
+#: is 600 characters, longer than the provenance table's columns (512).
+LONG_EXTERNAL_ID_REF = "bos:person:long-external-id"
+
+
 class PlannedRead:
     """One planned federated read; iterate it as often as you like, it yields the same values.
 
@@ -207,10 +213,12 @@ class PlannedRead:
         )
         merged = sum(1 for _, parts in self._merged if any(i < s.cutoff for s, i in parts))
         self._unstorable = scenario.faults.unstorable_final_records and bool(self._sources)
+        self._long_external_id = scenario.faults.long_external_id_final_record and bool(self._sources)
         self._error_message = scenario.faults.source_error_message
         self._final_code = scenario.faults.final_source_error_code
         self.final_record_count = (
             self._shared_final + own + merged + (len(_UNSTORABLE) if self._unstorable else 0)
+            + (1 if self._long_external_id else 0)
         )
         self.notification_count = sum(s.pages + 1 for s in self._sources)
         self.provisional_record_count = sum(s.delivered for s in self._sources)
@@ -366,6 +374,9 @@ class PlannedRead:
             for n, (ref, fields) in enumerate(_UNSTORABLE):
                 hid = _mix(seed_key ^ (0xBAD << 20) ^ n)
                 yield {**record(hid, ref, ((source, f"unstorable-{n}"),), False, False), **fields}
+        if self._long_external_id:
+            hid = _mix(seed_key ^ (0x10E << 20))
+            yield record(hid, LONG_EXTERNAL_ID_REF, ((self._sources[0], "x" * 600),), False, False)
 
     # --- one record ---------------------------------------------------------------------------
 

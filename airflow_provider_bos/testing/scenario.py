@@ -184,6 +184,9 @@ class FaultSpec(_Strict):
     - ``source_error_message``: every failing source's ``error`` object (on its terminal page and in
       the final's ``source_errors``) also carries ``message`` with this text, a field the contract
       allows beside ``code``: a server's own words, which may quote anything.
+    - ``long_external_id_final_record``: the final result ends with one more record (its ref
+      ``LONG_EXTERNAL_ID_REF``), whose one provenance entry's ``external_id`` is 600 characters:
+      longer than the provenance table's columns (512); ``result_count`` counts it.
     - ``final_source_error_code``: the final's ``source_errors`` give every failing source this
       code instead of the one its terminal page carried (any text: the contract's five or not).
     """
@@ -211,6 +214,7 @@ class FaultSpec(_Strict):
     unstorable_final_records: bool = False
     source_error_message: str | None = None
     final_source_error_code: str | None = None
+    long_external_id_final_record: bool = False
     final_contradiction: Literal[
         "error_flag_on_complete", "hidden_source_errors", "result_count_mismatch", "unfinished_source"
     ] | None = None

@@ -62,6 +62,9 @@ __all__ = [
 ]
 
 MAX_RECORD_REF_LENGTH = 512
+# The text columns of a provenance entry's row in ``<table>_sources`` (its VARCHAR(512) columns).
+MAX_ENTRY_TEXT_LENGTH = 512
+_ENTRY_TEXT_FIELDS = ("source_type", "source_identity", "external_id", "record_type", "version")
 # The content fields in the records table's column order (its columns minus our _bos_ ones).
 CONTENT_COLUMNS = tuple(c for c in RECORD_COLUMNS if not c.startswith("_bos_"))
 # The content fields, in canonical (sorted) key order.
@@ -334,6 +337,30 @@ def _checked(data: Mapping[str, Any], default_observed_at: str | datetime | None
     return ref, observed, plain
 
 
+def _check_entry_texts(ref: str, sources: Any, serialised_length: int) -> None:
+    """Refuse a record whose provenance entry holds a text longer than the provenance table's columns,
+    as any record the table cannot store (``invalid_records``), instead of failing the run's write.
+    ``serialised_length``: of ``sources`` as JSON text; no value in it can be longer, so almost every
+    record is passed on that one comparison."""
+    if serialised_length <= MAX_ENTRY_TEXT_LENGTH:
+        return
+    for index, entry in enumerate(sources):
+        if not isinstance(entry, Mapping):
+            continue
+        for name in _ENTRY_TEXT_FIELDS:
+            value = entry.get(name)
+            if value is None:
+                continue
+            length = len(value) if isinstance(value, str) else len(canonical_json(value))
+            if length > MAX_ENTRY_TEXT_LENGTH:
+                message = (
+                    f"Record {ref!r}: sources[{index}].{name} is {length} characters long; the provenance table "
+                    f"holds at most {MAX_ENTRY_TEXT_LENGTH}. Ask BOS why a source's {name} is that long; meanwhile "
+                    "invalid_records='quarantine' keeps the record in the rejects table and stores the others."
+                )
+                raise UnstorableRecord(message, without_values=message)
+
+
 def _tiny_float(document: bytes) -> bool:
     """True if ``document`` may hold a float orjson formats differently from the stdlib encoder."""
     if b"0.0000" in document:
@@ -368,6 +395,7 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
         sources_json = dumps(sources, option=opt)
     except TypeError:  # out-of-range int, lone surrogate, non-string key, non-JSON value
         return None
+    _check_entry_texts(ref, sources, len(sources_json))
     content_sources = _content_sources_json(sources)
     if content_sources is None:
         return None
@@ -404,6 +432,7 @@ def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | 
         )
     except TypeError:  # out-of-range int, lone surrogate, non-JSON value
         return None
+    _check_entry_texts(ref, get("sources"), len(parts[7]))
     content_sources = _content_sources_json(get("sources"))
     if content_sources is None:
         return None
@@ -498,6 +527,7 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -
         raise UnstorableRecord(f"Record {ref!r} holds a value that is not JSON: {exc}",
                                without_values=f"Record {ref!r} holds a value that is not JSON "
                                               f"({type(exc).__name__}).") from None
+    _check_entry_texts(ref, data.get("sources"), len(sources_text))
     hashed = _document_text(
         attributes_text, display_name, email, identity_match, lifecycle, phone, ref, hashed_sources
     )

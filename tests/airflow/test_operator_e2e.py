@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_summary
 
-from airflow_provider_bos.testing.federation import plan_read
+from airflow_provider_bos.testing.federation import LONG_EXTERNAL_ID_REF, plan_read
 from airflow_provider_bos.testing.scenario import FaultSpec, large_scenario, load_scenario
 
 pytestmark = pytest.mark.airflow
@@ -219,6 +219,42 @@ def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag
             kept = conn.execute(sa.text(f"SELECT record_ref, reason, record FROM {rejects}")).all()
         assert {len(ref) for ref, _, _ in kept} == {len("bos:person:") + 600, len("bos:person:unstorable-shape")}
         assert all(json.loads(bytes(record))["record_ref"] == ref for ref, _, record in kept)
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
+
+
+@every_dialect
+@pytest.mark.parametrize("invalid_records", ["fail", "quarantine"])
+def test_a_provenance_entry_longer_than_its_columns_fails_the_run_or_is_quarantined(bos_airflow, run_dag,
+                                                                                    invalid_records) -> None:
+    """A source id the provenance table cannot hold (512 characters) is a record the table cannot store,
+    on every database alike: it does not roll back the whole run, nor is it cut short."""
+    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
+    scenario = load_scenario("complete").model_copy(update={"faults": FaultSpec(long_external_id_final_record=True)})
+    server.set_scenario(scenario)
+    rejects = f"{table}_rejects"
+    try:
+        dag_run = run_dag("bos_test_sync", BOS_TEST_INVALID_RECORDS=invalid_records)
+
+        states = task_states(dag_run)
+        [audit] = audit_rows(engine, table)
+        good = final_refs(scenario) - {LONG_EXTERNAL_ID_REF}
+        if invalid_records == "fail":
+            assert states["sync"] == "failed"
+            assert audit["status"] == "failed"
+            assert "external_id" in audit["error_message"] and "512" in audit["error_message"]
+            assert not sa.inspect(engine).has_table(table) or table_refs(engine, table) == set()
+            return
+        assert states["sync"] == "success" and states["check"] == "failed"  # lands, but never passes
+        assert table_refs(engine, table) == good
+        assert audit["status"] == "partial" and audit["rejected"] == 1
+        with engine.connect() as conn:
+            kept = conn.execute(sa.text(f"SELECT record_ref, reason FROM {rejects}")).all()
+            entries = set(conn.execute(sa.text(f"SELECT record_ref FROM {table}_sources")).scalars())
+        assert [ref for ref, _ in kept] == [LONG_EXTERNAL_ID_REF]
+        assert "external_id" in kept[0][1] and "x" * 100 not in kept[0][1]
+        assert entries == good
     finally:
         with engine.begin() as conn:
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
