@@ -4,14 +4,17 @@ A consumer of lineage (a catalog, a data-protection review) sees, per column of 
 whether what it holds is hashed or dropped, without reading the DAG: a hashed column is
 ``hashed (HMAC-SHA-256, personal-data policy)``; a dropped one is kept in the facet (the column
 exists, always NULL) and described as dropped; ``attributes`` and ``sources`` name the paths the
-policy hashes or drops inside them. The descriptions name fields and actions only, never a value
-or the key.
+policy hashes or drops inside them; a promoted attribute column names its path, and says hashed when
+the policy hashes that path. The descriptions name fields and actions only, never a value or the key.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.pii.fields import EXTERNAL_ID, TOP_LEVEL_FIELDS
+from airflow_provider_bos.warehouse.policy_store import effective_action
 
 __all__ = ["HASHED", "policy_column_descriptions"]
 
@@ -19,10 +22,14 @@ HASHED = "hashed (HMAC-SHA-256, personal-data policy)"
 DROPPED = "dropped (personal-data policy): always NULL"
 
 
-def policy_column_descriptions(policy: PiiPolicy) -> dict[str, str]:
-    """``column -> description`` for the records table's columns that ``policy`` changes."""
+def policy_column_descriptions(policy: PiiPolicy, promoted: Iterable[tuple[str, str]] = ()) -> dict[str, str]:
+    """``column -> description`` for the records table's columns that ``policy`` changes, and for its
+    promoted attribute columns (``promoted``: ``(column, attributes path)`` each)."""
     rules = policy.as_dict()
     described: dict[str, str] = {}
+    for column, path in promoted:
+        hashed = effective_action(rules, path) == "hash"
+        described[column] = f"promoted from {path}" + (f": {HASHED}" if hashed else "")
     for column in TOP_LEVEL_FIELDS:
         action = rules.get(column)
         if action is not None:

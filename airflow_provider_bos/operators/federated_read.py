@@ -350,10 +350,11 @@ class BosFederatedReadOperator(BaseOperator):
         )
         namespace, name = table_lineage_dataset(url, self.destination_schema, self.destination_table)
         # Columns the personal-data policy hashes or drops say so (field names, never values).
-        described = policy_column_descriptions(self._pii_policy)
+        promoted = self._attribute_columns.columns
+        described = policy_column_descriptions(self._pii_policy, [(c.name, c.path) for c in promoted])
         fields = [
             schema_dataset.SchemaDatasetFacetFields(name=column, type=type_name, description=described.get(column))
-            for column, type_name in record_columns(url.get_backend_name())
+            for column, type_name in record_columns(url.get_backend_name(), [(c.name, c.type) for c in promoted])
         ]
         output = OutputDataset(
             namespace=namespace,

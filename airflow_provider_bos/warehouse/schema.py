@@ -7,7 +7,7 @@ them by inspection, so the two cannot drift apart.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import sqlalchemy as sa
@@ -430,11 +430,15 @@ def _index_name(table_name: str, role: str) -> str:
     return name if len(name) <= 63 else f"ix_bos_{role}_" + hashlib.sha256(table_name.encode()).hexdigest()[:40]
 
 
-def record_columns(dialect_name: str) -> list[tuple[str, str]]:
-    """``(column, SQL type)`` of the records table on ``dialect_name`` (e.g. for lineage schema facets).
+def record_columns(dialect_name: str, promoted: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """``(column, SQL type)`` of the records table on ``dialect_name`` (e.g. for lineage schema facets),
+    and then of its promoted attribute columns, ``promoted`` (``(name, kind)`` each, see
+    :mod:`.attribute_columns`).
 
     ``dialect_name`` is a SQLAlchemy backend name; ``"mariadb"`` counts as ``"mysql"``.
     """
+    from airflow_provider_bos.warehouse.attribute_columns import column_type  # it builds on this module
+
     name = "mysql" if dialect_name == "mariadb" else dialect_name
     if name == "snowflake":
         from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_sa_dialect
@@ -444,7 +448,8 @@ def record_columns(dialect_name: str) -> list[tuple[str, str]]:
         compilers = {"postgresql": postgresql.dialect, "mysql": mysql.dialect, "sqlite": sqlite.dialect}
         compiler_dialect = compilers[name]() if name in compilers else sa.engine.URL.create(name).get_dialect()()
     table = records_table(sa.MetaData(), name)
-    return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns]
+    return [(c.name, c.type.compile(dialect=compiler_dialect)) for c in table.columns] + [
+        (column, column_type(name, kind).compile(dialect=compiler_dialect)) for column, kind in promoted]
 
 
 def promoted_table(metadata: sa.MetaData, dialect_name: str, name: str, schema: str | None = None) -> sa.Table:

@@ -71,3 +71,35 @@ def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None
     columns = {f.name for f in output.facets["schema"].fields}
     assert {"record_ref", "sources", "_bos_record_hash"} <= columns
     assert output.outputFacets["outputStatistics"].rowCount == summary["inserted"] == 60
+
+
+def test_openlineage_facets_mark_what_the_policy_did_to_each_column_promoted_ones_too(
+        bos_airflow, monkeypatch) -> None:
+    """Run for real under a policy with promoted columns: the facet lists every column the table has,
+    each promoted one with its type and path, and says which hold hashes and which are always NULL."""
+    from airflow_provider_bos.assets.pii_lineage import HASHED
+
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_PII_KEY_LINEAGE",
+                       json.dumps({"conn_type": "generic", "password": "lineage-test-key-0123456789abcdef"}))
+    bos_airflow["server"].set_scenario(load_scenario("identity_merge"))
+    operator = BosFederatedReadOperator(
+        task_id="sync", tool_name="people.search", destination_conn_id="bos_warehouse",
+        destination_table=bos_airflow["table"], pii_key_conn_id="bos_pii_key_lineage",
+        pii_policy={"email": "hash", "phone": "drop", "attributes.title": "hash"},
+        attribute_columns={"department": "attributes.department", "title": "attributes.title",
+                           "fte": {"path": "attributes.employment.fte", "type": "number"}},
+    )
+    ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1", xcom_push=lambda key, value: None)
+    operator.execute({"ti": ti, "outlet_events": defaultdict(_Accessor)})
+
+    [output] = operator.get_openlineage_facets_on_complete(None).outputs
+    fields = {f.name: f for f in output.facets["schema"].fields}
+    assert set(fields) == {c["name"] for c in sa.inspect(bos_airflow["engine"]).get_columns(bos_airflow["table"])}
+    assert fields["email"].description == HASHED and fields["phone"].description.startswith("dropped")
+    assert fields["title"].description == f"promoted from attributes.title: {HASHED}"
+    assert fields["department"].description == "promoted from attributes.department"
+    assert fields["fte"].type in ("FLOAT", "REAL") and fields["department"].type == "TEXT"
+    with bos_airflow["engine"].connect() as conn:
+        titles = conn.execute(sa.text(f"SELECT title FROM {bos_airflow['table']}")).scalars().all()
+    held = [t for t in titles if t is not None]
+    assert held and all(len(t) == 64 for t in held)  # the column the facet calls hashed holds hashes
