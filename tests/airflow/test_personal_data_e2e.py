@@ -168,6 +168,7 @@ def test_nothing_raw_of_a_hashed_or_dropped_field_is_stored_staged_handed_logged
     assert summary["inserted"] == 230 and (second["updated"], second["unchanged"]) == (0, 230)
 
     log = caplog.text + "".join(capsys.readouterr())
+    assert "personal-data policy" in log and "inserted=230" in log  # the task's own log is what was searched
     assert not leaks(every_table(pii), raw)
     assert not leaks(pii["observed"].texts(), raw)
     assert not leaks([json.dumps(summary), json.dumps(second)], raw)
@@ -294,6 +295,11 @@ def history_dump(env: dict[str, Any]) -> list[tuple]:
     return table_dump(env["engine"], companion_table_name(env["table"], "history"))
 
 
+def entry_refs(env: dict[str, Any]) -> set[str]:
+    with env["engine"].connect() as conn:
+        return set(conn.execute(sa.text(f"SELECT record_ref FROM {env['table']}_sources")).scalars())
+
+
 @every_dialect
 def test_erase_by_the_raw_email_phone_and_external_id_a_request_names(pii, run_dag) -> None:
     """After a run under the policy the table holds only hashes; a request names a person by what
@@ -319,6 +325,7 @@ def test_erase_by_the_raw_email_phone_and_external_id_a_request_names(pii, run_d
     assert (erased["found"], erased["records"], erased["history"], erased["lineage"]) == (3, 3, 3, 0)
     assert table_dump(pii["engine"], pii["table"]) == [row for row in records if row[0] not in gone]
     assert history_dump(pii) == [row for row in history if row[0] not in gone]
+    assert entry_refs(pii) == {row[0] for row in records} - gone  # their provenance entries went too
 
     # The same request again: nobody holds that email any more; nothing is deleted.
     after = table_dump(pii["engine"], pii["table"]), history_dump(pii)

@@ -147,3 +147,36 @@ def test_the_audit_row_names_the_command_and_no_value(make_writer, engine) -> No
     assert runs_after == runs_before + 1
     [row] = rows
     assert row["tool_name"] == "airflow-provider-bos pii-apply" and "p1@example.com" not in str(dict(row))
+
+
+def test_a_failure_midway_leaves_every_table_as_it_was(make_writer, engine, monkeypatch) -> None:
+    """One transaction: the records, their history, provenance entries and rejects are rewritten before the
+    policy is stored; a database failure at that last step leaves all of them, and the audit, untouched."""
+    import airflow_provider_bos.warehouse.pii_apply as pii_apply
+    from airflow_provider_bos.exceptions import BosWarehouseError
+
+    writer = make_writer()
+    write_under(writer, None, wire_records(day1()), reconcile=HISTORY)
+    write_under(writer, None, [*day2(), person(9, phone=12345)], reconcile=HISTORY, invalid_records="quarantine")
+    writer.ensure_policy_table()
+    tables = (writer.table, *(companion_table_name(writer.table, kind) for kind in ("history", "sources")),
+              rejects_table_name(writer.table), companion_table_name(writer.table, "policy"), writer.audit_table)
+
+    def every_row() -> dict[str, list[str]]:
+        reflected = [reflect(engine, name) for name in tables]
+        with engine.connect() as conn:
+            return {t.name: sorted(repr(tuple(row)) for row in conn.execute(sa.select(t))) for t in reflected}
+
+    before = every_row()
+    assert all(before[name] for name in tables[:4])  # each holds rows the policy would rewrite
+
+    def lost_connection(*args, **kwargs):
+        raise sa.exc.OperationalError("INSERT INTO ...", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(pii_apply, "store_policy", lost_connection)
+    with pytest.raises(BosWarehouseError, match="rolled back"):
+        apply(engine, writer, STRICT)
+    assert every_row() == before
+
+    monkeypatch.undo()
+    assert apply(engine, writer, STRICT).records == 5  # and it applies once the database answers

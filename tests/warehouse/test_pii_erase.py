@@ -12,7 +12,7 @@ from airflow_provider_bos.warehouse import AuditReader
 from airflow_provider_bos.warehouse.erase import erase_records
 from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES
 from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
-from tests.warehouse.pii_helpers import HISTORY, KEY, STRICT, person, write_under
+from tests.warehouse.pii_helpers import HISTORY, KEY, OTHER_KEY, STRICT, person, write_under
 from tests.warehouse.whhelpers import T2, reflect, rows_by_ref
 
 HASHED = PiiPolicy.parse({"email": "hash", "phone": "hash", "sources[].external_id": "hash"})
@@ -87,6 +87,19 @@ def test_a_hashed_field_needs_the_key_and_a_bad_external_id_is_refused(make_writ
     with pytest.raises(BosConfigurationError, match="SOURCE:ID"):
         erase(engine, writer, external_ids=["no-colon"])
     assert len(rows_by_ref(engine, writer.table)) == 4
+
+
+def test_a_key_other_than_the_tables_is_refused_not_searched_with(make_writer, engine) -> None:
+    """Hashed with another key, the person would not be found: "found 0" would leave them in the table."""
+    writer = make_writer()
+    people_with_an_old_email(writer, HASHED)
+    before = rows_by_ref(engine, writer.table)
+    for finders in ({"emails": ["p1@example.com"]}, {"phones": ["+49 30 12341"]}, {"external_ids": ["crm-eu:ext-1"]}):
+        with pytest.raises(BosConfigurationError, match="not the one the table's hashes were made with") as raised:
+            erase_records(engine, table=writer.table, audit_table=writer.audit_table, key=OTHER_KEY, **finders)
+        assert OTHER_KEY.key_id in str(raised.value) and "Give the table's key" in str(raised.value)
+    assert rows_by_ref(engine, writer.table) == before
+    assert erase(engine, writer, emails=["p1@example.com"]).found == 1  # the table's own key finds them
 
 
 def test_hashed_values_are_found_in_sql_without_reading_every_row(make_writer, engine, monkeypatch) -> None:
