@@ -130,6 +130,27 @@ def test_retired_and_superseded_rows_keep_their_entries_not_current(make_writer,
     assert holder(engine, writer.table, "crm", "10") == []  # the leaver is retired
 
 
+def test_supersession_reads_the_provenance_table_not_the_json(make_writer, engine) -> None:
+    """Which stored row holds an entry is what <table>_sources says: one index look-up, not a search
+    of every row's JSON. Seen by making the table disagree with the JSON: 1's entry deleted, and 10's
+    (a leaver's) changed to 3's id, the JSON of both untouched."""
+    writer = make_writer()
+    write(writer, day1(), reconcile=FULL)
+    one, three, ten = (make_record(i)["record_ref"] for i in (1, 3, 10))
+    entries = reflect(engine, companion_table_name(writer.table, "sources"))
+    with engine.begin() as conn:
+        conn.execute(entries.delete().where(entries.c.record_ref == one))
+        conn.execute(entries.update().where(entries.c.record_ref == ten).values(external_id="3"))
+
+    counts = write(writer, day2(), reconcile=FULL)
+
+    rows = rows_by_ref(engine, writer.table)
+    assert (counts.superseded, counts.retired) == (2, 1)
+    assert rows[make_record(2)["record_ref"]]["_bos_superseded_by"] == "m:1-2"
+    assert rows[ten]["_bos_superseded_by"] == three  # as the table says, not the JSON
+    assert rows[one]["_bos_superseded_by"] is None and rows[one]["_bos_deleted_at"] is not None
+
+
 def test_hard_deletions_delete_the_entries(make_writer, engine) -> None:
     writer = make_writer()
     hard = ReconcileOptions(sync_mode="full", deletions="hard")
