@@ -174,8 +174,20 @@ def _in_full_tier(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(name) for name in ("airflow", "repeats"))
 
 
+def _repeats_a_snowflake_run(item: pytest.Item) -> bool:
+    """A suite imported into a Snowflake module runs on fakesnow whatever its ``warehouse_url``
+    parameter (the module's fixture ignores it): one run, the first dialect's id, is enough."""
+    callspec = getattr(item, "callspec", None)
+    dialect = callspec.params.get("warehouse_url") if callspec is not None else None
+    return item.get_closest_marker("snowflake") is not None and dialect in ("postgres", "mysql", "duckdb")
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` filters, so `-m full` and `-m "not full"` see the marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    repeats = [item for item in items if _repeats_a_snowflake_run(item)]
+    if repeats:
+        config.hook.pytest_deselected(items=repeats)
+        items[:] = [item for item in items if not _repeats_a_snowflake_run(item)]
     full = [item for item in items if _in_full_tier(item)]
     for item in full:
         if item.get_closest_marker("full") is None:
