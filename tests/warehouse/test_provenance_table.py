@@ -117,6 +117,30 @@ def test_a_changed_record_gets_its_entries_anew(make_writer, engine) -> None:
     assert holder(engine, writer.table, "hr", "E2-second") == [make_record(2)["record_ref"]]
 
 
+def test_a_run_that_changes_one_record_leaves_the_others_entries_in_place(make_writer, engine) -> None:
+    """No churn: in a read where one person changed and the rest came re-stamped, only that person's
+    entries are written; every other entry row stays the row it was (a column the writer does not
+    know, set on every row beforehand, survives on theirs)."""
+    writer = make_writer()
+    write(writer, [varied(i) for i in range(1, 6)])
+    sources = companion_table_name(writer.table, "sources")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"ALTER TABLE {sources} ADD COLUMN marker INTEGER")
+        conn.exec_driver_sql(f"UPDATE {sources} SET marker = 1")
+    changed = varied(2, T2)
+    changed["display_name"] = "Renamed"
+
+    counts = write(writer, [varied(1, T2), changed, *(varied(i, T2) for i in range(3, 6))], observed_at=T2)
+
+    assert (counts.updated, counts.unchanged) == (1, 4)
+    with engine.connect() as conn:
+        marked = conn.exec_driver_sql(f"SELECT record_ref, marker FROM {sources}").all()
+    two = make_record(2)["record_ref"]
+    assert sorted(ref for ref, marker in marked if marker is None) == [two, two]  # written anew
+    assert len([ref for ref, marker in marked if marker == 1]) == 8
+    assert_mirrors(engine, writer.table)
+
+
 def test_retired_and_superseded_rows_keep_their_entries_not_current(make_writer, engine) -> None:
     writer = make_writer()
     write(writer, day1(), reconcile=FULL)
@@ -137,10 +161,10 @@ def test_supersession_reads_the_provenance_table_not_the_json(make_writer, engin
     writer = make_writer()
     write(writer, day1(), reconcile=FULL)
     one, three, ten = (make_record(i)["record_ref"] for i in (1, 3, 10))
-    entries = reflect(engine, companion_table_name(writer.table, "sources"))
+    sources = companion_table_name(writer.table, "sources")
     with engine.begin() as conn:
-        conn.execute(entries.delete().where(entries.c.record_ref == one))
-        conn.execute(entries.update().where(entries.c.record_ref == ten).values(external_id="3"))
+        conn.execute(sa.text(f"DELETE FROM {sources} WHERE record_ref = :ref"), {"ref": one})
+        conn.execute(sa.text(f"UPDATE {sources} SET external_id = '3' WHERE record_ref = :ref"), {"ref": ten})
 
     counts = write(writer, day2(), reconcile=FULL)
 
