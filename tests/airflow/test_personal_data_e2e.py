@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_summary
 
 from airflow_provider_bos.cli import main
-from airflow_provider_bos.pii import PiiKey, hash_value
+from airflow_provider_bos.pii import PiiKey, hash_value, lookup_hash
 from airflow_provider_bos.testing.federation import PlannedRead, expected_final
 from airflow_provider_bos.testing.scenario import load_scenario
 from airflow_provider_bos.warehouse import WarehouseWriter
@@ -188,6 +188,36 @@ def test_nothing_raw_of_a_hashed_or_dropped_field_is_stored_staged_handed_logged
     assert row["attributes"]["department"] == person["attributes"]["department"]
     assert [e["external_id"] for e in row["sources"]] == [
         hash_value(key, "sources[].external_id", e["external_id"]) for e in person["sources"]]
+
+
+@every_dialect
+@pytest.mark.parametrize("action", ["hash", "drop"])
+def test_a_display_name_and_an_attribute_path_are_hashed_or_dropped_like_any_field(
+    pii, run_dag, caplog, capsys, action,
+) -> None:
+    policy = {"display_name": action, "attributes.title": action}
+    expected = [r.record for r in expected_final(SCENARIO, 1).records]
+    raw = {p["display_name"] for p in expected if p["display_name"]}
+    raw |= {p["attributes"]["title"] for p in expected if (p["attributes"] or {}).get("title")}
+    assert len(raw) > 100
+    with caplog.at_level(logging.DEBUG):
+        dag_run = run(pii, run_dag, BOS_TEST_PII_POLICY=json.dumps(policy))
+    assert task_states(dag_run) == {"sync": "success", "check": "success"}
+
+    log = caplog.text + "".join(capsys.readouterr())
+    assert "personal-data policy" in log
+    assert not leaks([*every_table(pii), *pii["observed"].texts(), json.dumps(xcom_summary(dag_run)), log], raw)
+    person = next(p for p in expected if p["display_name"] and (p["attributes"] or {}).get("title"))
+    with pii["engine"].connect() as conn:
+        name, attributes = conn.execute(sa.text(f"SELECT display_name, attributes FROM {pii['table']} "
+                                                "WHERE record_ref = :ref"), {"ref": person["record_ref"]}).one()
+    attributes = json.loads(attributes) if isinstance(attributes, str) else attributes
+    if action == "hash":  # analysts join on these: the lookup hash of what BOS sent
+        assert name == lookup_hash(pii["key"], "display_name", person["display_name"])
+        assert attributes["title"] == lookup_hash(pii["key"], "attributes.title", person["attributes"]["title"])
+    else:
+        assert name is None and "title" not in attributes
+    assert attributes["department"] == person["attributes"]["department"]  # the rest is kept
 
 
 @every_dialect

@@ -112,6 +112,25 @@ def test_nothing_raw_of_a_hashed_or_dropped_field_is_stored_staged_handed_logged
     assert not suite.leaks(sent, {suite.KEY_TEXT})
 
 
+@pytest.mark.parametrize("action", ["hash", "drop"])
+def test_a_display_name_and_an_attribute_path_are_hashed_or_dropped_like_any_field(
+        pii, run_dag, caplog, capsys, sent, action) -> None:  # noqa: F811
+    suite.test_a_display_name_and_an_attribute_path_are_hashed_or_dropped_like_any_field(
+        pii, run_dag, caplog, capsys, action)
+    people = [r.record for r in expected_final(suite.SCENARIO, 1).records]
+    assert _staging(sent)
+    assert not suite.leaks(sent, {p["display_name"] for p in people if p["display_name"]})
+
+
+def test_a_source_errors_own_words_are_not_stored_logged_or_returned(
+        pii, run_dag, caplog, capsys) -> None:  # noqa: F811
+    suite.test_a_source_errors_own_words_are_not_stored_logged_or_returned(pii, run_dag, caplog, capsys)
+
+
+def test_every_test_of_the_suite_runs_here() -> None:
+    assert {name for name in dir(suite) if name.startswith("test_")} <= set(globals())
+
+
 def test_change_detection_sees_what_is_stored(pii, run_dag) -> None:  # noqa: F811
     suite.test_change_detection_sees_what_is_stored(pii, run_dag)
 
