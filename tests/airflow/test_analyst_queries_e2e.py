@@ -62,6 +62,12 @@ def test_every_question_of_the_page_has_its_query() -> None:
     assert set(documented_queries()) == {"holder", "per-department", "crm-not-hr", "per-source", "merged"}
 
 
+def test_the_demo_prints_the_answer_of_the_pages_query_as_written_there() -> None:
+    from airflow_provider_bos.demo import CRM_NOT_HR_QUERY
+
+    assert CRM_NOT_HR_QUERY.split() == documented_queries()["crm-not-hr"].split()
+
+
 @every_dialect
 def test_the_documented_queries_answer_on_every_database(days, run_dag) -> None:
     queries = documented_queries()
