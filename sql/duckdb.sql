@@ -109,7 +109,7 @@ CREATE INDEX IF NOT EXISTS ix_bos_records_lineage_successor ON bos_records_linea
 -- One row per provenance entry of every row of bos_records (entry_index: its place in the
 -- record's sources array). is_current: the record is current (false once retired or superseded).
 -- Kept by every run in the run's transaction; built from the sources column by the first run on a
--- table stored before it. "The current record holding this entry" is one look-up of the entry index.
+-- table stored before it.
 -- No key on DuckDB: its unique indexes refuse a key deleted and inserted again in one transaction.
 CREATE TABLE IF NOT EXISTS bos_records_sources (
     record_ref      VARCHAR NOT NULL,
@@ -123,7 +123,8 @@ CREATE TABLE IF NOT EXISTS bos_records_sources (
     is_current      BOOLEAN NOT NULL
 );
 
-CREATE INDEX IF NOT EXISTS ix_bos_records_sources_entry ON bos_records_sources (source_type, source_identity, external_id);
+-- No entry index on DuckDB: its planner uses an index only for a predicate on that index's one
+-- column, never for (source_type, source_identity, external_id); its zone maps answer the look-up.
 
 -- Only with history=True: every version of every record (SCD2); _bos_valid_to NULL = the current one.
 CREATE TABLE IF NOT EXISTS bos_records_history (
