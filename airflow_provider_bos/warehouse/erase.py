@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
-from airflow_provider_bos.models import SourceErrorEntry
+from airflow_provider_bos.models import SOURCE_ERROR_CODES, SourceRef
 from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
@@ -270,10 +270,18 @@ def _reduce_source_errors(conn: sa.Connection, d: WarehouseDialect, audit: sa.Ta
 
 
 def _stored_source_error(entry: Any) -> Any:
+    """``entry`` as :meth:`SourceErrorEntry.as_stored` keeps it; a code outside the contract's five (a
+    final's, stored before they were checked: any text a server wrote) as ``"unknown"``."""
+    error = entry.get("error") if isinstance(entry, dict) else None
+    if not isinstance(error, dict) or "code" not in error:
+        return entry  # not a source error
     try:
-        return SourceErrorEntry.model_validate(entry).as_stored()
+        source = SourceRef.model_validate(entry.get("source"))
     except ValidationError:
         return entry
+    code = error["code"]
+    return {"source": {"source_type": source.source_type, "source_identity": source.source_identity},
+            "error": {"code": code if isinstance(code, str) and code in SOURCE_ERROR_CODES else "unknown"}}
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

@@ -246,7 +246,8 @@ def _rewrite(
                 record = stored_record(row)
                 stored = plan.apply(record)
                 if stored != record:
-                    new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]))
+                    new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]),
+                                            stored=True)
                     contents.append({**ident, "display_name": new_row.display_name, "email": new_row.email,
                                      "phone": new_row.phone, "attributes": new_row.attributes,
                                      "sources": new_row.sources, "record_hash": new_row.record_hash,

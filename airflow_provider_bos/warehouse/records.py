@@ -498,11 +498,13 @@ def row_values(record: Any, default_observed_at: datetime | None) -> tuple[Any, 
             row.attributes, row.sources, row.observed_at, row.record_hash)
 
 
-def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -> RecordRow:
+def record_to_row(record: Any, *, default_observed_at: datetime | None = None, stored: bool = False) -> RecordRow:
     """Map one record to its stored row.
 
     ``observed_at`` is the latest ``sources[].observed_at`` (UTC); when no source carries one, it is
-    ``default_observed_at`` (the read's ``metadata.observed_at``).
+    ``default_observed_at`` (the read's ``metadata.observed_at``). ``stored``: the record is a row the
+    table holds already (rewritten in place): what only a read's records are refused for, a
+    provenance entry longer than its columns, is not checked again.
 
     :raises BosWarehouseError: missing/oversized ``record_ref``, unparseable timestamps, values that
         are not JSON, or no observation time at all.
@@ -527,7 +529,8 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None) -
         raise UnstorableRecord(f"Record {ref!r} holds a value that is not JSON: {exc}",
                                without_values=f"Record {ref!r} holds a value that is not JSON "
                                               f"({type(exc).__name__}).") from None
-    _check_entry_texts(ref, data.get("sources"), len(sources_text))
+    if not stored:
+        _check_entry_texts(ref, data.get("sources"), len(sources_text))
     hashed = _document_text(
         attributes_text, display_name, email, identity_match, lifecycle, phone, ref, hashed_sources
     )

@@ -43,7 +43,7 @@ def _stamped_hash(record: Mapping[str, Any]) -> str:
 
 def _content_hash(row: sa.RowMapping) -> str:
     record = stored_record(row)
-    return record_to_row(record, default_observed_at=parse_timestamp(row["_bos_observed_at"])).record_hash
+    return record_to_row(record, default_observed_at=parse_timestamp(row["_bos_observed_at"]), stored=True).record_hash
 
 
 def _columns(table: sa.Table) -> list[sa.ColumnElement[Any]]:

@@ -99,10 +99,13 @@ def test_a_failed_sources_words_stored_before_are_reduced_to_the_contracts_field
     older = run_info()
     source = {"source_type": "hr", "source_identity": "hr-main"}
     said = {"source": {**source, "region": "eu"}, "error": {"code": "source_timeout", "message": f"{NAME} <{EMAIL}>"}}
-    write(writer, others(3), older, completeness="partial", status="partial", source_errors=[said])
+    # A final's code was not checked then: a server's text there was stored as the code itself.
+    coded = {"source": source, "error": {"code": f"locked: {EMAIL}"}}
+    write(writer, others(3), older, completeness="partial", status="partial", source_errors=[said, coded])
     erased = erase_records(engine, table=writer.table, audit_table=writer.audit_table, record_refs=[REF])
     audit = AuditReader(engine, table=writer.audit_table).get_run(older.run_id)
-    assert audit["source_errors"] == [{"source": source, "error": {"code": "source_timeout"}}]
+    assert audit["source_errors"] == [{"source": source, "error": {"code": "source_timeout"}},
+                                      {"source": source, "error": {"code": "unknown"}}]
     assert erased.audit_source_errors == 1
 
 

@@ -180,3 +180,30 @@ def test_a_failure_midway_leaves_every_table_as_it_was(make_writer, engine, monk
 
     monkeypatch.undo()
     assert apply(engine, writer, STRICT).records == 5  # and it applies once the database answers
+
+
+def test_a_row_stored_before_entries_were_bounded_is_rewritten_not_refused(make_writer, engine) -> None:
+    """A source id over the provenance table's 512 characters is refused from a read; a row an earlier
+    release stored with one is the table's already: pii-apply rewrites it like any other."""
+    from airflow_provider_bos.exceptions import BosWarehouseError
+
+    writer = make_writer()
+    write_under(writer, None, day1())
+    ref = person(1)["record_ref"]
+    long_id = "x" * 600
+    records = reflect(engine, writer.table)
+    with engine.begin() as conn:
+        stored = conn.execute(sa.select(records.c.sources).where(records.c.record_ref == ref)).scalar_one()
+        entries = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
+        entries[0]["external_id"] = long_id
+        conn.execute(records.update().where(records.c.record_ref == ref).values(sources=orjson.dumps(entries).decode()))
+
+    if engine.dialect.name == "postgresql":  # documented: its provenance table cannot hold that entry
+        with pytest.raises(BosWarehouseError, match="too long"):
+            apply(engine, writer, EMAIL_ONLY)
+        return
+    assert apply(engine, writer, EMAIL_ONLY).records == 5
+    row = rows_by_ref(engine, writer.table)[ref]
+    sources = orjson.loads(row["sources"]) if isinstance(row["sources"], str | bytes) else row["sources"]
+    assert sources[0]["external_id"] == long_id
+    assert row["email"] == lookup_hash(KEY, "email", person(1)["email"])

@@ -98,9 +98,8 @@ def test_the_current_record_holding_an_entry_is_an_index_lookup(make_writer, eng
     write(writer, [varied(i) for i in range(1, 6)])
     sources = companion_table_name(writer.table, "sources")
     dialect = engine.dialect.name
-    if dialect == "duckdb":
-        pytest.skip("DuckDB's table has no entry index: its planner uses an index only for a predicate on "
-                    "the index's one column (docs/warehouse.md)")
+    if dialect in ("duckdb", "snowflake"):
+        pytest.skip(f"{dialect}'s table has no entry index (docs/warehouse.md: it prunes by statistics)")
     [index] = [i["name"] for i in sa.inspect(engine).get_indexes(sources) if "external_id" in i["column_names"]]
     question = (f"SELECT record_ref FROM {sources} WHERE source_type = 'hr' AND source_identity = 'workday' "
                 "AND external_id = 'E3' AND is_current")
@@ -108,7 +107,10 @@ def test_the_current_record_holding_an_entry_is_an_index_lookup(make_writer, eng
         if dialect == "postgresql":
             conn.exec_driver_sql("SET enable_seqscan = off")  # five rows: asked whether it can, not whether it pays
         explain = "EXPLAIN QUERY PLAN " if dialect == "sqlite" else "EXPLAIN "
-        plan = " ".join(str(value) for row in conn.exec_driver_sql(explain + question) for value in row)
+        rows = conn.exec_driver_sql(explain + question).mappings().all()
+        # MySQL's possible_keys names an index it could use; its `key` column the one it does.
+        plan = (" ".join(str(row["key"]) for row in rows) if dialect == "mysql" else
+                " ".join(str(value) for row in rows for value in row.values()))
         assert conn.exec_driver_sql(question).scalars().all() == [make_record(3)["record_ref"]]
     assert index in plan, plan
 
