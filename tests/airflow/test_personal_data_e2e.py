@@ -3,7 +3,8 @@
 The policy hashes ``email``, ``phone`` and ``sources[].external_id`` and drops the
 ``attributes.employment`` subtree. After a run, every table of it (records, history, lineage,
 audit, rejects, the stored policy), every staged file (DuckDB stages NDJSON files: each is read
-when the statement loading it is built, the moment it is complete), every record the writer was
+when the statement loading it is built, the moment it is complete), every row of the run's
+temporary tables (read just before the run drops them), every record the writer was
 handed, the XCom summary and the task log are searched for the raw values of those fields as the
 server sent them: none may appear. Then change detection sees what is stored (a change only in a
 dropped field is no change; one in a hashed field is), and a run under another key or policy fails
@@ -34,6 +35,7 @@ from airflow_provider_bos.testing.scenario import load_scenario
 from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.dialects.duckdb import DuckDbDialect
 from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.transaction import RunTransaction
 
 pytestmark = [
     pytest.mark.airflow,
@@ -66,10 +68,14 @@ class Observed:
     def __init__(self) -> None:
         self.staged: list[bytes] = []
         self.handed: list[str] = []
+        #: Every row of every temporary table a run made, read just before the run drops them.
+        self.temporary: dict[str, list[str]] = {}
 
     def texts(self) -> Iterator[str]:
         yield from (piece.decode("utf-8", "replace") for piece in self.staged)
         yield from self.handed
+        for rows in self.temporary.values():
+            yield from rows
 
 
 @pytest.fixture()
@@ -99,6 +105,15 @@ def pii(days: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -
         return write_run(self, run, seen(records), options)
 
     monkeypatch.setattr(WarehouseWriter, "write_run", handed)
+    drop_staging = RunTransaction.drop_staging
+
+    def read_then_drop(self: Any) -> None:
+        for name in sorted(self._created):
+            rows = self.conn.exec_driver_sql(f"SELECT * FROM {self.dialect.stage_ref(name, self.schema)}")
+            observed.temporary.setdefault(name, []).extend(repr(tuple(row)) for row in rows)
+        drop_staging(self)
+
+    monkeypatch.setattr(RunTransaction, "drop_staging", read_then_drop)
     edits: dict[str, Callable[[dict[str, Any]], None]] = {}
     final_records = PlannedRead.iter_final_records
 
@@ -188,6 +203,20 @@ def test_nothing_raw_of_a_hashed_or_dropped_field_is_stored_staged_handed_logged
     assert row["attributes"]["department"] == person["attributes"]["department"]
     assert [e["external_id"] for e in row["sources"]] == [
         hash_value(key, "sources[].external_id", e["external_id"]) for e in person["sources"]]
+
+    # The next day's run writes the people who joined or changed through its temporary tables, which
+    # are read just before the run drops them: their rows hold the stored form, never a raw value.
+    observed = pii["observed"]
+    observed.temporary.clear()
+    pii["server"].set_day(2)
+    later = [r.record for r in expected_final(SCENARIO, 2).records]
+    with caplog.at_level(logging.DEBUG):
+        assert task_states(run(pii, run_dag))["sync"] == "success"
+    temporary = [row for rows in observed.temporary.values() for row in rows]
+    stored_emails = {hash_value(key, "email", p["email"]) for p in later if p["email"]}
+    assert leaks(temporary, stored_emails), "the temporary tables held the records written (and were read)"
+    assert not leaks(temporary, raw | raw_values(later))
+    assert not leaks(every_table(pii), raw_values(later))
 
 
 @every_dialect
