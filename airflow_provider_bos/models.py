@@ -18,6 +18,7 @@ __all__ = [
     "PROTOCOL_2025",
     "PROTOCOL_2026",
     "SourceErrorCode",
+    "stored_source_error",
     "SourceStatus",
     "Provenance",
     "FederatedRecord",
@@ -106,8 +107,13 @@ class SourceErrorEntry(_Wire):
     def as_stored(self) -> dict[str, Any]:
         """The entry as an audit row keeps it: the contract's fields only. A server's own words beside
         the code may quote a person, and no personal-data policy or erasure reaches into them."""
-        return {"source": {"source_type": self.source.source_type, "source_identity": self.source.source_identity},
-                "error": {"code": self.error.code}}
+        return stored_source_error(self.source, self.error.code)
+
+
+def stored_source_error(source: SourceRef, code: str) -> dict[str, Any]:
+    """A source error as an audit row's ``source_errors`` holds it (:meth:`SourceErrorEntry.as_stored`)."""
+    return {"source": {"source_type": source.source_type, "source_identity": source.source_identity},
+            "error": {"code": code}}
 
 
 class BosContext(_Wire):

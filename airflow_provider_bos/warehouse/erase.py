@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from pydantic import ValidationError
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
-from airflow_provider_bos.models import SOURCE_ERROR_CODES, SourceRef
+from airflow_provider_bos.models import SOURCE_ERROR_CODES, SourceRef, stored_source_error
 from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
@@ -280,8 +280,7 @@ def _stored_source_error(entry: Any) -> Any:
     except ValidationError:
         return entry
     code = error["code"]
-    return {"source": {"source_type": source.source_type, "source_identity": source.source_identity},
-            "error": {"code": code if isinstance(code, str) and code in SOURCE_ERROR_CODES else "unknown"}}
+    return stored_source_error(source, code if isinstance(code, str) and code in SOURCE_ERROR_CODES else "unknown")
 
 
 def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:

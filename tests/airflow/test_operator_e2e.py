@@ -13,6 +13,8 @@ is this file's smoke on every dialect (the server dialects in the full tier).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,6 +43,22 @@ def table_refs(engine: sa.Engine, table: str) -> set[str]:
 
 
 @every_dialect
+@contextmanager
+def synced_with_fault(env: dict[str, Any], run_dag: Any, invalid_records: str, **faults: Any) -> Iterator[tuple]:
+    """The sync DAG run once against the ``complete`` scenario with ``faults``: ``(scenario, dag_run,
+    task states, the run's audit row, the rejects table's name)``; the rejects table dropped after."""
+    scenario = load_scenario("complete").model_copy(update={"faults": FaultSpec(**faults)})
+    env["server"].set_scenario(scenario)
+    rejects = f"{env['table']}_rejects"
+    try:
+        dag_run = run_dag("bos_test_sync", BOS_TEST_INVALID_RECORDS=invalid_records)
+        [audit] = audit_rows(env["engine"], env["table"])
+        yield scenario, dag_run, task_states(dag_run), audit, rejects
+    finally:
+        with env["engine"].begin() as conn:
+            conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
+
+
 def test_identity_merge_lands_exactly_the_final_records(bos_airflow, run_dag) -> None:
     server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
     scenario = load_scenario("identity_merge")
@@ -192,15 +210,9 @@ def test_both_protocol_eras_and_both_tool_styles(bos_airflow, run_dag, monkeypat
 
 @pytest.mark.parametrize("invalid_records", ["fail", "quarantine"])
 def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag, invalid_records) -> None:
-    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
-    scenario = load_scenario("complete").model_copy(update={"faults": FaultSpec(unstorable_final_records=True)})
-    server.set_scenario(scenario)
-    rejects = f"{table}_rejects"
-    try:
-        dag_run = run_dag("bos_test_sync", BOS_TEST_INVALID_RECORDS=invalid_records)
-
-        states = task_states(dag_run)
-        [audit] = audit_rows(engine, table)
+    engine, table = bos_airflow["engine"], bos_airflow["table"]
+    with synced_with_fault(bos_airflow, run_dag, invalid_records, unstorable_final_records=True) as synced:
+        scenario, dag_run, states, audit, rejects = synced
         good = {ref for ref in final_refs(scenario) if len(ref) <= 512 and "unstorable" not in ref}
         if invalid_records == "fail":  # today's behaviour: nothing lands, the run is audited failed
             assert states["sync"] == "failed"
@@ -219,9 +231,6 @@ def test_unstorable_records_fail_the_run_or_are_quarantined(bos_airflow, run_dag
             kept = conn.execute(sa.text(f"SELECT record_ref, reason, record FROM {rejects}")).all()
         assert {len(ref) for ref, _, _ in kept} == {len("bos:person:") + 600, len("bos:person:unstorable-shape")}
         assert all(json.loads(bytes(record))["record_ref"] == ref for ref, _, record in kept)
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
 
 
 @every_dialect
@@ -230,15 +239,9 @@ def test_a_provenance_entry_longer_than_its_columns_fails_the_run_or_is_quaranti
                                                                                     invalid_records) -> None:
     """A source id the provenance table cannot hold (512 characters) is a record the table cannot store,
     on every database alike: it does not roll back the whole run, nor is it cut short."""
-    server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
-    scenario = load_scenario("complete").model_copy(update={"faults": FaultSpec(long_external_id_final_record=True)})
-    server.set_scenario(scenario)
-    rejects = f"{table}_rejects"
-    try:
-        dag_run = run_dag("bos_test_sync", BOS_TEST_INVALID_RECORDS=invalid_records)
-
-        states = task_states(dag_run)
-        [audit] = audit_rows(engine, table)
+    engine, table = bos_airflow["engine"], bos_airflow["table"]
+    with synced_with_fault(bos_airflow, run_dag, invalid_records, long_external_id_final_record=True) as synced:
+        scenario, _, states, audit, rejects = synced
         good = final_refs(scenario) - {LONG_EXTERNAL_ID_REF}
         if invalid_records == "fail":
             assert states["sync"] == "failed"
@@ -255,9 +258,6 @@ def test_a_provenance_entry_longer_than_its_columns_fails_the_run_or_is_quaranti
         assert [ref for ref, _ in kept] == [LONG_EXTERNAL_ID_REF]
         assert "external_id" in kept[0][1] and "x" * 100 not in kept[0][1]
         assert entries == good
-    finally:
-        with engine.begin() as conn:
-            conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
 
 
 def test_an_argument_rendered_as_a_python_object_is_refused_by_name(bos_airflow, run_dag, capsys) -> None:
