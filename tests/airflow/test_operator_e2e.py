@@ -42,7 +42,6 @@ def table_refs(engine: sa.Engine, table: str) -> set[str]:
         return set(conn.execute(sa.text(f"SELECT record_ref FROM {table}")).scalars())
 
 
-@every_dialect
 @contextmanager
 def synced_with_fault(env: dict[str, Any], run_dag: Any, invalid_records: str, **faults: Any) -> Iterator[tuple]:
     """The sync DAG run once against the ``complete`` scenario with ``faults``: ``(scenario, dag_run,
@@ -59,6 +58,7 @@ def synced_with_fault(env: dict[str, Any], run_dag: Any, invalid_records: str, *
             conn.execute(sa.text(f"DROP TABLE IF EXISTS {rejects}"))
 
 
+@every_dialect
 def test_identity_merge_lands_exactly_the_final_records(bos_airflow, run_dag) -> None:
     server, engine, table = bos_airflow["server"], bos_airflow["engine"], bos_airflow["table"]
     scenario = load_scenario("identity_merge")
