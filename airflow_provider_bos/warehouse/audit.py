@@ -36,6 +36,7 @@ from airflow_provider_bos.warehouse.schema import (
     WITHHELD_COLUMN,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
+from airflow_provider_bos.warehouse.stored_json import JsonColumns
 
 __all__ = [
     "ERASED_REF", "RUN_STATUSES", "AuditReader", "SyncRunInfo", "audit_insert", "truncate_error", "utcnow",
@@ -232,9 +233,9 @@ class AuditReader:
         data = dict(row._mapping)
         for column in ADDED_AUDIT_COLUMNS:
             data.setdefault(column, None)  # a table made before the column
+        json_columns = JsonColumns(self.table, (*AUDIT_JSON_COLUMNS, COVERAGE_COLUMN))
         for column in (*AUDIT_JSON_COLUMNS, COVERAGE_COLUMN):
-            if isinstance(data.get(column), str | bytes):
-                data[column] = json.loads(data[column])
+            data[column] = json_columns.value(column, data.get(column))
         for column in ("started_at", "finished_at"):
             data[column] = _as_utc(data.get(column))
         return data

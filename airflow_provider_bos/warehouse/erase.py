@@ -55,6 +55,7 @@ from airflow_provider_bos.warehouse.schema import (
     rejects_table,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
+from airflow_provider_bos.warehouse.stored_json import JsonColumns
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail, execute
 from airflow_provider_bos.warehouse.upsert import WarehouseWriter
 
@@ -257,8 +258,9 @@ def _reduce_source_errors(conn: sa.Connection, d: WarehouseDialect, audit: sa.Ta
     changed = 0
     rows = conn.execute(sa.select(audit.c.run_id, audit.c.source_errors)
                         .where(audit.c.source_errors.is_not(None))).all()
+    json_columns = JsonColumns(audit, ["source_errors"])
     for run_id, stored in rows:
-        errors = json.loads(stored) if isinstance(stored, str | bytes) else stored
+        errors = json_columns.value("source_errors", stored)
         if not isinstance(errors, list):
             continue
         reduced = [_stored_source_error(entry) for entry in errors]

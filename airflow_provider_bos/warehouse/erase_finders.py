@@ -39,6 +39,7 @@ from airflow_provider_bos.pii.fields import EXTERNAL_ID
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 from airflow_provider_bos.warehouse.policy_store import effective_action
 from airflow_provider_bos.warehouse.scan import rows_in_batches
+from airflow_provider_bos.warehouse.stored_json import JsonColumns
 from airflow_provider_bos.warehouse.transaction import execute
 
 __all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs", "refs_in", "reject_row_id"]
@@ -201,17 +202,13 @@ def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted
     found: set[str] = set()
     for table in tables:
         key_columns = ("record_ref", "_bos_valid_from") if "_bos_valid_from" in table.c else ("record_ref",)
+        json_columns = JsonColumns(table, ["sources"])
         for rows in rows_in_batches(conn, table, columns, key=key_columns):
             for row in rows:
-                if any(w.holds(row[w.field]) for w in top) or (external and _has_external_id(row["sources"], external)):
+                if any(w.holds(row[w.field]) for w in top) or (
+                        external and _entries_hold(json_columns.value("sources", row["sources"]), external)):
                     found.add(row["record_ref"])
     return found
-
-
-def _has_external_id(sources: Any, wanted: dict[str, _Wanted]) -> bool:
-    if isinstance(sources, str | bytes):
-        sources = json.loads(sources)
-    return _entries_hold(sources, wanted)
 
 
 def _entries_hold(sources: Any, wanted: Mapping[str, _Wanted]) -> bool:

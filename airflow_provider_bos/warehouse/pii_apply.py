@@ -60,6 +60,7 @@ from airflow_provider_bos.warehouse.records import (
     JSON_CONTENT_FIELDS,
     parse_timestamp,
     record_to_row,
+    stored_json_columns,
     stored_record,
 )
 from airflow_provider_bos.warehouse.scan import rows_in_batches
@@ -235,6 +236,7 @@ def _rewrite(
         _FileUpdates(conn, table, dialect, key=key, wire=wire is not None, directory=directory)
         if directory is not None else _BoundUpdates(conn, table, dialect.name, key=key, wire=wire is not None))
     columns = [*CONTENT_FIELDS, "_bos_observed_at", *((WIRE_HASH_COLUMN,) if wire is not None else ())]
+    json_columns = stored_json_columns(table)
     changed = rekeyed = 0
     with written:
         for rows in rows_in_batches(conn, table, columns, key=key, batch_size=_BATCH):
@@ -243,7 +245,7 @@ def _rewrite(
             for row in rows:
                 ident = {f"k_{name}": row[name] for name in key}
                 wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
-                record = stored_record(row)
+                record = stored_record(row, json_columns)
                 stored = plan.apply(record)
                 if stored != record:
                     new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]),

@@ -38,9 +38,11 @@ from hashlib import sha256
 from typing import Any
 
 import orjson
+import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS
+from airflow_provider_bos.warehouse.stored_json import JsonColumns
 from airflow_provider_bos.wire import RefusedRecord
 
 __all__ = [
@@ -58,6 +60,7 @@ __all__ = [
     "record_to_row",
     "row_fields",
     "row_values",
+    "stored_json_columns",
     "stored_record",
 ]
 
@@ -82,13 +85,15 @@ CONTENT_FIELDS = (
 JSON_CONTENT_FIELDS = ("lifecycle", "identity_match", "attributes", "sources")
 
 
-def stored_record(row: Mapping[Any, Any]) -> dict[str, Any]:
-    """A stored row's content as a record (JSON columns a driver hands back as text decoded)."""
-    record = {name: row[name] for name in CONTENT_FIELDS}
-    for name in JSON_CONTENT_FIELDS:
-        if isinstance(record[name], str | bytes):
-            record[name] = json.loads(record[name])
-    return record
+def stored_record(row: Mapping[Any, Any], json_columns: JsonColumns) -> dict[str, Any]:
+    """A stored row's content as the record that was stored (``json_columns``: how its table hands
+    back its JSON columns, :func:`stored_json_columns`)."""
+    return json_columns.row(row, CONTENT_FIELDS)
+
+
+def stored_json_columns(table: sa.Table) -> JsonColumns:
+    """How ``table`` (the records table or its history) hands back its JSON content columns."""
+    return JsonColumns(table, JSON_CONTENT_FIELDS)
 
 
 _ENCODER = json.JSONEncoder(

@@ -24,8 +24,10 @@ from airflow_provider_bos.warehouse.records import (
     canonical_json,
     parse_timestamp,
     record_to_row,
+    stored_json_columns,
     stored_record,
 )
+from airflow_provider_bos.warehouse.stored_json import JsonColumns
 from airflow_provider_bos.warehouse.transaction import RunTransaction
 
 __all__ = ["rehash_stamped_rows"]
@@ -41,8 +43,8 @@ def _stamped_hash(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(content).encode("utf-8")).hexdigest()
 
 
-def _content_hash(row: sa.RowMapping) -> str:
-    record = stored_record(row)
+def _content_hash(row: sa.RowMapping, json_columns: JsonColumns) -> str:
+    record = stored_record(row, json_columns)
     return record_to_row(record, default_observed_at=parse_timestamp(row["_bos_observed_at"]), stored=True).record_hash
 
 
@@ -72,7 +74,8 @@ def rehash_stamped_rows(tx: RunTransaction, table: sa.Table) -> int:
     if sample is None:
         return 0
     stored = sample["_bos_record_hash"]
-    if stored != _stamped_hash(stored_record(sample)) or stored == _content_hash(sample):
+    json_columns = stored_json_columns(table)
+    if stored != _stamped_hash(stored_record(sample, json_columns)) or stored == _content_hash(sample, json_columns):
         return 0
     tx.lock()  # the hashes rewritten are the ones the merge then compares with
     update = (sa.update(table).where(table.c.record_ref == sa.bindparam("ref"))
@@ -80,7 +83,7 @@ def rehash_stamped_rows(tx: RunTransaction, table: sa.Table) -> int:
     rewritten = 0
     for rows in _batches(tx, table):
         changes = [{"ref": row["record_ref"], "content_hash": new} for row in rows
-                   if (new := _content_hash(row)) != row["_bos_record_hash"]]
+                   if (new := _content_hash(row, json_columns)) != row["_bos_record_hash"]]
         if changes:
             tx.conn.execute(update, changes)
             rewritten += len(changes)
