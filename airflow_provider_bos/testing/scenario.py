@@ -266,7 +266,10 @@ class LeaveSpec(_SourceCount):
 
 
 class ChangeSpec(_SourceCount):
-    """``count`` of ``source``'s own people change content (phone, lifecycle, attributes, version)."""
+    """``count`` of ``source``'s own people change content (phone, lifecycle, attributes, version).
+
+    With ``record_values: "whole_contract"`` their ``lifecycle`` and ``identity_match`` also change JSON type.
+    """
 
 
 class MergeSpec(_Strict):
@@ -351,6 +354,16 @@ class Scenario(_Strict):
       a day alike, so a record nobody touched streams the same bytes every day.
     - ``emptied_fields``: fields (``display_name``, ``email``, ``phone``, ``attributes.department``)
       every record sends as null, as when a source silently stops filling one (its coverage drops to 0).
+    - ``record_values``: ``"narrow"`` (the default) sends the usual shapes (``lifecycle`` an object
+      or null, ``identity_match`` an object on merged records, plain attributes). ``"whole_contract"``
+      sends everything the contract admits where it names no type: ``lifecycle`` and
+      ``identity_match`` of every JSON type (string, number, boolean, array, object, null) across
+      people; attributes with integers beyond 64 bits, subnormal and negative floats, nesting 12
+      deep, empty and non-ASCII keys, empty objects and lists, lists of objects; provenance entries
+      with keys beyond the named seven (``label``, a nested ``link``); some display names empty,
+      emoji or right-to-left. A ``change`` moves that person's ``lifecycle`` and ``identity_match``
+      to another JSON type; nothing else does, so an unchanged person's record keeps its bytes
+      (bar the provenance ``observed_at``).
     """
 
     name: str = "custom"
@@ -365,6 +378,7 @@ class Scenario(_Strict):
     provenance_stamps: Literal["read", "last_change"] = "read"
     emptied_fields: list[Literal["display_name", "email", "phone", "attributes.department"]] = Field(
         default_factory=list)
+    record_values: Literal["narrow", "whole_contract"] = "narrow"
 
     @field_validator("observed_at")
     @classmethod
