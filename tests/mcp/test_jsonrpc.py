@@ -47,3 +47,12 @@ def test_malformed_error_object_is_a_protocol_error() -> None:
         rpc_error({"code": "x"}, None)
     with pytest.raises(BosProtocolError):
         rpc_error({"code": True, "message": "m"}, None)
+
+
+@given(st.integers() | st.floats(allow_nan=False, allow_infinity=False))
+def test_numbers_decode_exactly_at_any_size(number: int | float) -> None:
+    """A record may hold any JSON number: an integer beyond 64 bits stays that integer."""
+    from airflow_provider_bos.mcp.jsonrpc import loads
+
+    decoded = loads(b'{"n": %s}' % repr(number).encode())
+    assert decoded == {"n": number} and type(decoded["n"]) is type(number)
