@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from airflow_provider_bos.pii import PiiPolicy
-from airflow_provider_bos.pii.fields import EXTERNAL_ID, TOP_LEVEL_FIELDS
+from airflow_provider_bos.pii.fields import ENTRY_EXTRAS, EXTERNAL_ID, JSON_FIELDS, TOP_LEVEL_FIELDS
 from airflow_provider_bos.warehouse.policy_store import effective_action
 
 __all__ = ["HASHED", "policy_column_descriptions"]
@@ -30,12 +30,15 @@ def policy_column_descriptions(policy: PiiPolicy, promoted: Iterable[tuple[str, 
     for column, path in promoted:
         hashed = effective_action(rules, path) == "hash"
         described[column] = f"promoted from {path}" + (f": {HASHED}" if hashed else "")
-    for column in TOP_LEVEL_FIELDS:
+    for column in (*TOP_LEVEL_FIELDS, *JSON_FIELDS):
         action = rules.get(column)
         if action is not None:
             described[column] = HASHED if action == "hash" else DROPPED
-    if rules.get(EXTERNAL_ID) == "hash":
-        described["sources"] = f"{EXTERNAL_ID} {HASHED}"
+    entries = [f"{EXTERNAL_ID} {HASHED}"] if rules.get(EXTERNAL_ID) == "hash" else []
+    if rules.get(ENTRY_EXTRAS) in ("hash", "drop"):
+        entries.append(f"{ENTRY_EXTRAS} " + (HASHED if rules[ENTRY_EXTRAS] == "hash" else "dropped"))
+    if entries:
+        described["sources"] = "; ".join(entries)
     paths = [(name, action) for name, action in rules.items() if name == "attributes" or name.startswith("attributes.")]
     if paths:
         said = {"hash": "hashed (HMAC-SHA-256)", "drop": "dropped", "keep": "kept"}

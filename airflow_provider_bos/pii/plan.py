@@ -8,10 +8,14 @@ What :meth:`PiiPlan.apply` stores:
 
 * a dropped ``display_name``/``email``/``phone`` is ``null`` (its column is NULL); a hashed one is
   its hash; ``null`` stays ``null``;
-* ``sources[].external_id`` hashed in every provenance entry;
+* a dropped ``lifecycle``/``identity_match`` is ``null``; a hashed one is its value hashed as a
+  hashed attribute path is (below);
+* ``sources[].external_id`` hashed in every provenance entry; ``sources[].*``: every other key of an
+  entry beyond the contract's seven removed (drop), or its value hashed as a hashed attribute path is;
 * a dropped attribute path loses its key (dropping all attributes leaves ``{}``); a hashed path
   keeps its structure with every string, number and boolean under it replaced by its hash
-  (keys, ``null``, empty objects and lists stay as they are);
+  (object keys, ``null``, empty objects and lists stay as they are: a policy hashes values, so an
+  object keyed by personal data must be dropped, not hashed);
 * lists are looked through: a rule below a list applies to every element of it.
 
 The input record is never changed: what differs is copied, what does not is shared.
@@ -22,7 +26,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from airflow_provider_bos.pii.fields import EXTERNAL_ID, TOP_LEVEL_FIELDS, parse_field
+from airflow_provider_bos.pii.fields import (
+    ENTRY_EXTRAS,
+    ENTRY_FIELDS,
+    EXTERNAL_ID,
+    JSON_FIELDS,
+    TOP_LEVEL_FIELDS,
+    parse_field,
+)
 from airflow_provider_bos.pii.keyed_hash import PiiKey, hasher_for, normalise
 
 if TYPE_CHECKING:
@@ -90,12 +101,16 @@ class PiiPlan:
         self._key = key
         # Per top-level field, what its stored value is made with (its hasher, or _dropped); None: kept.
         self._display_name, self._email, self._phone = (self._top_rule(rules, name) for name in TOP_LEVEL_FIELDS)
+        self._lifecycle, self._identity_match = (self._json_rule(rules, name) for name in JSON_FIELDS)
         self._hash_external_id = self._hasher(EXTERNAL_ID) if rules.get(EXTERNAL_ID) == _HASH else None
+        # What an entry's keys beyond the contract's seven become: hashed, dropped, or (None) kept.
+        self._entry_extras = rules.get(ENTRY_EXTRAS) if rules.get(ENTRY_EXTRAS) in (_HASH, _DROP) else None
         self._attributes = _attribute_trie(rules)
         # The usual attributes rules (paths below a kept root): only the named children can change.
         self._kept_attributes = self._attributes if self._attributes and self._attributes.action == _KEEP else None
         self._attribute_hashes: dict[str, str] = {}
-        self.is_empty = not (self._display_name or self._email or self._phone or self._hash_external_id
+        self.is_empty = not (self._display_name or self._email or self._phone or self._lifecycle
+                             or self._identity_match or self._hash_external_id or self._entry_extras
                              or self._attributes)
 
     def __repr__(self) -> str:
@@ -119,10 +134,14 @@ class PiiPlan:
             out["email"] = self._email(value)
         if self._phone is not None and (value := out.get("phone")) is not None:
             out["phone"] = self._phone(value)
-        if self._hash_external_id is not None:
+        if self._lifecycle is not None and (value := out.get("lifecycle")) is not None:
+            out["lifecycle"] = self._lifecycle(value)
+        if self._identity_match is not None and (value := out.get("identity_match")) is not None:
+            out["identity_match"] = self._identity_match(value)
+        if self._hash_external_id is not None or self._entry_extras is not None:
             sources = out.get("sources")
             if isinstance(sources, list):
-                out["sources"] = [self._hashed_external_id(entry) for entry in sources]
+                out["sources"] = [self._stored_entry(entry) for entry in sources]
         if self._attributes is not None:
             attributes = out.get("attributes")
             kept = self._kept_attributes
@@ -148,15 +167,31 @@ class PiiPlan:
         action = rules.get(field)
         return self._hasher(field) if action == _HASH else _dropped if action == _DROP else None
 
+    def _json_rule(self, rules: Mapping[str, str], field: str) -> Callable[[Any], Any] | None:
+        action = rules.get(field)
+        return self._hash_tree if action == _HASH else _dropped if action == _DROP else None
+
     def _hasher(self, field: str) -> Callable[[Any], str | None]:
         assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
         return hasher_for(self._key, field)
 
-    def _hashed_external_id(self, entry: Any) -> Any:
-        if not isinstance(entry, dict) or entry.get("external_id") is None:
+    def _stored_entry(self, entry: Any) -> Any:
+        """A provenance entry as stored: its external_id hashed, its other keys hashed or dropped."""
+        if not isinstance(entry, dict):
             return entry
-        assert self._hash_external_id is not None
-        return {**entry, "external_id": self._hash_external_id(entry["external_id"])}
+        out = entry
+        if self._hash_external_id is not None and entry.get("external_id") is not None:
+            out = {**entry, "external_id": self._hash_external_id(entry["external_id"])}
+        if self._entry_extras is not None:
+            extras = [key for key in entry if key not in ENTRY_FIELDS]
+            if extras:
+                out = dict(out) if out is entry else out
+                for key in extras:
+                    if self._entry_extras == _DROP:
+                        del out[key]
+                    else:
+                        out[key] = self._hash_tree(entry[key])
+        return out
 
     def _apply_action(self, action: str, value: Any) -> Any:
         if action == _KEEP:

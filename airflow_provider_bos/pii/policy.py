@@ -12,6 +12,12 @@ hashes every attribute a source adds later, instead of storing it in clear until
 with "most specific wins" every value still has exactly one action, so there is nothing to
 contradict. Naming one path twice (``attributes.a`` and ``attributes.a.*``) is an error.
 
+``"*"`` gives its action to every field no rule names (:data:`~.fields.ROOT_FIELDS`: the text and
+JSON fields, ``attributes``, ``sources[].external_id`` and ``sources[].*``), so a policy can be
+written as an allow-list that covers whatever a record carries, e.g. ``{"*": "drop",
+"sources[].external_id": "hash", "attributes.department": "keep"}``. It is spelt out into those
+fields' own rules: a policy with ``*`` is the same policy as the one naming each field.
+
 ``sources[].external_id`` may be kept or hashed, not dropped: the writer follows identities over
 time (merges, splits, retiring) by each provenance entry's (source_type, source_identity,
 external_id); a hashed id keeps that working, a dropped one would make every entry of a source the
@@ -24,13 +30,14 @@ same thing have the same fingerprint.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.pii.fields import EXTERNAL_ID, FieldName, parse_field
+from airflow_provider_bos.pii.fields import EVERY_FIELD, EXTERNAL_ID, ROOT_FIELDS, FieldName, parse_field
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
 from airflow_provider_bos.pii.keyed_hash import RECIPE_VERSION, PiiKey
 from airflow_provider_bos.pii.plan import PiiPlan
@@ -66,6 +73,27 @@ def _inherited(field: FieldName, explicit: Mapping[FieldName, PiiAction]) -> Pii
     return PiiAction.KEEP
 
 
+def _spelt_out(mapping: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """``mapping`` with its ``*`` rule given to each root field no rule names (problems appended)."""
+    every = mapping.pop(EVERY_FIELD)
+    try:
+        action = _action(EVERY_FIELD, every)
+    except BosConfigurationError as exc:
+        problems.append(str(exc))
+        return mapping
+    named = set()
+    for name in mapping:
+        with contextlib.suppress(BosConfigurationError):  # reported with the other rules
+            named.add(parse_field(name).canonical)
+    unnamed = [field for field in ROOT_FIELDS if field not in named]
+    if action is PiiAction.DROP and EXTERNAL_ID in unnamed:
+        problems.append(f"Personal-data policy field {EVERY_FIELD!r}: 'drop' would drop {EXTERNAL_ID}, which can "
+                        f"be kept or hashed, not dropped (identities are followed across runs by it); name "
+                        f"{EXTERNAL_ID!r} with 'hash' (or 'keep') beside it.")
+        unnamed.remove(EXTERNAL_ID)
+    return {**mapping, **dict.fromkeys(unnamed, action.value)}
+
+
 @dataclass(frozen=True)
 class PiiPolicy:
     """A validated personal-data policy in canonical form: ``(field, action)`` pairs, sorted.
@@ -92,7 +120,10 @@ class PiiPolicy:
         problems: list[str] = []
         explicit: dict[FieldName, PiiAction] = {}
         spelled: dict[FieldName, str] = {}
-        for name, value in mapping.items():
+        rules = dict(mapping)
+        if EVERY_FIELD in rules:
+            rules = _spelt_out(rules, problems)
+        for name, value in rules.items():
             try:
                 field, action = parse_field(name), _action(name, value)
             except BosConfigurationError as exc:

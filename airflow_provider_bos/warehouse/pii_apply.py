@@ -84,7 +84,7 @@ log = logging.getLogger(__name__)
 PII_APPLY_TOOL_NAME = "airflow-provider-bos pii-apply"
 _BATCH = 1000
 # The columns a policy can change (record_ref and the _bos_* columns never change).
-_POLICY_COLUMNS = ("display_name", "email", "phone", "attributes", "sources")
+_POLICY_COLUMNS = ("display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources")
 
 
 @dataclass
@@ -251,7 +251,8 @@ def _rewrite(
                     new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]),
                                             stored=True)
                     contents.append({**ident, "display_name": new_row.display_name, "email": new_row.email,
-                                     "phone": new_row.phone, "attributes": new_row.attributes,
+                                     "phone": new_row.phone, "lifecycle": new_row.lifecycle,
+                                     "identity_match": new_row.identity_match, "attributes": new_row.attributes,
                                      "sources": new_row.sources, "record_hash": new_row.record_hash,
                                      **({"wire_hash": wire_hash} if wire is not None else {})})
                 elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
@@ -326,6 +327,8 @@ class _FileUpdates:
     def add(self, contents: list[dict[str, Any]], wires: list[dict[str, Any]]) -> None:
         self._write("content", [{**{f"k_{name}": _key_value(row[f"k_{name}"]) for name in self.key},
                                  "display_name": row["display_name"], "email": row["email"], "phone": row["phone"],
+                                 **{name: None if row[name] is None else orjson.Fragment(row[name])
+                                    for name in ("lifecycle", "identity_match")},
                                  "attributes": orjson.Fragment(row["attributes"]),
                                  "sources": orjson.Fragment(row["sources"]), "_bos_record_hash": row["record_hash"],
                                  **({WIRE_HASH_COLUMN: row["wire_hash"]} if "wire_hash" in row else {})}

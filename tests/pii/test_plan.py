@@ -6,6 +6,8 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, hash_value
 from tests.pii.conftest import KEY_TEXT
@@ -159,3 +161,90 @@ def test_the_same_record_hashes_alike_in_every_run_and_plan(key: PiiKey) -> None
 def test_the_key_appears_nowhere_in_what_is_stored(key: PiiKey, mapping: dict[str, str]) -> None:
     stored = PiiPolicy.parse(mapping).plan(key).apply(person())
     assert KEY_TEXT not in repr(stored)
+
+
+# --- fields beyond the text columns: lifecycle, identity_match, a provenance entry's other keys -----
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=12,
+)
+_ENTRY_FIELDS = ("source_type", "source_identity", "external_id", "record_type", "observed_at", "capabilities",
+                 "version")
+
+
+def _any_person(lifecycle: Any, identity_match: Any, attributes: dict[str, Any], extras: dict[str, Any]) -> dict:
+    record = person(lifecycle=lifecycle, identity_match=identity_match, attributes=attributes)
+    record["sources"] = [{**entry, **{f"x-{k}": v for k, v in extras.items()}} for entry in record["sources"]]
+    return record
+
+
+def _leaves(value: Any) -> list[Any]:
+    """Every scalar under ``value`` (object keys are not values)."""
+    if isinstance(value, dict):
+        return [leaf for child in value.values() for leaf in _leaves(child)]
+    if isinstance(value, list):
+        return [leaf for child in value for leaf in _leaves(child)]
+    return [value]
+
+
+def _is_hash(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and len(value) == 64 and set(value) <= set("0123456789abcdef"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(lifecycle=_JSON, identity_match=_JSON, attributes=st.dictionaries(st.text(max_size=5), _JSON, max_size=3),
+       extras=st.dictionaries(st.text(max_size=5), _JSON, max_size=2))
+def test_star_hash_leaves_no_raw_value_in_any_field(lifecycle: Any, identity_match: Any,
+                                                     attributes: dict[str, Any], extras: dict[str, Any]) -> None:
+    """Under ``{"*": "hash"}`` every value a record carries is a hash (or null), whatever its JSON
+    type; only the key, the entries' named fields other than external_id, and object keys stay."""
+    key = PiiKey.from_text(KEY_TEXT, source="a test")
+    stored = PiiPolicy.parse({"*": "hash"}).plan(key).apply(
+        _any_person(lifecycle, identity_match, attributes, extras))
+    for field in ("display_name", "email", "phone", "lifecycle", "identity_match", "attributes"):
+        assert all(_is_hash(leaf) for leaf in _leaves(stored[field])), field
+    for entry in stored["sources"]:
+        assert _is_hash(entry["external_id"])
+        assert all(_is_hash(leaf) for name, value in entry.items() if name not in _ENTRY_FIELDS
+                   for leaf in _leaves(value))
+    assert (stored["lifecycle"] is None) == (lifecycle is None)
+
+
+@settings(max_examples=30, deadline=None)
+@given(lifecycle=_JSON, identity_match=_JSON, extras=st.dictionaries(st.text(max_size=5), _JSON, max_size=2))
+def test_an_allow_list_stores_only_what_it_names(lifecycle: Any, identity_match: Any, extras: dict[str, Any]) -> None:
+    """``{"*": "drop", ...}``: what no rule keeps is gone; what a rule keeps is stored as it came."""
+    key = PiiKey.from_text(KEY_TEXT, source="a test")
+    record = _any_person(lifecycle, identity_match, person()["attributes"], extras)
+    policy = PiiPolicy.parse({"*": "drop", "sources[].external_id": "hash", "attributes.location": "keep"})
+    stored = policy.plan(key).apply(record)
+    assert (stored["display_name"], stored["email"], stored["phone"]) == (None, None, None)
+    assert (stored["lifecycle"], stored["identity_match"]) == (None, None)
+    assert stored["attributes"] == {"location": "Berlin"}
+    assert [set(entry) - set(_ENTRY_FIELDS) for entry in stored["sources"]] == [set(), set()]
+    assert [entry["external_id"] for entry in stored["sources"]] == [
+        h("sources[].external_id", entry["external_id"], key) for entry in record["sources"]]
+
+
+def test_a_hashed_lifecycle_keeps_its_shape_and_keys(key: PiiKey) -> None:
+    stored = PiiPolicy.parse({"lifecycle": "hash", "identity_match": "hash"}).plan(key).apply(
+        person(lifecycle="onboarding", identity_match={"method": "email", "confidence": 0.9}))
+    assert stored["lifecycle"] == h("attributes", "onboarding", key)
+    assert stored["identity_match"] == {"method": h("attributes", "email", key),
+                                        "confidence": h("attributes", 0.9, key)}
+
+
+def test_an_entry_keeps_its_named_fields_whatever_happens_to_its_other_keys(key: PiiKey) -> None:
+    record = person()
+    record["sources"][0]["label"] = "Zoë at Workday"
+    record["sources"][0]["link"] = {"href": "https://workday.example/WD-00042"}
+    hashed = PiiPolicy.parse({"sources[].*": "hash"}).plan(key).apply(record)["sources"][0]
+    assert {k: v for k, v in hashed.items() if k in _ENTRY_FIELDS} == {
+        k: v for k, v in record["sources"][0].items() if k in _ENTRY_FIELDS}
+    assert hashed["label"] == h("attributes", "Zoë at Workday", key)
+    assert hashed["link"] == {"href": h("attributes", "https://workday.example/WD-00042", key)}
+    dropped = PiiPolicy.parse({"sources[].*": "drop"}).plan(key).apply(record)["sources"][0]
+    assert set(dropped) == set(record["sources"][0]) - {"label", "link"}

@@ -68,7 +68,9 @@ def test_a_parsed_policy_parses_to_itself() -> None:
         ({"sources[].observed_at": "drop"}, "only sources[].external_id"),
         ({"sources[].external_id": "drop"}, "kept or hashed, not dropped"),
         ({"emial": "hash"}, "Did you mean 'email'?"),
-        ({"lifecycle": "drop"}, "not a field a policy can name"),
+        ({"lifecycle.state": "drop"}, "not a field a policy can name"),
+        ({"*": "drop"}, "name 'sources[].external_id' with 'hash' (or 'keep') beside it"),
+        ({"*": "scramble"}, "action 'scramble' is not one of"),
         ({"email": "Hash"}, "action 'Hash' is not one of 'keep', 'hash', 'drop'"),
         ({"email": "encrypt"}, "action 'encrypt' is not one of"),
         ({"email": None}, "action None is not one of"),
@@ -104,3 +106,25 @@ def test_hashing_without_a_key_says_which_fields_need_one() -> None:
         policy.plan(None)
     with pytest.raises(BosConfigurationError, match="needs a key"):
         policy.fingerprint(None)
+
+
+def test_every_field_a_record_carries_can_be_named() -> None:
+    """lifecycle, identity_match (any JSON value) and a provenance entry's keys beyond the contract's
+    seven are fields of their own: each can be hashed or dropped."""
+    policy = PiiPolicy.parse({"lifecycle": "hash", "identity_match": "drop", "sources[].*": "hash"})
+    assert policy.as_dict() == {"identity_match": "drop", "lifecycle": "hash", "sources[].*": "hash"}
+
+
+@pytest.mark.parametrize("every", ["hash", "drop"])
+def test_star_gives_its_action_to_every_field_no_rule_names(every: str) -> None:
+    """``*`` is the allow-list form: spelt out, it is the policy naming each field, exceptions kept."""
+    mapping = {"*": every, "attributes.department": "keep", "sources[].external_id": "hash"}
+    spelt_out = {"display_name": every, "email": every, "phone": every, "lifecycle": every,
+                 "identity_match": every, "attributes": every, "sources[].*": every,
+                 "attributes.department": "keep", "sources[].external_id": "hash"}
+    assert PiiPolicy.parse(mapping) == PiiPolicy.parse(spelt_out)
+    assert PiiPolicy.parse(mapping).as_dict()["sources[].*"] == every
+
+
+def test_star_with_keep_changes_nothing_a_rule_does_not() -> None:
+    assert PiiPolicy.parse({"*": "keep", "email": "hash"}) == PiiPolicy.parse({"email": "hash"})

@@ -139,3 +139,43 @@ def test_erasure_by_external_id_reads_every_json_value_back(make_writer: Callabl
     erased = erase_records(engine, table=writer.table, audit_table=writer.audit_table, external_ids=["crm-eu:1"])
     assert erased.records == 1
     assert set(stored_json(engine, writer.table, "lifecycle")) == {"bos:person:000000", "bos:person:000002"}
+
+
+def test_unnamed_keys_of_an_entry_are_kept_and_content_those_of_a_record_are_not(
+        make_writer: Callable[..., WarehouseWriter], engine: sa.Engine) -> None:
+    """Without a policy, an entry's keys beyond the contract's seven are stored in ``sources`` and a
+    change in one is a change; a record's keys beyond its eight have no column, and are no content."""
+    writer = make_writer()
+
+    def records(label: Any, extra: Any, observed_at: str) -> list[dict[str, Any]]:
+        record = make_record(1, observed_at, sources=[{**make_record(1)["sources"][0], "label": label}])
+        return [{**record, "x-unnamed": extra}]
+
+    write(writer, records("crm person", 1, T1))
+    assert stored_json(engine, writer.table, "sources")["bos:person:000001"][0]["label"] == "crm person"
+    unnamed_changed = write(writer, records("crm person", 2, T2))
+    assert (unnamed_changed.updated, unnamed_changed.unchanged) == (0, 1)
+    label_changed = write(writer, records({"text": "crm person"}, 2, T2))
+    assert label_changed.updated == 1
+    assert stored_json(engine, writer.table, "sources")["bos:person:000001"][0]["label"] == {"text": "crm person"}
+
+
+@pytest.mark.parametrize("kind", ["string", "big_integer", "object", "null"])
+def test_pii_apply_of_star_hash_leaves_no_raw_value_in_a_json_column(make_writer: Callable[..., WarehouseWriter],
+                                                                    engine: sa.Engine, kind: str) -> None:
+    """pii-apply of ``{"*": "hash"}`` rewrites lifecycle, identity_match and the entries' other keys too."""
+    from airflow_provider_bos.pii import PiiPolicy
+
+    writer = make_writer()
+    value = JSON_VALUES[kind]
+    records = _records("lifecycle", value)
+    records[0]["identity_match"] = value
+    records[0]["sources"][0]["label"] = value
+    write(writer, records)
+    key = PiiKey(b"k" * 8 + b"0123456789abcdefghijklmnopqrstuv", source="test")
+    apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy={"*": "hash"}, key=key)
+    expected = PiiPolicy.parse({"*": "hash"}).plan(key).apply(records[0])
+    for column in ("lifecycle", "identity_match", "sources"):
+        assert stored_json(engine, writer.table, column)["bos:person:000000"] == expected[column]
+    if value is not None:
+        assert expected["lifecycle"] != value and expected["sources"][0]["label"] != value
