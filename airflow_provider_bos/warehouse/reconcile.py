@@ -9,7 +9,8 @@ What a result may do to the rows it did not return (docs/sync-modes.md):
   provenance entries ``(source_type, source_identity, external_id)`` belong to records of the
   result is retired as superseded, its
   ``_bos_superseded_by`` the smallest successor record_ref; every (ref, successor) pair goes to
-  ``<table>_lineage``;
+  ``<table>_lineage``; an entry several records of the result hold (a contradiction: BOS merges a
+  source's record into one) supersedes nothing, so the lineage stays linear in the result;
 - **retire** (``sync_mode="full"``): a current row of the read's scope that the result did not
   return, observed no later than the read, is retired (``_bos_deleted_at``), unless that would
   retire more than ``max_retire_fraction`` of the scope's current rows: then nothing is retired
@@ -134,7 +135,11 @@ def reconcile(
         for statement in tx.dialect.reconcile_settings():
             tx.exec(statement)
         keys = tx.run_keys = run_keys(tx, kept)
-        counts.superseded = _supersede(tx, life, now, observed, keys)
+        counts.superseded, shared = _supersede(tx, life, now, observed, keys)
+        if shared:
+            audit = _note(audit, f"{shared} provenance entr{'y' if shared == 1 else 'ies'} of this result "
+                                 "belonged to several records (BOS merges a source's record into one): nothing "
+                                 "was superseded through them.")
         if full:
             audit = _retire(tx, counts, audit, life, run, now, observed, keys)
     elif full and not complete:
@@ -210,7 +215,10 @@ def run_keys(tx: RunTransaction, kept: KeptClaims | None) -> RunKeys:
     return RunKeys(keys)
 
 
-def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime, keys: RunKeys) -> int:
+def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: datetime,
+               keys: RunKeys) -> tuple[int, int]:
+    """Supersede the rows the result's records took over; (rows superseded, entries of the result
+    held by several of its records, through which nothing was superseded)."""
     d, schema = tx.dialect, tx.schema
     sources = life.sources_table
     candidates = tx.work_table("_c", "keys")
@@ -221,22 +229,23 @@ def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: dat
     for statement in d.reconcile_settings() if lookup_settings else ():
         tx.exec(statement)
     if not found:
-        return 0
+        return 0, 0
     others = tx.work_table("_o", "provenance")
     if not _rows(tx.exec(d.collect_others(others, candidates, keys, tx.table, sources, schema,
                                           observed_before=observed))):
-        return 0
+        return 0, 0
+    shared = int(tx.exec(d.count_shared_entries(others, keys, sources, schema)).scalar_one())
     successors = tx.work_table("_n", "provenance")
     if not _rows(tx.exec(d.collect_successors(successors, others, keys, sources, schema))):
-        return 0
+        return 0, shared
     superseded = tx.work_table("_s", "successors")
     count = _rows(tx.exec(d.pick_superseded(superseded, others, successors, schema)))
     if not count:
-        return 0
+        return 0, shared
     tx.exec(d.insert_lineage(life.lineage_table, others, successors, superseded, schema, run_id=tx.run_id,
                              recorded_at=now))
     _retire_listed(tx, superseded, life, now, observed, successor=True, expected=count)
-    return count
+    return count, shared
 
 
 def _retire(

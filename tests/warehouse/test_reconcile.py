@@ -270,3 +270,27 @@ def test_the_guard_weighs_the_scope_rows_a_run_left_unchanged(make_writer, engin
     assert (counts.unchanged, counts.updated) == (unchanged, changed)
     assert (counts.retired, counts.retire_withheld) == (retired, 0 if retired else gone)
     assert len(current(engine, writer.table)) == 10 - retired
+
+
+@pytest.mark.parametrize("mode", ["incremental", "full"])
+def test_an_entry_claimed_by_several_records_of_a_result_supersedes_nothing_through_it(make_writer, engine,
+                                                                                        mode: str) -> None:
+    """A result in which one provenance entry belongs to several records contradicts itself (BOS
+    merges a source's record into ONE final record): nothing is superseded through that entry, the
+    lineage stays linear in the result (a hostile server's R records on one entry would otherwise
+    write R x R rows under the writers' lock), and the run says so. Other merges of the run proceed."""
+    writer = make_writer()
+    options = ReconcileOptions(sync_mode=mode, max_retire_fraction=None)
+    hostile = 40
+    # Day 1: 40 records claiming crm/999, and two people 1 and 2.
+    write(writer, [person(i, keys=[999]) for i in range(100, 100 + hostile)] + [person(1), person(2)],
+          reconcile=options)
+    # Day 2: 40 other records claiming crm/999 again, and 1 and 2 merged: a merge that holds.
+    day2 = [person(i, T2, keys=[999]) for i in range(200, 200 + hostile)] + [person(0, T2, keys=[1, 2], ref="m:1-2")]
+    run = run_info()
+    counts = write(writer, day2, run, reconcile=options)
+    assert lineage(engine, writer.table) == {(make_record(1)["record_ref"], "m:1-2"),
+                                             (make_record(2)["record_ref"], "m:1-2")}
+    assert counts.superseded == 2
+    note = audit_of(engine, writer, run)["error_message"]
+    assert "1 provenance entry" in note and "several records" in note

@@ -395,12 +395,27 @@ class LifecycleSql:
         self, successors: str, others: str, keys: RunKeys, sources: str, schema: str | None,
     ) -> Statement:
         """Into ``successors``: the entries of the result's current rows that some row of ``others``
-        also has."""
+        also has, each held by one row of the result only (see :meth:`count_shared_entries`)."""
         ref, cols = self.quote("record_ref"), ", ".join(PROVENANCE_KEY)
-        held = self._current_entries_held_by(self.stage_ref(others, schema), self.table_ref(sources, schema))
+        sources_ref = self.table_ref(sources, schema)
+        held = self._current_entries_held_by(self.stage_ref(others, schema), sources_ref)
         return Statement(
             f"INSERT INTO {self.stage_ref(successors, schema)} ({ref}, {cols}) {held} "
-            f"AND {self._returned(keys, schema, 'r')}"
+            f"AND {self._returned(keys, schema, 'r')} AND NOT EXISTS (SELECT 1 FROM {sources_ref} r2 "
+            f"WHERE r2.is_current AND {self._keys_equal('r2', 'r')} AND r2.{ref} <> r.{ref} "
+            f"AND {self._returned(keys, schema, 'r2')})"
+        )
+
+    def count_shared_entries(self, others: str, keys: RunKeys, sources: str, schema: str | None) -> Statement:
+        """One value: how many entries that some row of ``others`` has are held by more than one row of
+        the result. BOS merges a source's record into one final record, so such a result contradicts
+        itself: nothing is superseded through those entries (R records on one entry would otherwise
+        make R x R lineage rows)."""
+        ref, cols = self.quote("record_ref"), ", ".join(f"r.{c}" for c in PROVENANCE_KEY)
+        held = self._current_entries_held_by(self.stage_ref(others, schema), self.table_ref(sources, schema))
+        return Statement(
+            f"SELECT COUNT(*) FROM (SELECT {cols} FROM ({held} AND {self._returned(keys, schema, 'r')}) r "
+            f"GROUP BY {cols} HAVING COUNT(DISTINCT r.{ref}) > 1) g"
         )
 
     def _current_entries_held_by(self, others: str, sources: str) -> str:
