@@ -19,6 +19,11 @@ they are cleared (the next run decodes every record once and stores them again).
 A looser policy (hash or drop to keep, drop to hash), another key or recipe cannot be applied to
 stored rows: the raw values are gone. It is refused, saying it needs a full re-read.
 
+Promoted attribute columns are filled again from the rewritten attributes. A column a DAG no longer
+promotes keeps its values but not its path (``<table>_columns`` forgets it), so it cannot be filled
+again: when the policy hashes or drops anything under ``attributes``, such a column is cleared
+(NULL) in the records table and its history, and the result names it.
+
 Audit: like an erasure, one row with ``tool_name`` ``airflow-provider-bos pii-apply`` and a note of
 the counts and the fields changed (no value, no ref); the sensors look up runs by their read's tool
 name, so it is never taken for a sync. After the commit the freed space is reclaimed
@@ -32,7 +37,7 @@ import logging
 import os
 import uuid
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +48,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.pii import PiiKey, PiiPlan, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow
+from airflow_provider_bos.warehouse.catalog import column_names
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.policy_store import (
     action_changes,
@@ -65,6 +71,7 @@ from airflow_provider_bos.warehouse.records import (
 )
 from airflow_provider_bos.warehouse.scan import rows_in_batches
 from airflow_provider_bos.warehouse.schema import (
+    RECORD_COLUMNS,
     WIRE_HASH_COLUMN,
     companion_table_name,
     history_table,
@@ -100,10 +107,12 @@ class PolicyApplied:
     wire_hashes: int = 0
     #: Promoted attribute columns filled again from the rewritten attributes.
     promoted_columns: int = 0
+    #: Columns no longer promoted (their path forgotten) cleared because the policy changes attributes.
+    cleared_columns: list[str] = field(default_factory=list)
     #: What was run after the commit to reclaim the rewritten rows' old space.
     reclaimed: str = ""
 
-    def as_dict(self) -> dict[str, int | str]:
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -113,9 +122,9 @@ def delta_policy(stored: PolicyFingerprint | None, new: PolicyFingerprint) -> Pi
     rest (a hashed value is not hashed again)."""
     was = dict(stored.rules) if stored is not None else {}
     rules: dict[str, str] = {}
-    for field in sorted(set(was) | set(new.rules) | {"attributes"}):
-        before, after = effective_action(was, field), effective_action(dict(new.rules), field)
-        rules[field] = ("hash" if (before, after) == ("keep", "hash")
+    for name in sorted(set(was) | set(new.rules) | {"attributes"}):
+        before, after = effective_action(was, name), effective_action(dict(new.rules), name)
+        rules[name] = ("hash" if (before, after) == ("keep", "hash")
                         else "drop" if after == "drop" and before != "drop" else "keep")
     return PiiPolicy.parse(rules)
 
@@ -140,6 +149,8 @@ def apply_stricter_policy(
         inspector = sa.inspect(engine)
         if not inspector.has_table(writer.table, schema=writer.schema):
             raise BosConfigurationError(f"There is no table {writer.destination_table} to apply a policy to.")
+        extra_columns = sorted(c for c in column_names(engine, writer.dialect, writer.table, writer.schema)
+                               if c not in RECORD_COLUMNS and not c.startswith("_bos_"))
         writer.ensure_tables()
         policy_table = writer.ensure_policy_table()
         present = {kind for kind in ("history", "rejects", "columns")
@@ -184,11 +195,18 @@ def apply_stricter_policy(
             # The entries of <table>_sources hold external ids as the records' JSON does, and the
             # promoted columns what the rewritten attributes hold.
             rebuild_provenance(tx, companion_table_name(writer.table, "sources"))
+            history_name = companion_table_name(writer.table, "history") if "history" in present else None
+            configured: list[str] = []
             if "columns" in present:
                 marker = promoted_table(metadata, d.name, companion_table_name(writer.table, "columns"), writer.schema)
-                applied.promoted_columns = len(refill_promoted(
-                    tx, marker, companion_table_name(writer.table, "history") if "history" in present else None,
-                    policy=new.text, run_id=run.run_id, at=utcnow()))
+                configured = refill_promoted(tx, marker, history_name, policy=new.text, run_id=run.run_id,
+                                             at=utcnow())
+                applied.promoted_columns = len(configured)
+            if _changes_attributes(delta):
+                applied.cleared_columns = [c for c in extra_columns if c not in configured]
+                for table_name in (writer.table, history_name):
+                    if applied.cleared_columns and table_name is not None:
+                        tx.exec(d.clear_columns(table_name, writer.schema, applied.cleared_columns))
             if "rejects" in present and not policy.is_empty:
                 rejects = rejects_table(metadata, d.name, companion_table_name(writer.table, "rejects"), writer.schema)
                 applied.rejects = _empty_quarantined_records(tx.conn, rejects)
@@ -370,8 +388,17 @@ def _empty_quarantined_records(conn: sa.Connection, rejects: sa.Table) -> int:
     return int(result.rowcount or 0)
 
 
+def _changes_attributes(delta: PiiPolicy) -> bool:
+    """True when ``delta`` hashes or drops something under ``attributes``."""
+    return any(name == "attributes" or name.startswith("attributes.") for name, action in delta.rules
+               if action != "keep")
+
+
 def _note(stored: PolicyFingerprint | None, new: PolicyFingerprint, applied: PolicyApplied, table: str) -> str:
-    changes = ", ".join(f"{field} {a} -> {b}" for field, (a, b) in action_changes(stored, new).items())
+    changes = ", ".join(f"{name} {a} -> {b}" for name, (a, b) in action_changes(stored, new).items())
+    cleared = (f"; cleared the column(s) {', '.join(applied.cleared_columns)}, no longer promoted (their path is "
+               "not known, so they could not be filled again)" if applied.cleared_columns else "")
     return (f"Re-applied a stricter personal-data policy ({changes}) without a re-read: rewrote "
             f"{applied.records} row(s) of {table}, {applied.history} history version(s), emptied "
-            f"{applied.rejects} quarantined record(s); {applied.wire_hashes} wire hash(es) keyed or cleared.")
+            f"{applied.rejects} quarantined record(s); {applied.wire_hashes} wire hash(es) keyed or cleared"
+            f"{cleared}.")

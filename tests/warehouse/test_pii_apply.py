@@ -209,3 +209,37 @@ def test_a_row_stored_before_entries_were_bounded_is_rewritten_not_refused(make_
     sources = orjson.loads(row["sources"]) if isinstance(row["sources"], str | bytes) else row["sources"]
     assert sources[0]["external_id"] == long_id
     assert row["email"] == lookup_hash(KEY, "email", person(1)["email"])
+
+
+def test_a_promoted_column_no_longer_configured_holds_no_value_the_new_policy_drops(make_writer, engine) -> None:
+    """A DAG promoted ``attributes.private.home``, a later version stopped promoting it (the column
+    stays, with its values), then pii-apply drops that path: the column, in the records table and
+    its history, holds none of the raw values after it, and the result says which column it cleared."""
+    from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+
+    writer = make_writer()
+    promoted = check_attribute_columns({"home": "attributes.private.home"})
+    write_under(writer, None, day1(), reconcile=HISTORY, attribute_columns=promoted)
+    write_under(writer, None, day2(), reconcile=HISTORY)  # no longer promoted: the column stays
+    homes = raw_values(day1(), "home")
+    history = companion_table_name(writer.table, "history")
+    with engine.connect() as conn:
+        assert set(conn.execute(sa.text(f"SELECT home FROM {writer.table}")).scalars()) == homes
+
+    applied = apply(engine, writer, PiiPolicy.parse({"attributes.private": "drop"}))
+    for table in (writer.table, history):
+        with engine.connect() as conn:
+            assert not set(conn.execute(sa.text(f"SELECT home FROM {table}")).scalars()) & homes, table
+    assert applied.cleared_columns == ["home"]
+
+
+def test_a_policy_that_leaves_attributes_alone_leaves_an_unconfigured_column_alone(make_writer, engine) -> None:
+    from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+
+    writer = make_writer()
+    write_under(writer, None, day1(), attribute_columns=check_attribute_columns({"home": "attributes.private.home"}))
+    write_under(writer, None, day2())
+    applied = apply(engine, writer, EMAIL_ONLY)
+    with engine.connect() as conn:
+        assert set(conn.execute(sa.text(f"SELECT home FROM {writer.table}")).scalars()) == raw_values(day1(), "home")
+    assert applied.cleared_columns == []

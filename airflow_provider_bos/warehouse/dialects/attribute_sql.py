@@ -59,6 +59,11 @@ class AttributeSql:
             params.append(run_id)
         return Statement(f"UPDATE {self.table_ref(target, schema)} SET {', '.join(sets)}{where}", tuple(params))
 
+    def clear_columns(self, target: str, schema: str | None, names: Sequence[str]) -> Statement:
+        """``UPDATE`` every row of ``target``: ``names`` (promoted columns no longer filled) to NULL."""
+        sets = ", ".join(f"{self.quote(name)} = NULL" for name in names)
+        return Statement(f"UPDATE {self.table_ref(target, schema)} SET {sets}", ())
+
     def count_attribute_type_errors(self, target: str, schema: str | None, column: AttributeColumn) -> Statement:
         """One row: how many current (not retired) rows of the records table ``target`` hold a value at
         the column's path that the column could not take."""
