@@ -202,6 +202,22 @@ def run_policy(block: Block, demo: dict[str, Any]) -> None:
         k: v for k, v in raw["attributes"].items() if k != "employment"}
 
 
+def run_star_policy(block: Block, demo: dict[str, Any]) -> None:
+    """The allow-list form: every field hashed but the two the page keeps, which are stored as sent."""
+    names: dict[str, Any] = {}
+    exec(block.text, names)  # noqa: S102 - the page's own example
+    key, raw = demo["key"], demo_person()
+    stored = PiiPolicy.parse(names["pii_policy"]).plan(key).apply(copy.deepcopy(raw))
+    assert stored["lifecycle"] == raw["lifecycle"]
+    assert stored["email"] == lookup_hash(key, "email", raw["email"])
+    assert stored["display_name"] == lookup_hash(key, "display_name", raw["display_name"])
+    assert [e["external_id"] for e in stored["sources"]] == [
+        lookup_hash(key, "sources[].external_id", e["external_id"]) for e in raw["sources"]]
+    employment = stored["attributes"]["employment"]
+    assert employment["type"] == raw["attributes"]["employment"]["type"]
+    assert all(v != raw["attributes"]["employment"][k] for k, v in employment.items() if k != "type")
+
+
 def run_email_hash(block: Block, demo: dict[str, Any]) -> None:
     """The Python recipe: the hash of a demo person's email finds them in the demo's table."""
     names: dict[str, Any] = {}
@@ -261,7 +277,8 @@ class Runner:
 
 
 RUNNERS = (
-    Runner("pii_policy = {", run_policy),
+    Runner('"display_name": "drop",', run_policy),
+    Runner('"*": "hash",', run_star_policy),
     Runner("def email_hash(", run_email_hash),
     Runner("BosFederatedReadOperator(", run_operator),
     Runner("hmac(convert_to(", run_postgresql_recipe, database="postgres"),
