@@ -32,17 +32,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.dialects import mysql, postgresql
-from sqlalchemy.types import TypeEngine
-
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.warehouse.identifiers import IDENTIFIER_PATTERN
 from airflow_provider_bos.warehouse.schema import (
     LIFECYCLE_COLUMNS,
     RECORD_COLUMNS,
     WIRE_HASH_COLUMN,
-    column_types,
+    column_type,
 )
 
 __all__ = [
@@ -256,15 +252,3 @@ def check_attribute_columns(spec: Any, *, type_errors: Any = "invalid_records") 
     return AttributeColumns(columns=columns, type_errors=type_errors)
 
 
-def column_type(dialect_name: str, kind: str) -> TypeEngine[Any]:
-    """The SQL type of a promoted column of ``kind`` on ``dialect_name`` (the DDL in sql/ shows each)."""
-    roles = {"text": "text", "integer": "int", "timestamp": "ts", "json": "json"}
-    if kind in roles:
-        return column_types(dialect_name)[roles[kind]]
-    if kind == "boolean":
-        return sa.Boolean()
-    if dialect_name == "mysql":
-        return mysql.DOUBLE()
-    if dialect_name in ("postgresql", "duckdb"):
-        return postgresql.DOUBLE_PRECISION()
-    return sa.Float()  # SQLite REAL; Snowflake FLOAT (both 64-bit)

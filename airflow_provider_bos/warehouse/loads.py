@@ -1,9 +1,9 @@
 """Getting a run's records into the database: the two loaders that run a statement per batch.
 
-- :class:`Loader`: how a dialect's rows travel (its ``capabilities.loader``): every record into
-  the run's staging table (``stage``), or, for an empty locked target, into the table itself as the
-  records arrive (``load_direct``: a possible repeat of a record_ref goes to staging, merged after
-  the last record by :mod:`.settle`).
+- :class:`Loader`: how a dialect's rows travel (its ``capabilities.load_method``, mapped by
+  :mod:`.load_methods`): every record into the run's staging table (``stage``), or, for an empty
+  locked target, into the table itself as the records arrive (``load_direct``: a possible repeat of
+  a record_ref goes to staging, merged after the last record by :mod:`.settle`).
 - :data:`COPY_LOADER` (PostgreSQL with psycopg 3: document-staged rows by COPY) and
   :data:`ROWS_LOADER` (chunked ``executemany`` of column-staged rows); the staged file of
   :mod:`.file_load` beside them. A database that loads another way adds a loader, not a branch.
@@ -12,7 +12,7 @@
 Every path, :mod:`.file_load`'s too, encodes its records in one loop, :func:`encoded`: with
 ``rejects`` (a :class:`~.rejects.Rejects`, ``invalid_records="quarantine"``) a record the encoders
 refuse goes there instead of failing the run (the ``try`` costs nothing until a record is refused).
-Imports nothing of the dialects or the transaction at run time: the dialects name their loader.
+Imports nothing of the dialects or the transaction at run time: the dialects name their load method.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ __all__ = [
     "rejects_table",
     "rejects_table_name",
     "sources_table",
+    "column_type",
 ]
 
 SUPPORTED_DIALECTS = ("postgresql", "mysql", "sqlite", "duckdb", "snowflake")
@@ -433,6 +434,21 @@ def _index_name(table_name: str, role: str) -> str:
     return name if len(name) <= 63 else f"ix_bos_{role}_" + hashlib.sha256(table_name.encode()).hexdigest()[:40]
 
 
+def column_type(dialect_name: str, kind: str) -> TypeEngine[Any]:
+    """The SQL type of a promoted attribute column of ``kind`` on ``dialect_name`` (the DDL in sql/ shows
+    each; the kinds: :data:`~.attribute_columns.ATTRIBUTE_TYPES`)."""
+    roles = {"text": "text", "integer": "int", "timestamp": "ts", "json": "json"}
+    if kind in roles:
+        return column_types(dialect_name)[roles[kind]]
+    if kind == "boolean":
+        return sa.Boolean()
+    if dialect_name == "mysql":
+        return mysql.DOUBLE()
+    if dialect_name in ("postgresql", "duckdb"):
+        return postgresql.DOUBLE_PRECISION()
+    return sa.Float()  # SQLite REAL; Snowflake FLOAT (both 64-bit)
+
+
 def record_columns(dialect_name: str, promoted: Iterable[tuple[str, str]] = ()) -> list[tuple[str, str]]:
     """``(column, SQL type)`` of the records table on ``dialect_name`` (e.g. for lineage schema facets),
     and then of its promoted attribute columns, ``promoted`` (``(name, kind)`` each, see
@@ -440,8 +456,6 @@ def record_columns(dialect_name: str, promoted: Iterable[tuple[str, str]] = ()) 
 
     ``dialect_name`` is a SQLAlchemy backend name; ``"mariadb"`` counts as ``"mysql"``.
     """
-    from airflow_provider_bos.warehouse.attribute_columns import column_type  # it builds on this module
-
     name = "mysql" if dialect_name == "mariadb" else dialect_name
     if name == "snowflake":
         from airflow_provider_bos.warehouse.dialects.snowflake_types import snowflake_sa_dialect

@@ -24,6 +24,7 @@ from airflow_provider_bos.warehouse.coverage import count_coverage, watched_colu
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_class, dialect_for
 from airflow_provider_bos.warehouse.history import seed_history
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.load_methods import loader_for
 from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refuse_unless_same, store_policy
 from airflow_provider_bos.warehouse.promoted import StoredFill, WrongTypes, fill_written, settle_promoted
@@ -185,7 +186,7 @@ class WarehouseWriter:
     @property
     def staging_method(self) -> str:
         """``"copy"``, ``"executemany"`` or ``"staged_file"``: how rows reach the staging table."""
-        return self.dialect.capabilities.loader.name
+        return loader_for(self.dialect.capabilities.load_method).name
 
     def _qualified(self, name: str) -> str:
         return f"{self.schema}.{name}" if self.schema else name
@@ -674,7 +675,7 @@ class WarehouseWriter:
         (:class:`BosFinalFrameRestarted`), nothing loaded from the cut frame may merge: it is
         discarded and the records are loaded again from the new frame.
         """
-        loader = self.dialect.capabilities.loader
+        loader = loader_for(self.dialect.capabilities.load_method)
         synced_at = utcnow()
         tx.mark_records_start()
         while True:

@@ -40,7 +40,6 @@ from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabili
 from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql, RunKeys
 from airflow_provider_bos.warehouse.dialects.statement import Statement
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import (
     DELETED_AT_COLUMN,
     LIFECYCLE_COLUMNS,
@@ -95,7 +94,7 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
 
     name = "generic"
     #: What this database can do (see :mod:`.capabilities`); PostgreSQL's depend on its driver.
-    capabilities = DialectCapabilities(loader=ROWS_LOADER)
+    capabilities = DialectCapabilities()
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,

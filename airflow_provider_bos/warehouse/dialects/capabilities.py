@@ -3,13 +3,22 @@
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from airflow_provider_bos.warehouse.loads import Loader
+__all__ = ["DialectCapabilities", "LoadMethod"]
 
-__all__ = ["DialectCapabilities"]
+
+class LoadMethod(enum.StrEnum):
+    """How a database's rows travel into it. Data, not a loader: a dialect describes its database and
+    holds nothing of the run, which maps the method to its loader (:func:`~..load_methods.loader_for`)."""
+
+    #: Chunked ``executemany`` of column-staged rows.
+    ROWS = "rows"
+    #: COPY from the client (PostgreSQL with psycopg 3): rows travel as hashed documents.
+    COPY = "copy"
+    #: A staged NDJSON file the database reads itself (DuckDB).
+    FILE = "file"
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,9 +26,7 @@ class DialectCapabilities:
     """One database's capabilities; the defaults are a plain ``executemany`` database's."""
 
     #: How rows reach the database (COPY, chunked ``executemany`` or a staged file).
-    loader: Loader
-    #: COPY from the client (PostgreSQL with psycopg 3): rows travel as hashed documents.
-    uses_copy: bool = False
+    load_method: LoadMethod = LoadMethod.ROWS
     #: An empty target (under the writers' lock) is loaded directly, not staged and merged.
     direct_load: bool = True
     #: Any DDL commits the open transaction (Snowflake): staging is made first and dropped after the commit.
@@ -48,6 +55,11 @@ class DialectCapabilities:
     #: ``stored_wire_state``'s last value is the number of current rows (an unchanged re-run proves
     #: it returned every current row without a join).
     wire_state_counts_current: bool = False
+
+    @property
+    def uses_copy(self) -> bool:
+        """COPY from the client (PostgreSQL with psycopg 3): rows travel as hashed documents."""
+        return self.load_method is LoadMethod.COPY
 
     @property
     def document_staging(self) -> bool:

@@ -28,9 +28,8 @@ from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
-from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities, LoadMethod
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
-from airflow_provider_bos.warehouse.file_load import FILE_LOADER
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
@@ -63,7 +62,7 @@ class DuckDbDialect(WarehouseDialect):
     # rows stages it into a keyless temporary table merged by one INSERT ... SELECT. The snapshot is
     # taken at the transaction's first statement: this process's lock of the table
     # (:meth:`process_lock`) is taken before it, so the counts see the previous writer's commit.
-    capabilities = DialectCapabilities(loader=FILE_LOADER, lock_before_staging=True, updates_from_file=True,
+    capabilities = DialectCapabilities(load_method=LoadMethod.FILE, lock_before_staging=True, updates_from_file=True,
                                        wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
 
     @classmethod

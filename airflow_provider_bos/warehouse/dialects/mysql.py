@@ -12,7 +12,6 @@ from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, ex
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY
-from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
 
 __all__ = ["MySqlDialect"]
@@ -26,7 +25,7 @@ class MySqlDialect(WarehouseDialect):
     # InnoDB REPEATABLE READ fixes the snapshot at the first read (counting the stage): the lock is
     # taken before it, so the snapshot includes the previous writer's commit and the counts match what
     # the merge's locking reads see.
-    capabilities = DialectCapabilities(loader=ROWS_LOADER, lock_before_staging=True, uses_guard_index=True,
+    capabilities = DialectCapabilities(lock_before_staging=True, uses_guard_index=True,
                                        temp_tables_survive_rollback=True, keyed_run_keys=True,
                                        keys_ignore_trailing_spaces=True)
 

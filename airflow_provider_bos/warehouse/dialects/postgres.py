@@ -12,9 +12,8 @@ from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, 
 from airflow_provider_bos.warehouse.copy_format import TargetCopyLines, copy_document_lines
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
-from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
+from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities, LoadMethod
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
-from airflow_provider_bos.warehouse.loads import COPY_LOADER, ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
 __all__ = ["PostgresDialect"]
@@ -37,7 +36,7 @@ class PostgresDialect(WarehouseDialect):
         # READ COMMITTED: each statement sees every commit made before it; with the table lock, counts
         # stay exact.
         self.capabilities = DialectCapabilities(
-            loader=COPY_LOADER if copy else ROWS_LOADER, uses_copy=copy, isolation_level="READ COMMITTED",
+            load_method=LoadMethod.COPY if copy else LoadMethod.ROWS, isolation_level="READ COMMITTED",
             wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
 
     def _temp_suffix(self) -> str:

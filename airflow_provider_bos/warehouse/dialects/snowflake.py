@@ -35,7 +35,6 @@ from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, ex
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
-from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 from airflow_provider_bos.warehouse.schema import (
     DELETED_AT_COLUMN,
     RECORD_JSON_COLUMNS,
@@ -53,7 +52,7 @@ class SnowflakeDialect(WarehouseDialect):
     # No direct load: no cheaper path into an empty table to pay for a second load path (no COPY from
     # the client; PUT + COPY INTO needs a stage and a file). 500 rows per multi-row INSERT: ~1.3 KB
     # records make ~0.65 MB of statement text.
-    capabilities = DialectCapabilities(loader=ROWS_LOADER, direct_load=False, ddl_commits=True, max_batch_rows=500)
+    capabilities = DialectCapabilities(direct_load=False, ddl_commits=True, max_batch_rows=500)
 
     # --- identifiers and values -----------------------------------------------------------------
 

@@ -14,7 +14,6 @@ from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, ex
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
-from airflow_provider_bos.warehouse.loads import ROWS_LOADER
 
 __all__ = ["SqliteDialect"]
 
@@ -29,7 +28,7 @@ class SqliteDialect(WarehouseDialect):
 
     name = "sqlite"
     reject_row_id_sql = "rowid"  # no hash function built in; a row keeps its rowid in the transaction
-    capabilities = DialectCapabilities(loader=ROWS_LOADER)
+    capabilities = DialectCapabilities()
 
     @classmethod
     def writer_options(cls, *, lock_timeout_s: float, sqlite_busy_timeout_s: float | None,
