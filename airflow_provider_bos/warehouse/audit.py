@@ -7,6 +7,7 @@ own for failures); :class:`AuditReader` answers "what was the latest run of this
 from __future__ import annotations
 
 import json
+import logging
 import re
 import uuid
 from collections.abc import Collection, Iterable, Mapping
@@ -16,9 +17,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
 from airflow_provider_bos.redaction import redact
 from airflow_provider_bos.warehouse.catalog import column_names
+from airflow_provider_bos.warehouse.db_calls import db_detail, execute
 from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, dialect_for
 from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.records import parse_timestamp
@@ -42,6 +44,8 @@ __all__ = [
     "ERASED_REF", "RUN_STATUSES", "AuditReader", "SyncRunInfo", "audit_insert", "truncate_error", "utcnow",
     "without_refs",
 ]
+
+log = logging.getLogger(__name__)
 
 RUN_STATUSES = ("complete", "partial", "failed")
 #: What stands in an audit text for a record_ref that was erased.
@@ -190,6 +194,37 @@ def _as_utc(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def record_failed_run(
+    engine: sa.Engine, d: WarehouseDialect, audit_table: str, schema: str | None, run: SyncRunInfo, *,
+    error: str, destination_table: str, present: Collection[str], source_summary: list[Any] | None,
+    provisional_records: int, provisional_pages: int,
+) -> None:
+    """Write a ``failed`` audit row for ``run`` in its own small transaction.
+
+    Idempotent for failures: a failed row of the run is replaced. A run already committed as
+    complete/partial is left as it is (its records did land) and a warning is logged.
+    """
+    audit = audit_table_definition(sa.MetaData(), d.name, audit_table, schema)
+    statement = audit_insert(
+        d, audit_table, schema, run, status="failed", finished_at=utcnow(), completeness=None, result_count=None,
+        provisional_records=provisional_records, provisional_pages=provisional_pages, source_errors=None,
+        source_summary=source_summary, error_message=error, destination_table=destination_table, present=present,
+    )
+    try:
+        with engine.begin() as conn:
+            existing = conn.execute(sa.select(audit.c.status).where(audit.c.run_id == run.run_id)).scalar()
+            if existing is None:
+                execute(conn, statement)
+            elif existing == "failed":  # replace the earlier failure with this, newer one
+                conn.execute(audit.delete().where(audit.c.run_id == run.run_id))
+                execute(conn, statement)
+            else:
+                log.warning("Run %s is already recorded as %s; not overwriting it with a failure (%s).",
+                            run.run_id, existing, excerpt(error, 200))
+    except sa.exc.SQLAlchemyError as exc:
+        raise BosWarehouseError(f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}") from exc
 
 
 class AuditReader:

@@ -28,10 +28,12 @@ from airflow_provider_bos.warehouse.attribute_columns import (
     AttributeTypeError,
     attribute_column,
 )
+from airflow_provider_bos.warehouse.audit import utcnow
 from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.transaction import RunTransaction
 
-__all__ = ["AttributeFillError", "StoredFill", "WrongTypes", "fill_written", "refill_promoted", "settle_promoted"]
+__all__ = ["AttributeFillError", "PromotedRun", "StoredFill", "WrongTypes", "fill_written", "refill_promoted",
+           "settle_promoted"]
 
 log = logging.getLogger(__name__)
 
@@ -172,3 +174,15 @@ def fill_written(tx: RunTransaction, promoted: AttributeColumns, run_id: str) ->
 def _stored(tx: RunTransaction, marker: sa.Table) -> dict[str, tuple[str, str, str | None]]:
     rows = tx.conn.execute(sa.select(marker.c.column_name, marker.c.path, marker.c.type, marker.c.policy)).all()
     return {name: (path, kind, policy) for name, path, kind, policy in rows}
+
+
+class PromotedRun:
+    """A run's promoted columns with the tables they live in (see ``WarehouseWriter._ensure_promoted_columns``)."""
+
+    def __init__(self, marker: sa.Table, columns: AttributeColumns, history: str | None, policy: str | None) -> None:
+        self.marker, self.columns, self.history, self.policy = marker, columns, history, policy
+
+    def settle(self, tx: RunTransaction, run_id: str, invalid_records: str) -> StoredFill | None:
+        """Fill what is new since the last run, in ``tx`` (what a fill did, or None)."""
+        return settle_promoted(tx, self.marker, self.columns, self.history, policy=self.policy,
+                               invalid_records=invalid_records, run_id=run_id, at=utcnow())

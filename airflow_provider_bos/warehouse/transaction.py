@@ -10,12 +10,12 @@ from __future__ import annotations
 import threading
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from typing import Any, TypeAlias
 
 import sqlalchemy as sa
 
-from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
+from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.audit import utcnow
+from airflow_provider_bos.warehouse.db_calls import DriverResult, db_detail, execute
 from airflow_provider_bos.warehouse.dialects import Statement, WarehouseDialect, staging_table_name
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 
@@ -26,8 +26,6 @@ LIFECYCLE_WORK_TABLES = (
     ("_c", "keys"), ("_o", "provenance"), ("_n", "provenance"), ("_s", "successors"), ("_r", "keys"),
 )
 # Bound parameters per suspect lookup (SQLite before 3.32 allows 999).
-#: What driver SQL returns: rows of any width and types (the SQL text is the dialect's).
-DriverResult: TypeAlias = "sa.CursorResult[*tuple[Any, ...]]"
 _KEYS_PER_QUERY = 500
 
 
@@ -70,23 +68,6 @@ class UpsertCounts:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def execute(conn: sa.Connection, statement: Statement) -> DriverResult:
-    """Run a built statement on ``conn`` (its parameters bound by the driver)."""
-    if statement.params:
-        return conn.exec_driver_sql(statement.sql, statement.params)
-    return conn.exec_driver_sql(statement.sql)
-
-
-def db_detail(exc: BaseException) -> str:
-    """The driver's message only: str(exc) would append the SQL and its parameters (record data),
-    and a COPY error's context quotes the row."""
-    orig = getattr(exc, "orig", None) or exc
-    primary = getattr(getattr(orig, "diag", None), "message_primary", None)
-    if primary:
-        return excerpt(f"{type(orig).__name__}: {primary}", 300)
-    return excerpt(str(orig) if orig is not exc else exc.__class__.__name__, 300)
 
 
 class RunTransaction:

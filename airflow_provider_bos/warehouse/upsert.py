@@ -9,17 +9,34 @@ records table is either the old state or the new one, never a mix.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError, excerpt
+from airflow_provider_bos.exceptions import BosFinalFrameRestarted, BosWarehouseError
 from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns, column_type
-from airflow_provider_bos.warehouse.audit import RUN_STATUSES, SyncRunInfo, audit_insert, utcnow
-from airflow_provider_bos.warehouse.catalog import column_names
+from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, record_failed_run, utcnow
+from airflow_provider_bos.warehouse.audit_fields import (
+    audit_row_fields,
+    partial_with,
+    with_note,
+    with_rehash_note,
+)
+from airflow_provider_bos.warehouse.catalog import column_names, find_guard_index
 from airflow_provider_bos.warehouse.claims import WireHashSet, kept_claims, load_known_wire_hashes
+from airflow_provider_bos.warehouse.companions import (
+    COLUMNS,
+    COMPANIONS,
+    HISTORY,
+    LINEAGE,
+    POLICY,
+    REJECTS,
+    SOURCES,
+    Companion,
+    Created,
+)
 from airflow_provider_bos.warehouse.coverage import count_coverage, watched_columns
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_class, dialect_for
 from airflow_provider_bos.warehouse.history import seed_history
@@ -27,7 +44,7 @@ from airflow_provider_bos.warehouse.identifiers import validate_identifier, vali
 from airflow_provider_bos.warehouse.load_methods import loader_for
 from airflow_provider_bos.warehouse.loads import SeenKeys
 from airflow_provider_bos.warehouse.policy_store import read_stored_policy, refuse_unless_same, store_policy
-from airflow_provider_bos.warehouse.promoted import StoredFill, WrongTypes, fill_written, settle_promoted
+from airflow_provider_bos.warehouse.promoted import PromotedRun, WrongTypes, fill_written
 from airflow_provider_bos.warehouse.provenance import seed_provenance
 from airflow_provider_bos.warehouse.reconcile import Lifecycle, read_guards, reconcile, scope_key
 from airflow_provider_bos.warehouse.records import UnstorableRecord, parse_timestamp
@@ -36,21 +53,12 @@ from airflow_provider_bos.warehouse.rejects import Rejects
 from airflow_provider_bos.warehouse.schema import (
     ADDED_AUDIT_COLUMNS,
     COVERAGE_COLUMN,
-    GUARD_INDEX_COLUMNS,
     LIFECYCLE_COLUMNS,
     REJECTED_COLUMN,
     SCOPE_COLUMN,
     WIRE_HASH_COLUMN,
     audit_table,
-    companion_table_name,
-    history_table,
-    lineage_table,
-    policy_table,
-    promoted_table,
     records_table,
-    rejects_table,
-    rejects_table_name,
-    sources_table,
 )
 from airflow_provider_bos.warehouse.settle import (
     DirectLoad,
@@ -70,20 +78,6 @@ __all__ = ["UpsertCounts", "WarehouseWriter", "WriteOptions"]
 log = logging.getLogger(__name__)
 # How long adding a column to a table made before it waits for the table's lock (see _add_column).
 ADD_COLUMN_TIMEOUT_S = 5.0
-
-# The audit row's fields a run supplies (WriteOptions.audit); the rest are the writer's.
-_AUDIT_FIELDS = {
-    "status": None,
-    "completeness": None,
-    "result_count": None,
-    "source_errors": None,
-    "source_summary": None,
-    "provisional_records": 0,
-    "provisional_pages": 0,
-    "error_message": None,  # a partial run's note, e.g. what a self-contradicting result claimed
-    "observed_at": None,  # the read's metadata.observed_at: a full read retires no row observed after it
-}
-
 
 class WarehouseWriter:
     """Writes federated records into a records table keyed by ``record_ref``, plus the audit row.
@@ -156,7 +150,7 @@ class WarehouseWriter:
     @property
     def rejects_destination(self) -> str:
         """``schema.<table>_rejects`` (or the hashed name of a long table), where quarantine puts records."""
-        return self._qualified(rejects_table_name(self.table))
+        return self._qualified(REJECTS.name(self.table))
 
     @property
     def audit_rejected_column(self) -> bool:
@@ -166,22 +160,22 @@ class WarehouseWriter:
     @property
     def history_destination(self) -> str:
         """``schema.<table>_history``: every version of every record (``history=True``)."""
-        return self._qualified(companion_table_name(self.table, "history"))
+        return self._qualified(HISTORY.name(self.table))
 
     @property
     def lineage_destination(self) -> str:
         """``schema.<table>_lineage``: which record_ref was superseded by which, in which run."""
-        return self._qualified(companion_table_name(self.table, "lineage"))
+        return self._qualified(LINEAGE.name(self.table))
 
     @property
     def sources_destination(self) -> str:
         """``schema.<table>_sources``: one row per provenance entry of every row of the records table."""
-        return self._qualified(companion_table_name(self.table, "sources"))
+        return self._qualified(SOURCES.name(self.table))
 
     @property
     def policy_destination(self) -> str:
         """``schema.<table>_policy``: the personal-data policy the table was written with."""
-        return self._qualified(companion_table_name(self.table, "policy"))
+        return self._qualified(POLICY.name(self.table))
 
     @property
     def staging_method(self) -> str:
@@ -193,25 +187,21 @@ class WarehouseWriter:
 
     # --- DDL (the one place the writer creates or inspects tables) -------------------------------
 
-    def _metadata(self) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table, sa.Table]:
-        metadata = sa.MetaData()
-        backend = self._dialect_class.name
-        records = records_table(metadata, backend, self.table, self.schema)
-        audit = audit_table(metadata, backend, self.audit_table, self.schema)
-        lineage_name = validate_identifier(companion_table_name(self.table, "lineage"), kind="lineage table")
-        lineage = lineage_table(metadata, backend, lineage_name, self.schema)
-        sources_name = validate_identifier(companion_table_name(self.table, "sources"), kind="provenance table")
-        sources = sources_table(metadata, backend, sources_name, self.schema)
-        return metadata, records, audit, lineage, sources
+    def _records_table(self) -> sa.Table:
+        return records_table(sa.MetaData(), self._dialect_class.name, self.table, self.schema)
+
+    def _companion(self, companion: Companion) -> sa.Table:
+        return companion.table(self.table, self._dialect_class.name, self.schema)
 
     def ensure_tables(self) -> None:
         """Create the records and audit tables if missing; check an existing table has our columns.
 
         Each table in a transaction of its own, never the run's (MySQL commits DDL implicitly).
         """
-        _, records, audit, lineage, sources = self._metadata()
+        records = self._records_table()
+        audit = audit_table(sa.MetaData(), self._dialect_class.name, self.audit_table, self.schema)
         try:
-            for table in (audit, records, lineage, sources):
+            for table in (audit, records, *(self._companion(c) for c in COMPANIONS if c.created is Created.ALWAYS)):
                 self._create_table(table)
             for table in (records, audit):
                 present = column_names(self.engine, self._dialect_class, table.name, self.schema)
@@ -234,7 +224,7 @@ class WarehouseWriter:
                         "add them (see sql/ for the DDL) or choose another table."
                     )
             if self._dialect_class.capabilities.uses_guard_index:
-                self.guard_index = self._find_guard_index(sa.inspect(self.engine), records.name)
+                self.guard_index = find_guard_index(sa.inspect(self.engine), records.name, self.schema)
             self._present_policy_table()  # once per writer: whether the table was written under a policy
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(
@@ -300,32 +290,23 @@ class WarehouseWriter:
             if not sa.inspect(self.engine).has_table(table.name, schema=self.schema):
                 raise
 
-    def _rejects_table(self) -> sa.Table:
-        name = validate_identifier(rejects_table_name(self.table), kind="rejects table")
-        return rejects_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
-
     def ensure_rejects_table(self) -> sa.Table:
         """Create ``<table>_rejects`` if missing (as :meth:`ensure_tables` does: its own transaction)."""
-        return self._ensure_companion(self._rejects_table())
+        return self._ensure_companion(self._companion(REJECTS))
 
     def ensure_history_table(self) -> sa.Table:
         """Create ``<table>_history`` if missing (its own transaction, as :meth:`ensure_tables`)."""
-        name = validate_identifier(companion_table_name(self.table, "history"), kind="history table")
-        return self._ensure_companion(history_table(sa.MetaData(), self._dialect_class.name, name, self.schema))
-
-    def _policy_table(self) -> sa.Table:
-        name = validate_identifier(companion_table_name(self.table, "policy"), kind="policy table")
-        return policy_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
+        return self._ensure_companion(self._companion(HISTORY))
 
     def ensure_policy_table(self) -> sa.Table:
         """Create ``<table>_policy`` if missing (its own transaction, as :meth:`ensure_tables`)."""
-        return self._ensure_companion(self._policy_table())
+        return self._ensure_companion(self._companion(POLICY))
 
     def _present_policy_table(self, *, look: bool = True) -> sa.Table | None:
         """``<table>_policy`` if it exists (a table written under a policy), else None. ``look=False``:
         as :meth:`ensure_tables` or the last :meth:`require_pii_policy` found it (no query: a run
         without a policy adds none)."""
-        table = self._policy_table()
+        table = self._companion(POLICY)
         if look and table.name not in self._companions_ready and sa.inspect(self.engine).has_table(
                 table.name, schema=self.schema):
             self._companions_ready.add(table.name)
@@ -336,14 +317,12 @@ class WarehouseWriter:
 
         A quarantined record counts only if it is kept whole (a run without a policy): under a policy, or
         after ``pii-apply``, a rejects row is a ref and a reason."""
-        metadata, name = sa.MetaData(), self._dialect_class.name
         present = sa.inspect(conn)
-        queries = [sa.select(sa.literal(1)).select_from(records_table(metadata, name, self.table, self.schema))]
-        history = companion_table_name(self.table, "history")
-        if present.has_table(history, schema=self.schema):
-            queries.append(sa.select(sa.literal(1)).select_from(history_table(metadata, name, history, self.schema)))
-        if present.has_table(rejects := rejects_table_name(self.table), schema=self.schema):
-            quarantined = rejects_table(metadata, name, rejects, self.schema)
+        queries = [sa.select(sa.literal(1)).select_from(self._records_table())]
+        if present.has_table(HISTORY.name(self.table), schema=self.schema):
+            queries.append(sa.select(sa.literal(1)).select_from(self._companion(HISTORY)))
+        if present.has_table(REJECTS.name(self.table), schema=self.schema):
+            quarantined = self._companion(REJECTS)
             empty = sa.bindparam("empty", b"", type_=quarantined.c.record.type)
             queries.append(sa.select(sa.literal(1)).where(quarantined.c.record != empty))
         return any(conn.execute(query.limit(1)).first() is not None for query in queries)
@@ -400,7 +379,7 @@ class WarehouseWriter:
         if capabilities.lock_before_staging or capabilities.ddl_commits:
             return
         tx.lock()
-        table = self._policy_table()
+        table = self._companion(POLICY)
         if sa.inspect(tx.conn).has_table(table.name, schema=self.schema):
             self._companions_ready.add(table.name)
             self._settle_policy(tx, table, None, run_id)
@@ -415,25 +394,13 @@ class WarehouseWriter:
             self._companions_ready.add(table.name)
         return table
 
-    def _find_guard_index(self, inspector: Any, table: str) -> str | None:
-        """An index of ``table`` leading with the change test's columns (tables made before it had none)."""
-        for index in inspector.get_indexes(table, schema=self.schema):
-            if tuple(index["column_names"][: len(GUARD_INDEX_COLUMNS)]) == GUARD_INDEX_COLUMNS:
-                try:
-                    return validate_identifier(index["name"], kind="index")
-                except BosWarehouseError:  # a name we would have to quote unsafely: go without
-                    continue
-        log.info("%s has no index on %s; re-runs read whole rows (see sql/mysql.sql).",
-                 self._qualified(table), ", ".join(GUARD_INDEX_COLUMNS))
-        return None
-
     def _ensure_once(self) -> None:
         if not self._tables_ready:
             self.ensure_tables()
 
     # --- promoted attributes -------------------------------------------------------------------
 
-    def _ensure_promoted_columns(self, options: WriteOptions) -> _Promoted | None:
+    def _ensure_promoted_columns(self, options: WriteOptions) -> PromotedRun | None:
         """Before the run: the promoted columns added to the records table (and its history, if it
         exists) where missing, ``<table>_columns`` made. None when the run promotes nothing and the
         table never had a promoted column (no query after the first run of this writer).
@@ -446,20 +413,19 @@ class WarehouseWriter:
         columns = options.attribute_columns or AttributeColumns()
         if columns and options.pii is not None:
             columns.check_policy(options.pii.rules)
-        name = validate_identifier(companion_table_name(self.table, "columns"), kind="promoted columns table")
-        marker = promoted_table(sa.MetaData(), self._dialect_class.name, name, self.schema)
+        marker = self._companion(COLUMNS)
         try:
             if not columns:  # looked for once per writer: runs that never promote pay one catalog query
                 if not self._columns_looked and sa.inspect(self.engine).has_table(marker.name, schema=self.schema):
                     self._companions_ready.add(marker.name)
                 self._columns_looked = True
-                return _Promoted(marker, columns, None, None) if marker.name in self._companions_ready else None
+                return PromotedRun(marker, columns, None, None) if marker.name in self._companions_ready else None
             inspector = sa.inspect(self.engine)
             self._ensure_companion(marker)
-            history = companion_table_name(self.table, "history")
-            tables = [records_table(sa.MetaData(), self._dialect_class.name, self.table, self.schema)]
+            history = HISTORY.name(self.table)
+            tables = [self._records_table()]
             if inspector.has_table(history, schema=self.schema):
-                tables.append(history_table(sa.MetaData(), self._dialect_class.name, history, self.schema))
+                tables.append(self._companion(HISTORY))
             for table in tables:
                 present = {c.lower() for c in column_names(self.engine, self._dialect_class, table.name, self.schema)}
                 for column in columns.columns:
@@ -475,7 +441,7 @@ class WarehouseWriter:
             raise BosWarehouseError(f"Could not prepare the promoted columns of {self.destination_table}: "
                                     f"{db_detail(exc)}") from exc
         policy = options.pii.text if options.pii is not None and options.pii.rules else None
-        return _Promoted(marker, columns, history if len(tables) > 1 else None, policy)
+        return PromotedRun(marker, columns, history if len(tables) > 1 else None, policy)
 
     # --- known records ------------------------------------------------------------------------
 
@@ -527,7 +493,7 @@ class WarehouseWriter:
         and verified by a join.
         """
         if not callable(options.audit):
-            _audit_row_fields(options.audit)  # refused before anything is read
+            audit_row_fields(options.audit)  # refused before anything is read
         check_invalid_records(options.invalid_records)
         if not isinstance(options.reconcile, ReconcileOptions):
             raise BosWarehouseError("WriteOptions.reconcile must be a ReconcileOptions (see wire.check_reconcile).")
@@ -549,14 +515,14 @@ class WarehouseWriter:
             raise BosWarehouseError(f"Could not inspect {self.policy_destination}: {db_detail(exc)}") from exc
         history = self.ensure_history_table().name if options.reconcile.history else None
         promoted = self._ensure_promoted_columns(options)
-        life = Lifecycle(options.reconcile, self.audit_table, companion_table_name(self.table, "lineage"), history,
-                         companion_table_name(self.table, "sources"), frozenset(self.audit_columns))
+        life = Lifecycle(options.reconcile, self.audit_table, LINEAGE.name(self.table), history,
+                         SOURCES.name(self.table), frozenset(self.audit_columns))
         return self._write(run, records, default_obs, options, quarantine, life, policy, promoted)
 
     def _write(
         self, run: SyncRunInfo, records: Iterable[Any], default_obs: datetime | None, options: WriteOptions,
         quarantine: sa.Table | None, life: Lifecycle, policy: sa.Table | None = None,
-        promoted: _Promoted | None = None,
+        promoted: PromotedRun | None = None,
     ) -> UpsertCounts:
         ddl_commits = self.dialect.capabilities.ddl_commits
         # The promoted attribute columns are watched too: a field BOS stops filling empties them.
@@ -583,7 +549,7 @@ class WarehouseWriter:
                 if policy is None:
                     self._refuse_late_policy(tx, run.run_id)
                 # Known only now that every record was consumed; raising here rolls back.
-                audit = _audit_row_fields(options.audit() if callable(options.audit) else options.audit)
+                audit = audit_row_fields(options.audit() if callable(options.audit) else options.audit)
                 read_guards(tx, audit, life, run)
                 counts = settle(tx, loaded)
                 if columns and counts.written:  # the merge wrote attributes; the columns follow them
@@ -592,17 +558,17 @@ class WarehouseWriter:
                     assert quarantine is not None
                     tx.conn.execute(quarantine.insert(), rejects.table_rows(run.run_id, utcnow()))
                     counts.rejected = len(rejects)
-                    audit = _partial_with(audit, rejects.note(self._qualified(quarantine.name)))
+                    audit = partial_with(audit, rejects.note(self._qualified(quarantine.name)))
                 if rehashed:
-                    audit = _with_rehash_note(audit, rehashed, run.run_id)
+                    audit = with_rehash_note(audit, rehashed, run.run_id)
                 if wrong is not None and wrong.nulls:
                     counts.attribute_type_errors = sum(wrong.nulls.values())
                     log.warning("BOS run %s: %s", run.run_id, wrong.note())
-                    audit = _with_note(audit, wrong.note())
+                    audit = with_note(audit, wrong.note())
                 # After the merge, under the lock, with the staged keys: supersede, retire, history.
                 audit = reconcile(tx, counts, audit, life=life, run=run, loaded=loaded)
                 if filled is not None:  # after reconcile: a stored value does not stop a complete read retiring
-                    audit = (_partial_with if filled.partial else _with_note)(audit, filled.note)
+                    audit = (partial_with if filled.partial else with_note)(audit, filled.note)
                 coverage = count_coverage(tx, counts, loaded, watched)  # before staging is dropped
                 audit.pop("observed_at", None)
                 if not ddl_commits:  # else after the commit: a DROP would commit the run half-done
@@ -636,7 +602,7 @@ class WarehouseWriter:
         """Before the records: temporary tables where DDL commits, the one-time re-hash (its count), history."""
         if self.dialect.capabilities.ddl_commits:  # every temporary table before the first write
             tx.precreate()
-        rehashed = rehash_stamped_rows(tx, self._metadata()[1])
+        rehashed = rehash_stamped_rows(tx, self._records_table())
         if life.history_table is not None:
             seed_history(tx, life.history_table)
         seed_provenance(tx, life.sources_table)
@@ -726,83 +692,7 @@ class WarehouseWriter:
         complete/partial is left as it is (its records did land) and a warning is logged.
         """
         self._ensure_once()
-        d = self.dialect
-        audit = audit_table(sa.MetaData(), d.name, self.audit_table, self.schema)
-        statement = audit_insert(
-            d,
-            self.audit_table,
-            self.schema,
-            run,
-            status="failed",
-            finished_at=utcnow(),
-            completeness=None,
-            result_count=None,
-            provisional_records=provisional_records,
-            provisional_pages=provisional_pages,
-            source_errors=None,
-            source_summary=source_summary,
-            error_message=error,
-            destination_table=self.destination_table,
-            present=self.audit_columns,
-        )
-        try:
-            with self.engine.begin() as conn:
-                existing = conn.execute(sa.select(audit.c.status).where(audit.c.run_id == run.run_id)).scalar()
-                if existing is None:
-                    execute(conn, statement)
-                elif existing == "failed":  # replace the earlier failure with this, newer one
-                    conn.execute(audit.delete().where(audit.c.run_id == run.run_id))
-                    execute(conn, statement)
-                else:
-                    log.warning(
-                        "Run %s is already recorded as %s; not overwriting it with a failure (%s).",
-                        run.run_id, existing, excerpt(error, 200),
-                    )
-        except sa.exc.SQLAlchemyError as exc:
-            raise BosWarehouseError(
-                f"Could not write the failed audit row for run {run.run_id}: {db_detail(exc)}"
-            ) from exc
-
-
-def _partial_with(audit: dict[str, Any], note: str) -> dict[str, Any]:
-    """A run that quarantined records (or left invalid stored values as NULL) is at best ``partial``;
-    the note says how many and why."""
-    status = "partial" if audit["status"] == "complete" else audit["status"]
-    error = f"{audit['error_message']} {note}" if audit["error_message"] else note
-    return {**audit, "status": status, "error_message": error}
-
-
-def _with_note(audit: dict[str, Any], note: str) -> dict[str, Any]:
-    """The audit row's note with ``note`` added (the status stays)."""
-    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
-
-
-def _with_rehash_note(audit: dict[str, Any], rehashed: int, run_id: str) -> dict[str, Any]:
-    """The audit note of a run that re-hashed stored rows once (their hashes covered observation times)."""
-    note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
-            "times; no content changed.")
-    log.info("BOS run %s: %s", run_id, note)
-    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
-
-
-def _audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's audit fields, defaults filled in; refuses unknown fields and an unknown status."""
-    unknown = set(given) - set(_AUDIT_FIELDS)
-    if unknown:
-        raise BosWarehouseError(f"Unknown audit fields {sorted(unknown)}.")
-    fields = {**_AUDIT_FIELDS, **given}
-    if fields["status"] not in RUN_STATUSES:
-        raise BosWarehouseError(f"status must be one of {RUN_STATUSES}, not {fields['status']!r}.")
-    return fields
-
-
-class _Promoted:
-    """A run's promoted columns with the tables they live in (see :meth:`WarehouseWriter._ensure_promoted_columns`)."""
-
-    def __init__(self, marker: sa.Table, columns: AttributeColumns, history: str | None, policy: str | None) -> None:
-        self.marker, self.columns, self.history, self.policy = marker, columns, history, policy
-
-    def settle(self, tx: RunTransaction, run_id: str, invalid_records: str) -> StoredFill | None:
-        """Fill what is new since the last run, in ``tx`` (what a fill did, or None)."""
-        return settle_promoted(tx, self.marker, self.columns, self.history, policy=self.policy,
-                               invalid_records=invalid_records, run_id=run_id, at=utcnow())
+        record_failed_run(self.engine, self.dialect, self.audit_table, self.schema, run, error=error,
+                          destination_table=self.destination_table, present=self.audit_columns,
+                          source_summary=source_summary, provisional_records=provisional_records,
+                          provisional_pages=provisional_pages)
