@@ -49,6 +49,7 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseE
 from airflow_provider_bos.pii import PiiKey, PiiPlan, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.catalog import column_names
+from airflow_provider_bos.warehouse.companions import COMPANIONS, Created, PolicyRewrite
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.policy_store import (
     action_changes,
@@ -73,11 +74,7 @@ from airflow_provider_bos.warehouse.scan import rows_in_batches
 from airflow_provider_bos.warehouse.schema import (
     RECORD_COLUMNS,
     WIRE_HASH_COLUMN,
-    companion_table_name,
-    history_table,
-    promoted_table,
     records_table,
-    rejects_table,
 )
 from airflow_provider_bos.warehouse.stage_dir import run_stage_directory
 from airflow_provider_bos.warehouse.transaction import RunTransaction, db_detail
@@ -153,8 +150,8 @@ def apply_stricter_policy(
                                if c not in RECORD_COLUMNS and not c.startswith("_bos_"))
         writer.ensure_tables()
         policy_table = writer.ensure_policy_table()
-        present = {kind for kind in ("history", "rejects", "columns")
-                   if inspector.has_table(companion_table_name(writer.table, kind), schema=writer.schema)}
+        present = [c for c in COMPANIONS if c.created is Created.ALWAYS
+                   or inspector.has_table(c.name(writer.table), schema=writer.schema)]
     except sa.exc.SQLAlchemyError as exc:
         raise BosWarehouseError(f"Could not inspect {writer.destination_table}: {db_detail(exc)}") from exc
     d = writer.dialect
@@ -187,30 +184,32 @@ def apply_stricter_policy(
                     tx.conn, records, plan, d, key=("record_ref",), wire=(wire_key,) if d.wire_hash_column else None,
                     directory=directory,
                 )
-                if "history" in present:
-                    history = history_table(metadata, d.name, companion_table_name(writer.table, "history"),
-                                            writer.schema)
-                    applied.history, _ = _rewrite(tx.conn, history, plan, d, key=("record_ref", "_bos_valid_from"),
-                                                  wire=None, directory=directory)
-            # The entries of <table>_sources hold external ids as the records' JSON does, and the
-            # promoted columns what the rewritten attributes hold.
-            rebuild_provenance(tx, companion_table_name(writer.table, "sources"))
-            history_name = companion_table_name(writer.table, "history") if "history" in present else None
+                for companion in present:
+                    if companion.pii_apply is PolicyRewrite.ROWS:
+                        rewritten, _ = _rewrite(tx.conn, companion.table(writer.table, d.name, writer.schema, metadata),
+                                                plan, d, key=companion.row_key, wire=None, directory=directory)
+                        setattr(applied, companion.suffix, rewritten)
+            # Promoted columns live in the records table and the tables of its rows' versions.
+            versions = [c.name(writer.table) for c in present if c.pii_apply is PolicyRewrite.ROWS]
             configured: list[str] = []
-            if "columns" in present:
-                marker = promoted_table(metadata, d.name, companion_table_name(writer.table, "columns"), writer.schema)
-                configured = refill_promoted(tx, marker, history_name, policy=new.text, run_id=run.run_id,
-                                             at=utcnow())
-                applied.promoted_columns = len(configured)
+            for companion in present:
+                if companion.pii_apply is PolicyRewrite.REBUILT:  # from the rewritten records' JSON
+                    rebuild_provenance(tx, companion.name(writer.table))
+                elif companion.pii_apply is PolicyRewrite.COLUMNS_REFILLED:  # from the rewritten attributes
+                    configured = refill_promoted(tx, companion.table(writer.table, d.name, writer.schema, metadata),
+                                                 versions[0] if versions else None, policy=new.text,
+                                                 run_id=run.run_id, at=utcnow())
+                    applied.promoted_columns = len(configured)
+                elif companion.pii_apply is PolicyRewrite.RECORDS_EMPTIED and not policy.is_empty:
+                    setattr(applied, companion.suffix, _empty_quarantined_records(
+                        tx.conn, companion.table(writer.table, d.name, writer.schema, metadata)))
+                elif companion.pii_apply is PolicyRewrite.POLICY_STORED:
+                    store_policy(tx.conn, policy_table, new, run_id=run.run_id, at=utcnow())
             if _changes_attributes(delta):
                 applied.cleared_columns = [c for c in extra_columns if c not in configured]
-                for table_name in (writer.table, history_name):
-                    if applied.cleared_columns and table_name is not None:
+                for table_name in (writer.table, *versions):
+                    if applied.cleared_columns:
                         tx.exec(d.clear_columns(table_name, writer.schema, applied.cleared_columns))
-            if "rejects" in present and not policy.is_empty:
-                rejects = rejects_table(metadata, d.name, companion_table_name(writer.table, "rejects"), writer.schema)
-                applied.rejects = _empty_quarantined_records(tx.conn, rejects)
-            store_policy(tx.conn, policy_table, new, run_id=run.run_id, at=utcnow())
             note = _note(stored, new, applied, writer.destination_table)
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=applied.records, error_message=note,
@@ -225,8 +224,8 @@ def apply_stricter_policy(
     finally:
         tx.close()
     log.info("BOS pii-apply %s: %s", run.run_id, note)
-    rewritten = (*sorted(present - {"columns"}), "sources")
-    tables = [writer.table, *(companion_table_name(writer.table, kind) for kind in rewritten)]
+    changed = (PolicyRewrite.ROWS, PolicyRewrite.REBUILT, PolicyRewrite.RECORDS_EMPTIED)
+    tables = [writer.table, *(c.name(writer.table) for c in present if c.reclaimed and c.pii_apply in changed)]
     applied.reclaimed = reclaim_space(engine, d, tables, writer.schema)
     return applied
 
