@@ -290,6 +290,10 @@ class WarehouseWriter:
             if not sa.inspect(self.engine).has_table(table.name, schema=self.schema):
                 raise
 
+    def ensure_companion(self, companion: Companion) -> sa.Table:
+        """Create ``companion`` beside the records table if missing (its own transaction, as :meth:`ensure_tables`)."""
+        return self._ensure_companion(self._companion(companion))
+
     def ensure_rejects_table(self) -> sa.Table:
         """Create ``<table>_rejects`` if missing (as :meth:`ensure_tables` does: its own transaction)."""
         return self._ensure_companion(self._companion(REJECTS))

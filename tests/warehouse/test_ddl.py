@@ -9,11 +9,18 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.companions import COMPANIONS
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql", "duckdb": "duckdb.sql"}
-TABLES = ("bos_records", "bos_sync_runs", "bos_records_rejects", "bos_records_lineage", "bos_records_sources",
-          "bos_records_history", "bos_records_policy")
+# The records and audit tables and every companion of the registry: a new companion is compared too.
+TABLES = ("bos_records", "bos_sync_runs", *(c.name("bos_records") for c in COMPANIONS))
+
+
+def _create_by_code(writer: WarehouseWriter) -> None:
+    writer.ensure_tables()
+    for companion in COMPANIONS:
+        writer.ensure_companion(companion)
 
 
 def _statements(path: Path) -> list[str]:
@@ -72,11 +79,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
     try:
         if dialect == "sqlite":
             file_engine = sa.create_engine(f"sqlite:///{tmp_path / 'from_file.db'}")
-            writer = WarehouseWriter(engine)
-            writer.ensure_tables()
-            writer.ensure_rejects_table()
-            writer.ensure_history_table()
-            writer.ensure_policy_table()
+            _create_by_code(WarehouseWriter(engine))
             with file_engine.begin() as conn:
                 for statement in statements:
                     conn.exec_driver_sql(statement)
@@ -87,11 +90,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"{create} {code_ns}")
                 conn.exec_driver_sql(f"{create} {file_ns}")
-            writer = WarehouseWriter(engine, schema=code_ns)
-            writer.ensure_tables()
-            writer.ensure_rejects_table()
-            writer.ensure_history_table()
-            writer.ensure_policy_table()
+            _create_by_code(WarehouseWriter(engine, schema=code_ns))
             with engine.begin() as conn:
                 conn.exec_driver_sql(f"USE {file_ns}" if dialect == "mysql" else f"SET search_path TO {file_ns}")
                 for statement in statements:

@@ -11,11 +11,11 @@ import sqlalchemy as sa
 from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
 
 from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.companions import COMPANIONS
 
 SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "snowflake.sql"
-TABLES = ("BOS_RECORDS", "BOS_SYNC_RUNS", "BOS_RECORDS_REJECTS", "BOS_RECORDS_LINEAGE", "BOS_RECORDS_SOURCES",
-          "BOS_RECORDS_HISTORY",
-          "BOS_RECORDS_POLICY")
+# The records and audit tables and every companion of the registry.
+TABLES = ("BOS_RECORDS", "BOS_SYNC_RUNS", *(c.name("bos_records").upper() for c in COMPANIONS))
 
 pytestmark = pytest.mark.snowflake
 
@@ -48,9 +48,8 @@ def test_sql_file_matches_the_code(snowflake_url: str) -> None:  # noqa: F811
             conn.exec_driver_sql(f"CREATE SCHEMA {file_ns}")
         writer = WarehouseWriter(engine, schema=code_ns)
         writer.ensure_tables()
-        writer.ensure_rejects_table()
-        writer.ensure_history_table()
-        writer.ensure_policy_table()
+        for companion in COMPANIONS:
+            writer.ensure_companion(companion)
         with engine.begin() as conn:
             conn.exec_driver_sql(f"USE SCHEMA {file_ns}")
             for statement in _statements():
