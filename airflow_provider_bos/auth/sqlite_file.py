@@ -19,13 +19,13 @@ from typing import Any
 from urllib.parse import quote
 
 from sqlalchemy import create_engine, event
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.pool import NullPool
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 
 __all__ = ["ensure_private_sqlite_file", "default_token_store_url", "default_token_store_path", "configure_sqlite",
-           "read_only_sqlite_engine", "SQLITE_BEGIN_OPTION", "DEFAULT_FILE_NAME"]
+           "read_only_sqlite_engine", "sqlite_store_engine", "SQLITE_BEGIN_OPTION", "DEFAULT_FILE_NAME"]
 
 DEFAULT_FILE_NAME = "bos_token_store.db"
 #: The execution option naming the BEGIN mode of a connection's next transaction.
@@ -88,6 +88,27 @@ def read_only_sqlite_engine(path: str | os.PathLike[str], *, busy_timeout_s: flo
         return sqlite3.connect(uri, uri=True, timeout=busy_timeout_s, check_same_thread=False)
 
     engine = create_engine("sqlite://", creator=connect, poolclass=NullPool, hide_parameters=True)
+    configure_sqlite(engine)
+    return engine
+
+
+def sqlite_store_engine(url: URL, *, read_only: bool, busy_timeout_s: float) -> Engine | None:
+    """The engine of the token store in the SQLite file ``url`` names: created owner-only and written
+    to, or only read (``mode=ro``, ``None`` when the file does not exist). An in-memory database is
+    refused: a grant that is gone when the process ends is lost at the server too."""
+    database = url.database or ""
+    if (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or "mode=memory" in str(url)
+    ):
+        raise BosConfigurationError(
+            "The token store must be durable: an in-memory SQLite database is not."
+        )
+    if read_only:
+        return read_only_sqlite_engine(database, busy_timeout_s=busy_timeout_s)
+    ensure_private_sqlite_file(database)
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_s}, hide_parameters=True)
     configure_sqlite(engine)
     return engine
 

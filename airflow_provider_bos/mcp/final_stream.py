@@ -16,7 +16,7 @@ is scanned the same way as its body arrives
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
@@ -29,9 +29,12 @@ from airflow_provider_bos.mcp.source_results import ToolStyle
 
 if TYPE_CHECKING:
     from airflow_provider_bos.mcp.calls import StreamedCall
-    from airflow_provider_bos.mcp.event_stream import ResponseEvents
+    from airflow_provider_bos.mcp.sse import SseParser
 
-__all__ = ["FrameRouter", "FinalFrameStream", "JsonBodyFrame", "streaming_result", "memory_result"]
+__all__ = [
+    "FinalFrameStream", "FrameEvents", "FrameRouter", "JsonBodyFrame", "ResumedFrame", "memory_result",
+    "streaming_result",
+]
 
 
 class FrameRouter:
@@ -63,6 +66,39 @@ class FrameRouter:
         self.current = None
 
 
+class ResumedFrame(Protocol):
+    """Where a cut final frame begins again (:class:`~.event_stream.FinalStart`)."""
+
+    @property
+    def scanner(self) -> FinalFrameScanner | None: ...
+
+    @property
+    def finished(self) -> bool: ...
+
+
+class FrameEvents(Protocol):
+    """What a :class:`FinalFrameStream` uses of the SSE answer it reads on
+    (:class:`~.event_stream.ResponseEvents`, which hands the stream over)."""
+
+    @property
+    def call(self) -> StreamedCall: ...
+
+    @property
+    def router(self) -> FrameRouter | None: ...
+
+    @property
+    def chunks(self) -> Iterator[bytes]: ...
+
+    @property
+    def parser(self) -> SseParser: ...
+
+    def close(self) -> None: ...
+
+    def raise_if_stopped(self, exc: Exception, where: str) -> None: ...
+
+    def resume_final(self, dropped: str, known: Any) -> ResumedFrame: ...
+
+
 class _HandedOverFrame:
     """A final frame whose response was handed over: its skeleton once read, and letting it go once."""
 
@@ -89,7 +125,7 @@ class FinalFrameStream(_HandedOverFrame):
     (its ``records`` go on from the frame's first record).
     """
 
-    def __init__(self, events: ResponseEvents, scanner: FinalFrameScanner, *, finished: bool) -> None:
+    def __init__(self, events: FrameEvents, scanner: FinalFrameScanner, *, finished: bool) -> None:
         self._events = events
         self.scanner = scanner
         self._call = events.call

@@ -19,20 +19,19 @@ joins two records of the same name. A person merged more than once is named afte
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # scenario.py validates days through this module: import it lazily
-    from airflow_provider_bos.testing.scenario import DaySpec, Scenario
+from typing import Protocol
 
 __all__ = [
     "DayChanges",
+    "DayPlan",
     "DayPlanError",
     "DayState",
     "Joiner",
     "Merged",
+    "PlannedScenario",
     "SourceDay",
     "mix",
     "new_key",
@@ -50,6 +49,88 @@ class DayPlanError(ValueError):
     """A day of the scenario cannot happen (unknown source, not enough people to pick from...)."""
 
 
+# What this module reads of a scenario. Protocols, not imports of :mod:`.scenario`'s models: the
+# scenario's validator resolves every day through this module.
+
+
+class _PlannedSource(Protocol):
+    """A source of the scenario (:class:`~.scenario.SourceSpec`)."""
+
+    @property
+    def source_identity(self) -> str: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def page_size(self) -> int: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def error_after_pages(self) -> int: ...
+
+
+class _PlannedCount(Protocol):
+    """``count`` people of ``source`` join, leave or change (:class:`~.scenario.JoinSpec` and its kin)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+
+
+class _PlannedMerge(Protocol):
+    """``count`` pairs of people of two sources merged (:class:`~.scenario.MergeSpec`)."""
+
+    @property
+    def sources(self) -> tuple[str, str]: ...
+    @property
+    def count(self) -> int: ...
+
+
+class _PlannedFailure(Protocol):
+    """``source`` fails on the day (:class:`~.scenario.FailSpec`)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def error(self) -> str: ...
+    @property
+    def error_after_pages(self) -> int: ...
+
+
+class DayPlan(Protocol):
+    """One day after day 1, as changes to the day before (:class:`~.scenario.DaySpec`)."""
+
+    @property
+    def day(self) -> int: ...
+    @property
+    def join(self) -> Sequence[_PlannedCount]: ...
+    @property
+    def leave(self) -> Sequence[_PlannedCount]: ...
+    @property
+    def merge(self) -> Sequence[_PlannedMerge]: ...
+    @property
+    def split(self) -> int: ...
+    @property
+    def change(self) -> Sequence[_PlannedCount]: ...
+    @property
+    def fail(self) -> Sequence[_PlannedFailure]: ...
+
+
+class PlannedScenario(Protocol):
+    """The scenario's day 1 and its later days (:class:`~.scenario.Scenario`)."""
+
+    @property
+    def seed(self) -> int: ...
+    @property
+    def shared_people(self) -> int: ...
+    @property
+    def sources(self) -> Sequence[_PlannedSource]: ...
+    @property
+    def days(self) -> Sequence[DayPlan]: ...
+
+    def day_observed_at(self) -> list[datetime]: ...
+
+
 def mix(x: int) -> int:
     """splitmix64 finaliser: a bijection on 64-bit ints with good avalanche."""
     x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
@@ -57,7 +138,7 @@ def mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def seed_key_of(scenario: Scenario) -> int:
+def seed_key_of(scenario: PlannedScenario) -> int:
     """The key every identity of the scenario is mixed with."""
     return mix((scenario.seed & _M64) ^ 0x5EED_B05_F00D)
 
@@ -126,7 +207,7 @@ class DayState:
 class _Population:
     """The mutable replay of the days (one per :func:`resolve_day` call)."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: PlannedScenario) -> None:
         self.scenario = scenario
         self.seed_key = seed_key_of(scenario)
         n = len(scenario.sources)
@@ -177,7 +258,7 @@ class _Population:
         raise DayPlanError(f"day {day} {where}: source {name!r} has only {len(picks)} own people left to pick "
                            f"(not shared, not gone, not merged, not chosen that day); {count} asked")
 
-    def apply(self, spec: DaySpec, keep: bool) -> DayChanges:
+    def apply(self, spec: DayPlan, keep: bool) -> DayChanges:
         day = spec.day
         picked: list[set[int]] = [set() for _ in self.left]
         left: list[tuple[int, int]] = []
@@ -258,7 +339,7 @@ class _Population:
         return self.scenario.sources[s].records - len(self.left[s]) + len(self.joiners[s])
 
 
-def resolve_day(scenario: Scenario, day: int) -> DayState:
+def resolve_day(scenario: PlannedScenario, day: int) -> DayState:
     """The population of ``scenario`` on ``day`` (1 = the base scenario).
 
     :raises DayPlanError: a day up to ``day`` cannot happen (the scenario validator turns it into
@@ -277,7 +358,7 @@ def resolve_day(scenario: Scenario, day: int) -> DayState:
                     changes=state.changes, twins=dict(population.twins))
 
 
-def _snapshot(scenario: Scenario, population: _Population, day: int, changes: DayChanges) -> DayState:
+def _snapshot(scenario: PlannedScenario, population: _Population, day: int, changes: DayChanges) -> DayState:
     if day == 1:
         errors = {i: (spec.error, spec.error_after_pages) for i, spec in enumerate(scenario.sources)}
     else:

@@ -54,7 +54,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -105,9 +105,10 @@ from airflow_provider_bos.testing.tools import (
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_bos.testing.server import BosReferenceServer
+    from airflow_provider_bos.testing.counters import ServerCounters
+    from airflow_provider_bos.testing.scenario import Scenario
 
-__all__ = ["MCP_PATH", "TOOLS_PAGE_SIZE", "McpApp", "StreamAborted"]
+__all__ = ["MCP_PATH", "TOOLS_PAGE_SIZE", "McpApp", "McpAppOwner", "StreamAborted"]
 
 MCP_PATH = "/mcp/apps/bos/platform"
 TOOLS_PAGE_SIZE = 2  # small on purpose: clients must follow nextCursor
@@ -191,10 +192,24 @@ def _opt_in(msg: dict[str, Any]) -> Any:
     return experimental.get(SOURCE_RESULTS_EXTENSION) if isinstance(experimental, dict) else None
 
 
+class McpAppOwner(Protocol):
+    """What :class:`McpApp` uses of the server that owns it (:class:`~.server.BosReferenceServer`)."""
+
+    counters: ServerCounters
+    base_url: str
+    time_scale: float
+
+    @property
+    def scenario(self) -> Scenario: ...
+    @property
+    def allow_remote(self) -> bool: ...
+    def next_read(self) -> tuple[Scenario, int, int]: ...
+
+
 class McpApp:
     """ASGI app of the MCP endpoint (behind :class:`~.oauth.BearerGate`)."""
 
-    def __init__(self, owner: BosReferenceServer) -> None:
+    def __init__(self, owner: McpAppOwner) -> None:
         self.owner = owner
         self.counters = owner.counters
         capability = {"pageSize": 100, "maxConcurrentSources": 8,
@@ -203,7 +218,7 @@ class McpApp:
         self.server = _BosServer(capability, on_list_tools=self._list_tools, on_call_tool=self._call_tool,
                                  on_list_resources=self._list_resources, on_read_resource=self._read_resource)
         self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
-        security = None if owner._allow_remote else TransportSecuritySettings(
+        security = None if owner.allow_remote else TransportSecuritySettings(
             enable_dns_rebinding_protection=True,
             allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
             allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.models import BosContext, SourceErrorCode
+from airflow_provider_bos.testing.days import DayPlanError, resolve_day
 
 __all__ = [
     "BUILTIN_SCENARIOS",
@@ -438,8 +439,6 @@ class Scenario(_Strict):
             if stamps[i] <= stamps[i - 1]:
                 raise ValueError(f"day {i + 1}'s observed_at {stamps[i].isoformat()} is not later than "
                                  f"day {i}'s ({stamps[i - 1].isoformat()})")
-        from airflow_provider_bos.testing.days import DayPlanError, resolve_day
-
         try:
             resolve_day(self, self.day_count)  # every day on the way is checked too
         except DayPlanError as exc:

@@ -24,7 +24,6 @@ import signal
 import socket
 import sys
 import threading
-from dataclasses import dataclass, field, fields
 from typing import Any
 
 import uvicorn
@@ -36,6 +35,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.testing.counters import ServerCounters
 from airflow_provider_bos.testing.mcp_app import MCP_PATH, McpApp
 from airflow_provider_bos.testing.oauth import (
     SCOPES,
@@ -54,39 +54,6 @@ logger = logging.getLogger(__name__)
 
 SOURCE_RESULTS_DOC_PATH = "/docs/source-results-v1"
 OAUTH_DOC_PATH = "/docs/oauth-client"
-
-
-@dataclass
-class ServerCounters:
-    """Thread-safe event counters for tests. Read the int attributes; the server increments them."""
-
-    refreshes: int = 0
-    refresh_reuse_detected: int = 0
-    grants_revoked: int = 0
-    tool_calls: int = 0
-    streamed_calls: int = 0
-    cancelled_calls: int = 0
-    completed_streams: int = 0
-    resumed_streams: int = 0
-    primed_streams: int = 0
-    initializes: int = 0
-    sessions_deleted: int = 0
-    unauthorized: int = 0
-    discover_calls: int = 0
-    _cond: threading.Condition = field(default_factory=threading.Condition, repr=False, compare=False)
-
-    def incr(self, name: str, n: int = 1) -> None:
-        with self._cond:
-            setattr(self, name, getattr(self, name) + n)
-            self._cond.notify_all()
-
-    def snapshot(self) -> dict[str, int]:
-        with self._cond:
-            return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")}
-
-    def wait_until(self, name: str, n: int, timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: getattr(self, name) >= n, timeout=timeout)
 
 
 class _AbortFilter(logging.Filter):
@@ -221,6 +188,11 @@ class BosReferenceServer:
     def day(self) -> int:
         """The scenario's day that reads return (1 unless set)."""
         return self._day
+
+    @property
+    def allow_remote(self) -> bool:
+        """Whether the server may be reached from another host (else it binds and answers loopback only)."""
+        return self._allow_remote
 
     def scenario_and_day(self) -> tuple[Scenario, int]:
         """The scenario and its day, read together (what one request serves)."""
