@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from itertools import islice
 from typing import Any
 
+from airflow_provider_bos.testing import whole_values as whole
 from airflow_provider_bos.testing.days import DayState, Joiner, resolve_day, seed_key_of
 from airflow_provider_bos.testing.days import mix as _mix
 from airflow_provider_bos.testing.scenario import MAX_CONCURRENT_SOURCES, Scenario, load_scenario
@@ -103,86 +104,6 @@ _FTE = (1.0, 1.0, 0.8, 0.5)
 _LIFECYCLE = ("active", "active", "active", "active", "onboarding", "on_leave", "suspended", "terminated")
 _NICKNAME = 'The "Boss" \\ ✨\nsecond line'
 _REV_KEY = 0x9E3779B97F4A7C15
-
-# --- whole-contract values (Scenario.record_values == "whole_contract") -----------------------
-# The contract names no type for lifecycle and identity_match, so any JSON value may come; these
-# tables make every kind appear. A change moves both to the next kind in _JSON_KINDS (a person
-# changed on days 2, 3 and 4 may go string -> object -> null), and nothing else moves a kind.
-
-_WHOLE_KEY = 0xC0FFEE_0DD_B17E5
-_JSON_KINDS = ("string", "object", "null", "number", "array", "boolean")
-# (display, ascii slug for the email, None: the usual one); picked by the name's id, so a merged
-# pair shares it.
-_WHOLE_NAMES: tuple[tuple[str, str | None], ...] = (
-    ("", None),  # empty: not null, and not a name either
-    ("\u200fمحمد العلي", "mohammed.alali"),  # a right-to-left mark, then Arabic
-    ("\u200fנועה כהן\u200f", "noa.cohen"),  # Hebrew between right-to-left marks  # noqa: RUF001
-    ("Sam \u200fبن علي", "sam.benali"),  # both directions
-    ("🦊", "fox"),
-    ("Ana 👩🏽‍💻 Silva", "ana.silva"),  # a skin tone in a zero-width-joiner sequence
-)
-_LIFECYCLE_NUMBERS: tuple[int | float, ...] = (0, 3, 0.75, -2.5, 1e-7, 1 << 65)
-_MATCH_NUMBERS: tuple[int | float, ...] = (1, 0.97, 0.5, -0.25)
-_MATCH_METHODS = ("email", "phone", "manual", "employee id")
-_BIG_INTS = (1 << 70, -(1 << 70), 1 << 64, -(1 << 64) - 1, 10**30 + 7, -(10**40))
-_TINY_FLOATS = (5e-324, 1e-320, 2.2250738585072014e-308, 4.9e-300)  # subnormals, the smallest normal
-_NEGATIVE_FLOATS = (-1.5e-300, -0.25, -5e-324, -1.7976931348623157e308)
-_ODD_KEYS = ("cost centre", "Straße", "部署", "emoji 🎉", " padded key ", "نوع")
-_DEEP = 12  # containers nested in attributes["deep"]
-
-
-def _json_of_kind(kind: str, h: int, numbers: tuple[int | float, ...], words: tuple[str, ...],
-                  obj: dict[str, Any]) -> Any:
-    """A JSON value of ``kind`` (one of :data:`_JSON_KINDS`), varied by the bits of ``h``."""
-    if kind == "string":
-        return words[h % len(words)]
-    if kind == "object":
-        return obj
-    if kind == "number":
-        return numbers[h % len(numbers)]
-    if kind == "array":
-        return ([], [words[h % len(words)]], [words[(h >> 2) % len(words)], obj], [[], {}])[(h >> 4) & 3]
-    if kind == "boolean":
-        return bool(h & 1)
-    return None
-
-
-def _nested(depth: int, leaf: Any) -> Any:
-    """``depth`` containers, objects and lists by turns, around ``leaf``."""
-    value = leaf
-    for level in range(depth, 0, -1):
-        value = {f"level {level}": value} if level % 2 else [value]
-    return value
-
-
-def _whole_attributes(hc: int, attributes: dict[str, Any]) -> dict[str, Any]:
-    """``attributes`` plus values a narrow reader trips over (each optional key with odds 1/2 or better)."""
-    if not attributes:  # an empty attributes object stays one
-        return attributes
-    g = _mix(hc ^ _WHOLE_KEY)
-    extra: dict[str, Any] = {
-        "": ("an empty key", 0, None, {"": []})[g & 3],
-        "big numbers": {"beyond 64 bits": _BIG_INTS[(g >> 2) % len(_BIG_INTS)], "negative": -(1 << 64) - (g >> 48)},
-        "floats": {"tiny": _TINY_FLOATS[(g >> 5) & 3], "negative": _NEGATIVE_FLOATS[(g >> 7) & 3]},
-    }
-    if g & (1 << 9):
-        extra[_ODD_KEYS[(g >> 10) % len(_ODD_KEYS)]] = _ODD_KEYS[(g >> 13) % len(_ODD_KEYS)]
-    if g & (1 << 16):
-        extra["deep"] = _nested(_DEEP, (g >> 17) & 0xFF)
-    if g & (3 << 25):
-        extra["empty object"], extra["empty list"] = {}, []
-    if g & (1 << 27):
-        extra["history"] = [{"title": _TITLES[(g >> (28 + 3 * n)) & 7], "years": n + 1, "note": None}
-                            for n in range(1 + ((g >> 40) & 1))]
-    return {**attributes, **extra}
-
-
-def _provenance_extras(source_type: str, source_identity: str, external_id: str) -> dict[str, Any]:
-    """Keys a provenance entry carries beyond the contract's seven (extra keys may come)."""
-    return {"label": f"{source_identity} · {external_id}",
-            "link": {"href": f"https://{source_type}.example/people/{external_id}", "rel": "self",
-                     "meta": {"fields": ["display_name", "email"], "paged": {}}}}
-
 
 @dataclass(frozen=True, slots=True)
 class _SourcePlan:
@@ -488,8 +409,8 @@ class PlannedRead:
             last, last_slug = _LAST[(nh >> 5) & 31]
             display = f"{first} {last}"
             slug = f"{first_slug}.{last_slug}"
-        if self._whole and _mix(nh ^ _WHOLE_KEY) & 3 == 0:  # 1 in 4 with an empty, emoji or RTL name
-            display, whole_slug = _WHOLE_NAMES[(_mix(nh ^ _WHOLE_KEY) >> 2) % len(_WHOLE_NAMES)]
+        if self._whole and _mix(nh ^ whole.WHOLE_KEY) & 3 == 0:  # 1 in 4 with an empty, emoji or RTL name
+            display, whole_slug = whole.WHOLE_NAMES[(_mix(nh ^ whole.WHOLE_KEY) >> 2) % len(whole.WHOLE_NAMES)]
             slug = whole_slug or slug
         flags = (hid >> 19) & 63
         email: str | None = f"{slug}.{(hid >> 24) & 0xFFFFFF:06x}@{_DOMAINS[(hid >> 48) & 3]}"
@@ -510,12 +431,12 @@ class PlannedRead:
         identity_match: Any = {"method": "email", "confidence": (90 + (hid >> 56) % 10) / 100} if merged else None
         if self._whole:
             # The kind is the person's (from hid) moved on by every change (epoch); the value varies with hc.
-            kinds = _mix(hid ^ _WHOLE_KEY)
-            lifecycle = _json_of_kind(_JSON_KINDS[(kinds % 6 + epoch) % 6], h >> 3, _LIFECYCLE_NUMBERS,
+            kinds = _mix(hid ^ whole.WHOLE_KEY)
+            lifecycle = whole.json_of_kind(whole.JSON_KINDS[(kinds % 6 + epoch) % 6], h >> 3, whole.LIFECYCLE_NUMBERS,
                                       _LIFECYCLE, status)
-            match = {"method": _MATCH_METHODS[(hid >> 40) & 3], "confidence": (90 + (hid >> 56) % 10) / 100}
-            identity_match = _json_of_kind(_JSON_KINDS[((kinds >> 8) % 6 + epoch) % 6], hc >> 44,
-                                           _MATCH_NUMBERS, _MATCH_METHODS, match)
+            match = {"method": whole.MATCH_METHODS[(hid >> 40) & 3], "confidence": (90 + (hid >> 56) % 10) / 100}
+            identity_match = whole.json_of_kind(whole.JSON_KINDS[((kinds >> 8) % 6 + epoch) % 6], hc >> 44,
+                                           whole.MATCH_NUMBERS, whole.MATCH_METHODS, match)
         if (h >> 18) & 15 == 0:
             attributes: dict[str, Any] = {}
         else:
@@ -542,7 +463,7 @@ class PlannedRead:
             if (h >> 29) & 31 == 0:
                 attributes["nickname"] = _NICKNAME
         if self._whole:
-            attributes = _whole_attributes(hc, attributes)
+            attributes = whole.whole_attributes(hc, attributes, _TITLES)
         version = epoch + 1
         if self._emptied:
             display, email, phone = (None if name in self._emptied else value for name, value in
@@ -563,7 +484,7 @@ class PlannedRead:
         ]
         if self._whole:
             for entry, (s, ext) in zip(sources, provs, strict=True):
-                entry.update(_provenance_extras(s.source_type, s.source_identity, ext))
+                entry.update(whole.provenance_extras(s.source_type, s.source_identity, ext))
         return {
             "record_ref": ref,
             "display_name": display,

@@ -158,16 +158,6 @@ class WarehouseWriter:
         return REJECTED_COLUMN in self.audit_columns
 
     @property
-    def history_destination(self) -> str:
-        """``schema.<table>_history``: every version of every record (``history=True``)."""
-        return self._qualified(HISTORY.name(self.table))
-
-    @property
-    def lineage_destination(self) -> str:
-        """``schema.<table>_lineage``: which record_ref was superseded by which, in which run."""
-        return self._qualified(LINEAGE.name(self.table))
-
-    @property
     def sources_destination(self) -> str:
         """``schema.<table>_sources``: one row per provenance entry of every row of the records table."""
         return self._qualified(SOURCES.name(self.table))
