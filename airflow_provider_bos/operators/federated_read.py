@@ -19,6 +19,7 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosPartialRea
 from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.reads import check_via
 from airflow_provider_bos.operators.progress import ProgressLogger
+from airflow_provider_bos.operators.run_report import source_report
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.sync import run_sync
@@ -275,6 +276,8 @@ class BosFederatedReadOperator(BaseOperator):
             counts.inserted, counts.updated, counts.unchanged, counts.skipped_stale, counts.retired,
             counts.superseded,
         )
+        for line in source_report(summary, outcome.result.observations.summary()):
+            self.log.info("BOS sync %s: %s", run.run_id, line)
         if counts.retire_withheld:
             self.log.warning("BOS sync %s: %d row(s) were not retired (max_retire_fraction=%s); the run is partial.",
                              run.run_id, counts.retire_withheld, self.max_retire_fraction)

@@ -78,7 +78,9 @@ def judge(
     if status in {"partial", "failed"}:
         sources = failing_sources(run)
         detail = "; ".join(f"{name}: {code}" for name, code in sources) or "no source errors recorded"
-        reason = f" Error: {printable(str(run['error_message']))}" if run.get("error_message") else ""
+        # A failed run's message is its error; a partial run's is a note (what it held back, and why).
+        label = "Error" if status == "failed" else "Note"
+        reason = f" {label}: {printable(str(run['error_message']))}" if run.get("error_message") else ""
         return Verdict(PARTIAL, f"{ref} is {status}. Failing sources: {detail}.{reason}", run, sources)
     if status != "complete":
         return Verdict(UNKNOWN, f"{ref} has unknown status {status!r}; failing closed.", run)
@@ -97,7 +99,18 @@ def judge(
         verdict = _coverage_verdict(run, ref, min_coverage)
         if verdict is not None:
             return verdict
-    return Verdict(PASS, f"{ref} is complete with {count} record(s).", run)
+    return Verdict(PASS, f"{ref} is complete with {count} record(s).{_coverage_checked(run, min_coverage)}", run)
+
+
+def _coverage_checked(run: dict[str, Any], min_coverage: Mapping[str, float] | None) -> str:
+    """What a passing run's coverage was against each ``min_coverage`` share (empty without one)."""
+    coverage = run.get("coverage")
+    if not min_coverage or not isinstance(coverage, Mapping) or not coverage.get("records"):
+        return ""
+    records, columns = coverage["records"], coverage.get("columns") or {}
+    checked = "; ".join(f"{c} {columns[c]}/{records} ({columns[c] / records:.1%}, min_coverage {share * 100:g}%)"
+                        for c, share in min_coverage.items() if isinstance(columns.get(c), int))
+    return f" Coverage checked: {checked}." if checked else ""
 
 
 def check_min_coverage(min_coverage: object) -> dict[str, float] | None:
