@@ -4,16 +4,21 @@
     airflow-provider-bos erase --conn-id warehouse --table bos_people --email alice@example.org \
         --phone "+49 30 123456" --external-id crm-eu:4711
 
-``--email``, ``--phone`` and ``--external-id SOURCE:ID`` find every record_ref whose current row or
-any history version holds that value (normalised as the personal-data hash recipe normalises it;
-hashed with the table's key, from ``--key-conn-id``, where the table's policy hashes the field).
+``--email``, ``--phone``, ``--external-id SOURCE:ID`` (the source_identity SOURCE) and
+``--external-id-of-type TYPE:ID`` (any source of the source_type TYPE) find every record_ref whose
+current row or any history version holds that value (an email or phone normalised as the
+personal-data hash recipe normalises it, an external id exactly as given; hashed with the table's key,
+from ``--key-conn-id``, where the table's policy hashes the field).
 
-Deletes the rows of each ``--record-ref``, and of the earlier records merged into it (the same
-person's), from the table, its history, lineage and rejects tables
-in one transaction that also replaces the refs in the audit table's messages, writes an audit row
-that names no ref, then reclaims the space the deleted rows held (so the database files keep no
-copy), and prints the counts and what it ran as JSON. Exits 1 if the reclaim failed after the
-deletion committed (the message names what to run; running the erasure again reclaims again).
+Deletes the rows of each ``--record-ref``, of the earlier records merged into it and of the records it
+was merged into (the same person's, followed through the lineage both ways), from the table, its
+history, lineage and rejects tables in one transaction that also replaces the refs in the audit
+table's messages, writes an audit row that names no ref, then reclaims the space the deleted rows held
+(so the database files keep no copy), and prints the counts, the refs taken as successors and the
+records left (with why) as JSON. A record split into several is not followed: when none of them is
+erased the command erases nothing and exits 1 naming them; name the person's with ``--record-ref`` and
+the others with ``--keep-successor``. Exits 1 if the reclaim failed after the deletion committed (the
+message names what to run; running the erasure again reclaims again).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     try:
         erased = erase_records(engine, table=args.table, schema=args.schema, audit_table=args.audit_table,
                                record_refs=refs, emails=args.email or (), phones=args.phone or (),
-                               external_ids=args.external_id or (), key=key, conn_id=args.conn_id)
+                               external_ids=args.external_id or (), external_ids_of_type=args.external_id_of_type or (),
+                               keep_successors=args.keep_successor or (), key=key, conn_id=args.conn_id)
     finally:
         engine.dispose()
     print(json.dumps(erased.as_dict(), indent=2), file=out)
@@ -75,8 +81,9 @@ def add_erase_parser(commands: Any) -> None:
     """The ``erase`` subcommand, on the CLI's subparsers."""
     erase = commands.add_parser(
         "erase", help="Delete the rows of record_refs (given, or found by email, phone or external id), and of "
-                 "the same people's earlier records merged into them, from a table, its history, lineage and "
-                 "rejects, scrub them from the audit messages and reclaim the freed space (on request).",
+                 "the same people's records merged into them or that they were merged into, from a table, its "
+                 "history, lineage and rejects, scrub them from the audit messages and reclaim the freed space "
+                 "(on request).",
     )
     add_table_arguments(erase)
     erase.add_argument("--record-ref", action="append", metavar="REF", help="A record_ref to erase (repeatable).")
@@ -90,8 +97,15 @@ def add_erase_parser(commands: Any) -> None:
                        help="Also erase every record whose phone is (or was) PHONE, compared as digits and a "
                             "leading + (repeatable).")
     erase.add_argument("--external-id", action="append", metavar="SOURCE:ID",
-                       help="Also erase every record with a provenance entry whose source_identity or "
-                            "source_type is SOURCE and whose external_id is ID (repeatable).")
+                       help="Also erase every record with a provenance entry whose source_identity is SOURCE and "
+                            "whose external_id is ID, both exactly as given (repeatable). A number stored as the "
+                            "id is not the text: erase such a record by --record-ref.")
+    erase.add_argument("--external-id-of-type", action="append", metavar="TYPE:ID",
+                       help="Also erase every record with a provenance entry of any source whose source_type is "
+                            "TYPE and whose external_id is ID, both exactly as given (repeatable).")
+    erase.add_argument("--keep-successor", action="append", metavar="REF",
+                       help="A record an erased one was merged or split into that is NOT the person's: leave it "
+                            "(the output names it). Needed to decide a split (repeatable).")
     erase.add_argument("--key-conn-id", default="bos_pii_key",
                        help="The Airflow connection whose password holds the personal-data hash key; read only "
                             "when the table's policy hashes a field named above (default bos_pii_key).")

@@ -180,3 +180,76 @@ def test_a_refs_file_names_each_ref_exactly_as_its_line_holds_it(warehouse_url, 
         assert set(rows_by_ref(engine, unique_table)) == {"r:7"}
     finally:
         _drop_tables(engine, unique_table)
+
+
+# --- the same person's later records; external ids exactly -----------------------------------------
+
+
+def test_erase_by_a_merged_persons_old_value_erases_the_record_they_were_merged_into(synced) -> None:
+    """1 and 2 were merged into m:1-2 on day 2: 1's email finds 1 only, and m:1-2, the person's current
+    record, goes with it (and 2, merged into it too); the output names m:1-2 as a successor taken."""
+    engine, writer = synced
+    out = io.StringIO()
+    code = main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table, "--email", "p1@example.com"], stdout=out)
+    assert code == 0
+    assert {make_record(1)["record_ref"], make_record(2)["record_ref"], "m:1-2"}.isdisjoint(
+        rows_by_ref(engine, writer.table))
+    counts = json.loads(out.getvalue())
+    assert (counts["found"], counts["successors"], counts["merged"], counts["records"], counts["lineage"]) == (
+        1, 1, 1, 3, 2)
+    assert (counts["successor_refs"], counts["left"]) == (["m:1-2"], [])
+    audit = AuditReader(engine, table=writer.audit_table).get_run(counts["run_id"])
+    assert "m:1-2" not in json.dumps(audit, default=str)
+
+
+def test_an_external_id_names_one_source_identity_and_a_type_is_asked_for_apart(synced) -> None:
+    """crm is the source_type of crm-eu, not a source: --external-id crm:4 names nobody;
+    --external-id-of-type crm:4 is the request for every crm source's 4."""
+    engine, writer = synced
+    four = make_record(4)["record_ref"]
+    out = io.StringIO()
+    assert main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table, "--external-id", "crm:4"], stdout=out) == 0
+    assert json.loads(out.getvalue())["found"] == 0 and four in rows_by_ref(engine, writer.table)
+    engine.dispose()  # a DuckDB file is rewritten only when nothing else of the process holds it
+    out = io.StringIO()
+    assert main(["erase", "--conn-id", "bos_erase_warehouse", "--table", writer.table, "--audit-table",
+                 writer.audit_table, "--external-id-of-type", "crm:4"], stdout=out) == 0
+    assert json.loads(out.getvalue())["found"] == 1 and four not in rows_by_ref(engine, writer.table)
+
+
+def test_a_split_is_refused_naming_its_records_until_the_request_decides_it(warehouse_url, unique_table,
+                                                                             monkeypatch, capsys) -> None:
+    """m:1-2 was split into s:a and s:b: erasing it names both and erases nothing (exit 1); naming the
+    person's one and keeping the other erases the two and says what was left."""
+    from tests.warehouse.test_reconcile import FULL
+    from tests.warehouse.test_reconcile import person as provenance_person
+    from tests.warehouse.whhelpers import T2
+
+    engine = sa.create_engine(warehouse_url)
+    writer = WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")
+    try:
+        write(writer, [provenance_person(0, keys=[1, 2], ref="m:1-2"), provenance_person(3)], reconcile=FULL)
+        write(writer, [provenance_person(1, T2, ref="s:b"), provenance_person(2, T2, ref="s:a"),
+                       provenance_person(3, T2)], reconcile=FULL)
+        engine.dispose()
+        monkeypatch.setenv("AIRFLOW_CONN_BOS_ERASE_WAREHOUSE", connection_json_for_url(warehouse_url))
+        before = rows_by_ref(engine, unique_table)
+        erase = ["erase", "--conn-id", "bos_erase_warehouse", "--table", unique_table, "--audit-table",
+                 f"{unique_table}_runs", "--record-ref", "m:1-2"]
+        assert main(erase, stdout=io.StringIO()) == 1
+        err = capsys.readouterr().err
+        assert "Nothing was erased" in err and "s:a, s:b" in err and "--keep-successor" in err
+        assert rows_by_ref(engine, unique_table) == before
+        engine.dispose()  # a DuckDB file is rewritten only when nothing else of the process holds it
+
+        out = io.StringIO()
+        assert main([*erase, "--record-ref", "s:a", "--keep-successor", "s:b"], stdout=out) == 0
+        counts = json.loads(out.getvalue())
+        assert counts["records"] == 2 and [left["record_ref"] for left in counts["left"]] == ["s:b"]
+        assert "kept" in counts["left"][0]["reason"]
+        assert {"m:1-2", "s:a"}.isdisjoint(rows_by_ref(engine, unique_table)) and "s:b" in rows_by_ref(
+            engine, unique_table)
+    finally:
+        _drop_tables(engine, unique_table)

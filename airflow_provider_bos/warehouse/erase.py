@@ -1,7 +1,9 @@
 """Erasure on request: a person's rows out of the records table, its history, provenance, lineage and rejects.
 
-:func:`erase_records` deletes every row of the given record_refs, and of the same people's earlier
-records merged into them (superseded by one of them, as the rows or ``<table>_lineage`` say), from
+:func:`erase_records` deletes every row of the given record_refs, of the same people's earlier
+records merged into them (superseded by one of them, as the rows or ``<table>_lineage`` say), and of
+the records they were merged into (their successors, followed forward: the person's current record;
+a split is followed only as decided, see :func:`erase_records`), from
 ``<table>``, ``<table>_history``, ``<table>_sources``, ``<table>_lineage`` (as predecessor or successor) and
 ``<table>_rejects``, in
 ONE transaction under the writers' lock; in the same transaction it replaces the refs in every
@@ -23,7 +25,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
@@ -33,6 +35,7 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseE
 from airflow_provider_bos.models import SOURCE_ERROR_CODES, SourceRef, stored_source_error
 from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.audit import SyncRunInfo, audit_insert, utcnow, without_refs
+from airflow_provider_bos.warehouse.companions import COMPANIONS, LINEAGE, POLICY, REJECTS, Companion
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 from airflow_provider_bos.warehouse.erase_finders import (
     Finders,
@@ -47,12 +50,7 @@ from airflow_provider_bos.warehouse.reclaim import reclaim_space
 from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
 from airflow_provider_bos.warehouse.schema import (
     SUPERSEDED_BY_COLUMN,
-    companion_table_name,
-    history_table,
-    lineage_table,
-    policy_table,
     records_table,
-    rejects_table,
 )
 from airflow_provider_bos.warehouse.schema import audit_table as audit_table_definition
 from airflow_provider_bos.warehouse.stored_json import JsonColumns
@@ -77,12 +75,13 @@ class ErasedRows:
     found: int = 0
     #: Refs of the same people's earlier records, merged into an erased one (superseded by it).
     merged: int = 0
+    #: Refs of the records an erased one was merged into (its only successor), followed on: the
+    #: person's later records, erased as theirs. :attr:`successor_refs` names them.
+    successors: int = 0
     records: int = 0
-    history: int = 0
-    lineage: int = 0
-    #: Provenance entries (``<table>_sources``) of the erased rows.
-    sources: int = 0
-    rejects: int = 0
+    #: Rows deleted from each companion table that holds people, by its suffix (``history``,
+    #: ``sources``: the provenance entries, ``lineage``, ``rejects``); :meth:`as_dict` lists them flat.
+    deleted: dict[str, int] = field(default_factory=dict)
     #: Audit rows whose error_message named an erased ref (now replaced).
     audit_messages: int = 0
     #: Audit rows whose source_errors held more than the contract's fields, as runs once kept them:
@@ -90,9 +89,31 @@ class ErasedRows:
     audit_source_errors: int = 0
     #: What was run after the commit to reclaim the deleted rows' space.
     reclaimed: str = ""
+    #: The refs counted in :attr:`successors` (for the one who asked: never written to the audit table).
+    successor_refs: list[str] = field(default_factory=list)
+    #: Records an erased one was merged or split into that were left, each ``{"record_ref", "reason"}``:
+    #: the other successors of a split one of whose successors was erased, and those named to keep.
+    left: list[dict[str, str]] = field(default_factory=list)
 
-    def as_dict(self) -> dict[str, int | str]:
-        return asdict(self)
+    @property
+    def history(self) -> int:
+        return self.deleted.get("history", 0)
+
+    @property
+    def lineage(self) -> int:
+        return self.deleted.get("lineage", 0)
+
+    @property
+    def sources(self) -> int:
+        return self.deleted.get("sources", 0)
+
+    @property
+    def rejects(self) -> int:
+        return self.deleted.get("rejects", 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        fields = asdict(self)
+        return {**{k: v for k, v in fields.items() if k != "deleted"}, **self.deleted}
 
 
 def _checked_refs(record_refs: list[str], *, finders: bool) -> list[str]:
@@ -106,41 +127,54 @@ def erase_records(
     engine: sa.Engine, *, table: str, record_refs: Iterable[str] = (), schema: str | None = None,
     audit_table: str = "bos_sync_runs", conn_id: str | None = None, lock_timeout_s: float = 300.0,
     emails: Iterable[str] = (), phones: Iterable[str] = (), external_ids: Iterable[str] = (),
-    key: KeySource = None,
+    external_ids_of_type: Iterable[str] = (), keep_successors: Iterable[str] = (), key: KeySource = None,
 ) -> ErasedRows:
     """Delete ``record_refs`` from ``table`` and the tables beside it, in one transaction; audit it.
 
-    ``emails``, ``phones``, ``external_ids`` (``SOURCE:ID``): also erase every ref whose row, history
-    version or quarantined record holds one of them, and every quarantined record without a ref that
-    holds one (:mod:`.erase_finders`). ``key``: the table's personal-data
-    hash key, or a callable giving it; needed only when the table's policy hashes a field named.
+    ``emails``, ``phones``, ``external_ids`` (``SOURCE:ID``: an entry of the source_identity SOURCE),
+    ``external_ids_of_type`` (``TYPE:ID``: of any source whose source_type is TYPE): also erase every ref
+    whose row, history version or quarantined record holds one of them (an external id exactly as
+    given), and every quarantined record without a ref that holds one (:mod:`.erase_finders`). ``key``:
+    the table's personal-data hash key, or a callable giving it; needed only when the table's policy
+    hashes a field named.
+
+    Each ref erased takes the records merged into it (its predecessors) and the record it was merged
+    into (its successor, when ``<table>_lineage`` and its row name that one only), and so on both
+    ways: they are the same person's, and the successor is their current record. A ref split into
+    several records is not followed: when one of them is erased too, the others are left (another
+    person's, as BOS now says) and named in :attr:`ErasedRows.left`; when none is, the erasure refuses,
+    naming them, and erases nothing, until the request names the ones that are the person's
+    (``record_refs``) and the others in ``keep_successors`` (refs to leave, named in the output; a ref
+    there that is not a successor of an erased record is ignored).
 
     After the commit the space the deleted rows held is reclaimed (:func:`~.reclaim.reclaim_space`:
     SQLite VACUUM, a rewrite of the DuckDB file, PostgreSQL VACUUM, MariaDB OPTIMIZE TABLE). On
     DuckDB no other connection of this process may have the database file open.
 
     :param conn_id: the warehouse connection, recorded in the audit row.
-    :raises BosConfigurationError: no ref, or a table name that is not valid.
+    :raises BosConfigurationError: no ref, a table name that is not valid, a split not decided (nothing
+        was deleted), or a ref both to erase and to keep.
     :raises BosWarehouseError: the database refused (nothing was deleted), or the space could not be
         reclaimed after the commit (the message says so and what to run).
     """
-    finders = Finders.parse(emails, phones, external_ids)
+    finders = Finders.parse(emails, phones, external_ids, external_ids_of_type)
     refs = _checked_refs(list(record_refs), finders=bool(finders))
+    keep = set(keep_successors)
+    if any(not isinstance(r, str) or not r for r in keep):
+        raise BosConfigurationError("Each record_ref to keep must be a non-empty string.")
     writer = WarehouseWriter(engine, table=table, schema=schema, audit_table=audit_table, lock_timeout_s=lock_timeout_s)
     try:
         present = sa.inspect(engine)
         if not present.has_table(writer.table, schema=writer.schema):
             raise BosConfigurationError(f"There is no table {writer.destination_table} to erase from.")
         writer.ensure_tables()  # the audit table (and columns added since) for the erasure's row
-        companions = {
-            kind: name for kind in ("history", "lineage", "sources", "rejects", "policy")
-            if present.has_table(name := companion_table_name(writer.table, kind), schema=writer.schema)
-        }
+        companions = {c: c.name(writer.table) for c in COMPANIONS
+                      if present.has_table(c.name(writer.table), schema=writer.schema)}
     except sa.exc.SQLAlchemyError as exc:
         raise BosWarehouseError(f"Could not inspect {writer.destination_table}: {db_detail(exc)}") from exc
     run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id=conn_id, tool_name=ERASE_TOOL_NAME, started_at=utcnow())
     audit = audit_table_definition(sa.MetaData(), writer.dialect.name, writer.audit_table, writer.schema)
-    erased = ErasedRows(run_id=run.run_id)
+    erased = ErasedRows(run_id=run.run_id, deleted={c.suffix: 0 for c in COMPANIONS if c.holds_people})
     d = writer.dialect
     tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
                         lock_timeout_s=lock_timeout_s, guard_index=None)
@@ -149,8 +183,8 @@ def erase_records(
             tx.begin()
             tx.lock()
             unnamed: list[tuple[str, Any]] = []
-            rejects = (rejects_table(sa.MetaData(), d.name, companions["rejects"], writer.schema)
-                       if "rejects" in companions else None)
+            # Quarantined records are found by their own finder: each is kept whole, raw (erase_finders).
+            rejects = REJECTS.table(writer.table, d.name, writer.schema) if REJECTS in companions else None
             if finders:
                 found = _find(tx.conn, writer, companions, finders, key)
                 if rejects is not None:
@@ -159,9 +193,11 @@ def erase_records(
                     unnamed = quarantined.unnamed
                 erased.found = len(found) + len(unnamed)
                 refs = sorted(set(refs) | found)
-            merged = _merged_into(tx.conn, writer, companions, refs)
-            erased.merged = len(merged)
-            refs = sorted(set(refs) | merged)
+            people = _same_people(tx.conn, writer, companions, refs, keep)
+            erased.merged, erased.successors = len(people.merged), len(people.successors)
+            erased.successor_refs = sorted(people.successors)
+            erased.left = [{"record_ref": r, "reason": why} for r, why in sorted(people.left.items())]
+            refs = sorted(set(refs) | people.merged | people.successors)
             for i in range(0, len(refs), _REFS_PER_STATEMENT):
                 chunk = refs[i : i + _REFS_PER_STATEMENT]
                 # An over-long ref is only ever in the rejects table (it was quarantined for its length).
@@ -169,29 +205,22 @@ def erase_records(
                 if keys:
                     erased.records += tx.exec(d.delete_refs(writer.table, writer.schema, "record_ref",
                                                             keys)).rowcount
-                if keys and "history" in companions:
-                    erased.history += tx.exec(d.delete_refs(companions["history"], writer.schema, "record_ref",
-                                                            keys)).rowcount
-                if keys and "sources" in companions:
-                    erased.sources += tx.exec(d.delete_refs(companions["sources"], writer.schema, "record_ref",
-                                                            keys)).rowcount
-                if keys and "lineage" in companions:
-                    for column in ("record_ref", "successor_ref"):
-                        erased.lineage += tx.exec(d.delete_refs(companions["lineage"], writer.schema, column,
-                                                                keys)).rowcount
-                if "rejects" in companions:
-                    erased.rejects += tx.exec(d.delete_refs(companions["rejects"], writer.schema, "record_ref",
-                                                            chunk)).rowcount
+                for companion, name in companions.items():
+                    erasable = chunk if companion.any_ref_length else keys
+                    for column in companion.erased_by if erasable else ():
+                        erased.deleted[companion.suffix] += tx.exec(d.delete_refs(name, writer.schema, column,
+                                                                                  erasable)).rowcount
             if rejects is not None and unnamed:
-                erased.rejects += _delete_unnamed(tx.conn, d, rejects, unnamed)
+                erased.deleted[REJECTS.suffix] += _delete_unnamed(tx.conn, d, rejects, unnamed)
             erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
             erased.audit_source_errors = _reduce_source_errors(tx.conn, d, audit)
             note = (f"Erasure of {len(refs)} record_ref(s) on request ({erased.merged} of them earlier records merged "
-                    f"into another): deleted {erased.records} row(s) from "
-                    f"{writer.destination_table}, {erased.history} history version(s), {erased.sources} provenance "
-                    f"entries, {erased.lineage} lineage row(s), {erased.rejects} quarantined record(s); replaced "
-                    f"the refs in {erased.audit_messages} audit message(s); reduced {erased.audit_source_errors} audit "
-                    f"row(s)' source errors to their sources and codes.")
+                    f"into another, {erased.successors} the records they were merged into; {len(erased.left)} "
+                    f"record(s) an erased one was split or merged into left): deleted {erased.records} row(s) from "
+                    f"{writer.destination_table}, "
+                    + "".join(f"{n} from its {kind}, " for kind, n in _deleted_by_kind(companions, erased)) +
+                    f"replaced the refs in {erased.audit_messages} audit message(s); reduced "
+                    f"{erased.audit_source_errors} audit row(s)' source errors to their sources and codes.")
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=len(refs),
                                  error_message=note, destination_table=writer.destination_table,
@@ -206,41 +235,125 @@ def erase_records(
     finally:
         tx.close()
     log.info("BOS erasure %s: %s", run.run_id, note)
-    touched = [name for kind, name in companions.items() if kind != "policy"]
+    touched = [name for companion, name in companions.items() if companion.reclaimed]
     erased.reclaimed = reclaim_space(engine, d, [writer.table, *touched, writer.audit_table], writer.schema)
     return erased
 
 
-def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, str], finders: Finders,
+def _deleted_by_kind(companions: dict[Companion, str], erased: ErasedRows) -> list[tuple[str, int]]:
+    """``(the companion's kind, rows deleted)`` of each companion that holds people, for the audit note."""
+    return [(c.kind, erased.deleted[c.suffix]) for c in companions if c.holds_people]
+
+
+def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[Companion, str], finders: Finders,
           key: KeySource) -> set[str]:
-    """The refs the finders match in the records table and its history, under the table's policy."""
+    """The refs the finders match in the records table and the companions they search (the rows' earlier
+    versions), under the table's policy."""
     metadata, name = sa.MetaData(), writer.dialect.name
     stored = None
-    if "policy" in companions:
-        text = read_stored_policy(conn, policy_table(metadata, name, companions["policy"], writer.schema))
+    if POLICY in companions:
+        text = read_stored_policy(conn, POLICY.table(writer.table, name, writer.schema, metadata))
         stored = PolicyFingerprint.parse(text) if text is not None else None
     tables = [records_table(metadata, name, writer.table, writer.schema)]
-    if "history" in companions:
-        tables.append(history_table(metadata, name, companions["history"], writer.schema))
+    tables += [c.table(writer.table, name, writer.schema, metadata) for c in companions if c.searched_by_finders]
     return find_refs(conn, tables, finders, stored, key, writer.dialect)
 
 
-def _merged_into(conn: sa.Connection, writer: WarehouseWriter, companions: dict[str, str], refs: list[str]) -> set[str]:
-    """The refs of the records merged into ``refs`` (superseded by one of them, as their rows or the
-    lineage say), and of those merged into these, and so on: the same people's earlier records, which
-    hold their data too. Without them an erased ref would stay behind in their ``_bos_superseded_by``."""
+#: Why a record an erased one was merged or split into is left (ErasedRows.left).
+LEFT_SPLIT = ("split: BOS split an erased record into this one and others, one of which was erased as the "
+              "person's; this one is another person's (erase it by --record-ref if it is theirs too)")
+LEFT_KEPT = "kept as asked (--keep-successor): an erased record was merged or split into it"
+_SPLITS_NAMED = 20  # splits a refusal lists
+
+
+@dataclass
+class _SamePeople:
+    """The refs an erasure takes with the ones it was given or found, and the ones it leaves."""
+
+    merged: set[str] = field(default_factory=set)  # records merged into an erased one
+    successors: set[str] = field(default_factory=set)  # the records an erased one was merged into
+    left: dict[str, str] = field(default_factory=dict)  # ref -> why it stays
+
+
+def _same_people(conn: sa.Connection, writer: WarehouseWriter, companions: dict[Companion, str], refs: list[str],
+                 keep: set[str]) -> _SamePeople:
+    """The records of the same people as ``refs``, followed through the lineage both ways.
+
+    Back: the records merged into an erased one (superseded by it, as their rows or the lineage say),
+    the same person's earlier records; without them an erased ref would stay in their
+    ``_bos_superseded_by``. Forward: the record an erased one was merged into, when the lineage and its
+    row name that one only (all its entries went there: BOS says it is the same person, and it holds
+    their current data), unless ``keep`` names it. A record split into several is not followed: which
+    of them is the person's is not known. When one of them is erased anyway (named, found, or the
+    split reached from it), the others are left and said so; when none is and ``keep`` does not name
+    them all, the erasure refuses (nothing is deleted), naming them.
+
+    :raises BosConfigurationError: a split not decided, or a ref of ``keep`` that is erased.
+    """
     metadata, name = sa.MetaData(), writer.dialect.name
     records = records_table(metadata, name, writer.table, writer.schema)
-    lineage = lineage_table(metadata, name, companions["lineage"], writer.schema) if "lineage" in companions else None
-    named, merged = set(refs), set[str]()
-    successors = {r for r in refs if len(r) <= MAX_RECORD_REF_LENGTH}
-    while successors:
-        earlier = refs_in(conn, records, SUPERSEDED_BY_COLUMN, successors)
-        if lineage is not None:
-            earlier |= refs_in(conn, lineage, "successor_ref", successors)
-        successors = earlier - merged - named
-        merged |= successors
-    return merged
+    lineage = LINEAGE.table(writer.table, name, writer.schema, metadata) if LINEAGE in companions else None
+    people, erased = _SamePeople(), set(refs)
+    successors_of: dict[str, set[str]] = {}
+    backward = forward = {r for r in refs if len(r) <= MAX_RECORD_REF_LENGTH}
+    while backward or forward:
+        earlier: set[str] = set()
+        if backward:
+            earlier = refs_in(conn, records, SUPERSEDED_BY_COLUMN, backward)
+            if lineage is not None:
+                earlier |= refs_in(conn, lineage, "successor_ref", backward)
+            earlier -= erased
+        people.merged |= earlier
+        erased |= earlier
+        later: set[str] = set()
+        for ref, successors in _successors(conn, records, lineage, forward | earlier).items():
+            successors_of[ref] = successors
+            if len(successors) == 1 and not successors & (erased | keep):
+                later |= successors
+        people.successors |= later
+        erased |= later
+        backward, forward = earlier | later, later
+    clash = sorted(keep & erased)
+    if clash:
+        raise BosConfigurationError(
+            f"Nothing was erased: {len(clash)} ref(s) to keep are erased too (named, found, or merged into an "
+            f"erased record): {', '.join(clash[:_SPLITS_NAMED])}. Name a ref either to erase or to keep, not both.")
+    undecided: list[list[str]] = []
+    for ref in sorted(erased):
+        successors = successors_of.get(ref, set())
+        rest = successors - erased
+        if len(successors) > 1 and not successors & erased and rest - keep:
+            undecided.append(sorted(successors))
+            continue
+        for successor in rest:
+            people.left[successor] = LEFT_KEPT if successor in keep else LEFT_SPLIT
+    if undecided:
+        splits = "; ".join(", ".join(group) for group in undecided[:_SPLITS_NAMED])
+        more = f" (and {len(undecided) - _SPLITS_NAMED} more)" if len(undecided) > _SPLITS_NAMED else ""
+        raise BosConfigurationError(
+            f"Nothing was erased: BOS split {len(undecided)} record(s) to erase into several, and which of them "
+            f"are this person's is not known: {splits}{more}. Name the ones that are theirs with --record-ref "
+            f"(record_refs), the others with --keep-successor (keep_successors: they stay, and the output names "
+            f"them), and erase again.")
+    return people
+
+
+def _successors(conn: sa.Connection, records: sa.Table, lineage: sa.Table | None,
+                refs: set[str]) -> dict[str, set[str]]:
+    """The records each of ``refs`` was merged or split into: its row's ``_bos_superseded_by`` and its
+    lineage rows' successors (every one of a split; and of each time it was superseded)."""
+    found: dict[str, set[str]] = {}
+    ordered = sorted(refs)
+    columns = [(records, SUPERSEDED_BY_COLUMN)] + ([(lineage, "successor_ref")] if lineage is not None else [])
+    for table, column in columns:
+        successor = table.c[column]
+        query = sa.select(table.c.record_ref, successor).distinct().where(successor.is_not(None))
+        for i in range(0, len(ordered), _REFS_PER_STATEMENT):
+            chunk = ordered[i : i + _REFS_PER_STATEMENT]
+            for ref, later in conn.execute(query.where(table.c.record_ref.in_(chunk))):
+                if ref in refs and later != ref:  # exactly: a PAD SPACE collation also matches 'r:7 '
+                    found.setdefault(ref, set()).add(later)
+    return found
 
 
 def _delete_unnamed(conn: sa.Connection, d: WarehouseDialect, rejects: sa.Table,

@@ -8,13 +8,17 @@ stores it under its personal-data policy (``<table>_policy``):
   with the table's key), compared with what is stored;
 * a field it **keeps**: the value normalised as the recipe normalises it (an email case-folded and
   trimmed, a phone number reduced to its digits and a leading ``+``), compared with each stored value
-  normalised alike (in Python: SQL has no case-folding or Unicode normalisation to match it);
+  normalised alike (in Python: SQL has no case-folding or Unicode normalisation to match it); an
+  external id is not normalised at all: it is compared exactly as given, a text only with a text
+  (``'4711 '`` is not ``'4711'``, nor is the number 4711);
 * a field it **drops**: nothing is stored to find it by, so the request is refused.
 
-An external id ``SOURCE:ID`` matches a provenance entry whose ``source_identity`` or ``source_type`` is
-SOURCE and whose ``external_id`` is ID. Runs on request, under the erasure's lock. A hashed value is
-found by equality in SQL (the entries of ``sources`` expanded by the database, as for the provenance
-table); only a request naming a kept field reads every row once, in batches.
+An external id ``SOURCE:ID`` matches a provenance entry whose ``source_identity`` is SOURCE and whose
+``external_id`` is ID, both exactly; one of :attr:`Finders.typed_external_ids` (``TYPE:ID``, asked for
+explicitly) an entry of any source whose ``source_type`` is TYPE. Runs on request, under the erasure's
+lock. A hashed value is found by equality in SQL (the entries of ``sources`` expanded by the database,
+as for the provenance table; exact where a collation is not); only a request naming a kept field reads
+every row once, in batches.
 
 :func:`find_quarantined` looks through ``<table>_rejects`` too: a run without a policy keeps each
 quarantined record whole (raw, whatever the table's policy became), so a person BOS only ever sent in a
@@ -36,6 +40,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiKey, PolicyFingerprint, lookup_hash, normalise
 from airflow_provider_bos.pii.fields import EXTERNAL_ID
+from airflow_provider_bos.pii.keyed_hash import RECIPE_VERSION
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 from airflow_provider_bos.warehouse.policy_store import effective_action
 from airflow_provider_bos.warehouse.scan import rows_in_batches
@@ -60,12 +65,16 @@ class Finders:
 
     emails: tuple[str, ...] = ()
     phones: tuple[str, ...] = ()
-    external_ids: tuple[tuple[str, str], ...] = ()  # (source, id)
+    #: (source_identity, id): an entry of that one source.
+    external_ids: tuple[tuple[str, str], ...] = ()
+    #: (source_type, id): an entry of any source of that type (asked for explicitly).
+    typed_external_ids: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def parse(cls, emails: Iterable[str], phones: Iterable[str], external_ids: Iterable[str]) -> Finders:
+    def parse(cls, emails: Iterable[str], phones: Iterable[str], external_ids: Iterable[str],
+              typed_external_ids: Iterable[str] = ()) -> Finders:
         """:raises BosConfigurationError: an empty value, a phone number without a digit, or an external
-        id not of the form SOURCE:ID."""
+        id not of the form SOURCE:ID (TYPE:ID). Both parts of an external id are taken exactly as given."""
         emails, phones = tuple(emails), tuple(phones)
         for kind, values in (("email", emails), ("phone", phones)):
             if any(not isinstance(v, str) or not v.strip() for v in values):
@@ -74,25 +83,34 @@ class Finders:
             # Its normal form would be empty, as is that of every stored phone without a digit: it
             # would find all of them.
             raise BosConfigurationError("Each phone number to erase by must hold a digit; one given holds none.")
-        pairs = []
-        for given in external_ids:
-            source, colon, ident = given.partition(":") if isinstance(given, str) else ("", "", "")
-            if not colon or not source.strip() or not ident.strip():
-                raise BosConfigurationError(
-                    f"An external id to erase by is written SOURCE:ID (a source_identity or source_type, a "
-                    f"colon, the id), e.g. crm-eu:4711; {str(given)[:80]!r} is not.")
-            pairs.append((source.strip(), ident))
-        return cls(emails, phones, tuple(pairs))
+        return cls(emails, phones, _id_pairs(external_ids, "SOURCE:ID (a source_identity, a colon, the id)",
+                                             "crm-eu:4711"),
+                   _id_pairs(typed_external_ids, "TYPE:ID (a source_type, a colon, the id)", "crm:4711"))
 
     def __bool__(self) -> bool:
-        return bool(self.emails or self.phones or self.external_ids)
+        return bool(self.emails or self.phones or self.external_ids or self.typed_external_ids)
 
-    def ids_by_source(self) -> list[tuple[str, list[str]]]:
-        """The external ids, grouped by the source they name."""
-        by_source: dict[str, list[str]] = {}
-        for source, ident in self.external_ids:
-            by_source.setdefault(source, []).append(ident)
+    def ids_by_source(self) -> list[tuple[tuple[str, str], list[str]]]:
+        """The external ids, grouped by the entry key and value they name: ``("source_identity", SOURCE)``
+        for :attr:`external_ids`, ``("source_type", TYPE)`` for :attr:`typed_external_ids`."""
+        by_source: dict[tuple[str, str], list[str]] = {}
+        for column, pairs in (("source_identity", self.external_ids), ("source_type", self.typed_external_ids)):
+            for source, ident in pairs:
+                by_source.setdefault((column, source), []).append(ident)
         return list(by_source.items())
+
+
+def _id_pairs(given: Iterable[str], form: str, example: str) -> tuple[tuple[str, str], ...]:
+    """``(source, id)`` of each ``SOURCE:ID``, split at the first colon, both parts exactly as given (an id
+    is any text: ``'4711 '`` is another id than ``'4711'``)."""
+    pairs = []
+    for text in given:
+        source, colon, ident = text.partition(":") if isinstance(text, str) else ("", "", "")
+        if not colon or not source or not ident:
+            raise BosConfigurationError(
+                f"An external id to erase by is written {form}, e.g. {example}; {str(text)[:80]!r} is not.")
+        pairs.append((source, ident))
+    return tuple(pairs)
 
 
 class _Wanted:
@@ -103,11 +121,18 @@ class _Wanted:
         self.field = field
         self.forms = ({lookup_hash(key(), field, v) for v in values} if self.hashed
                       else {normalise(field, v) for v in values})
+        # An external id kept is compared exactly as given: no trimming, no Unicode normalisation ('4711 '
+        # and '4711' are two people's ids), and only with a text (the number 4711 is not the text '4711').
+        self.exact = field == EXTERNAL_ID and not self.hashed
+        if self.exact:
+            self.forms = set(values)
 
     def holds(self, stored: Any) -> bool:
-        if stored is None or not isinstance(stored, str | int | float):  # a number: an id stored as JSON
+        if self.exact or self.hashed:  # a hash is a text; so is an id compared exactly
+            return isinstance(stored, str) and stored in self.forms
+        if stored is None or not isinstance(stored, str | int | float):
             return False
-        return (stored if self.hashed else normalise(self.field, stored)) in self.forms
+        return normalise(self.field, stored) in self.forms
 
 
 def _action(stored: PolicyFingerprint | None, field: str, option: str) -> str:
@@ -125,6 +150,11 @@ def _key_reader(key: KeySource, stored: PolicyFingerprint | None) -> Callable[[]
 
     def read() -> PiiKey:
         if not cache:
+            if stored is not None and stored.recipe != RECIPE_VERSION:
+                raise BosConfigurationError(
+                    f"The table's hashes follow recipe version {stored.recipe}, this release's version "
+                    f"{RECIPE_VERSION}: nobody could be found by a hashed value. Erase by --record-ref, and "
+                    "replace the table with a full re-read into a new one.")
             found = key() if callable(key) else key
             if found is None:
                 raise BosConfigurationError(
@@ -146,9 +176,9 @@ def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders,
     read_key = _key_reader(key, stored)
     top = [_Wanted(field, values, _action(stored, field, f"--{field}"), read_key)
            for field, values in (("email", finders.emails), ("phone", finders.phones)) if values]
-    external: dict[str, _Wanted] = {}
-    if finders.external_ids:
-        action = _action(stored, EXTERNAL_ID, "--external-id")
+    external: dict[tuple[str, str], _Wanted] = {}
+    if finders.external_ids or finders.typed_external_ids:
+        action = _action(stored, EXTERNAL_ID, "--external-id" if finders.external_ids else "--external-id-of-type")
         external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in finders.ids_by_source()}
     tables = list(tables)
     found: set[str] = set()
@@ -187,16 +217,18 @@ def _hashed_refs(conn: sa.Connection, table: sa.Table, wanted: _Wanted) -> set[s
     return refs_in(conn, table, wanted.field, wanted.forms)
 
 
-def _hashed_external_refs(conn: sa.Connection, d: WarehouseDialect, table: sa.Table, source: str,
+def _hashed_external_refs(conn: sa.Connection, d: WarehouseDialect, table: sa.Table, source: tuple[str, str],
                           wanted: _Wanted) -> set[str]:
-    """The refs of the rows of ``table`` holding an entry of ``source`` (its source_identity or
-    source_type) whose (hashed) external_id is one of ``wanted``'s forms."""
+    """The refs of the rows of ``table`` holding an entry whose ``source[0]`` (source_identity, or
+    source_type when asked for) is ``source[1]`` and whose (hashed) external_id is one of ``wanted``'s
+    forms, both compared exactly."""
+    column, name = source
     return {row[0] for chunk in _chunks(wanted.forms)
-            for row in execute(conn, d.refs_with_external_id(table.name, table.schema, source, chunk))}
+            for row in execute(conn, d.refs_with_external_id(table.name, table.schema, name, chunk, by=column))}
 
 
 def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted],
-                  external: dict[str, _Wanted]) -> set[str]:
+                  external: dict[tuple[str, str], _Wanted]) -> set[str]:
     """The refs of the rows a kept value matches: every row read once, in batches, and compared in Python."""
     columns = [w.field for w in top] + (["sources"] if external else [])
     found: set[str] = set()
@@ -211,14 +243,15 @@ def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted
     return found
 
 
-def _entries_hold(sources: Any, wanted: Mapping[str, _Wanted]) -> bool:
-    """``sources`` (any shape) holds an entry of a wanted source whose external_id that finder holds."""
+def _entries_hold(sources: Any, wanted: Mapping[tuple[str, str], _Wanted]) -> bool:
+    """``sources`` (any shape) holds an entry of a wanted source (by its source_identity, or by its
+    source_type where that was asked for: the keys of ``wanted``) whose external_id that finder holds."""
     for entry in sources if isinstance(sources, list) else ():
         if not isinstance(entry, dict):
             continue
-        for name in ("source_identity", "source_type"):
-            source = entry.get(name)
-            finder = wanted.get(source) if isinstance(source, str) else None
+        for column in ("source_identity", "source_type"):
+            source = entry.get(column)
+            finder = wanted.get((column, source)) if isinstance(source, str) else None
             if finder is not None and finder.holds(entry.get("external_id")):
                 return True
     return False
@@ -234,8 +267,8 @@ class Quarantined:
 
 
 def find_quarantined(conn: sa.Connection, d: WarehouseDialect, rejects: sa.Table, finders: Finders) -> Quarantined:
-    """The rows of ``rejects`` whose kept record holds a value a finder names (compared raw and normalised:
-    a record is quarantined whole only by a run without a policy)."""
+    """The rows of ``rejects`` whose kept record holds a value a finder names (compared raw and normalised,
+    an external id exactly: a record is quarantined whole only by a run without a policy)."""
     raw = _raw_forms(finders)
     top = [w for w in raw if not isinstance(w, _SourceWanted)]
     external = {w.source: w for w in raw if isinstance(w, _SourceWanted)}
@@ -261,7 +294,7 @@ def reject_row_id(d: WarehouseDialect) -> sa.ColumnClause[Any]:
 
 
 class _SourceWanted(_Wanted):
-    def __init__(self, source: str, values: Iterable[str]) -> None:
+    def __init__(self, source: tuple[str, str], values: Iterable[str]) -> None:
         super().__init__(EXTERNAL_ID, values, "keep", _no_key)
         self.source = source
 
@@ -342,7 +375,7 @@ def _after_space(text: str, at: int) -> int:
     return _SPACE.match(text, at).end()  # type: ignore[union-attr]  # matches the empty string too
 
 
-def _fields_hold(record: Any, top: list[_Wanted], external: dict[str, _SourceWanted]) -> bool:
+def _fields_hold(record: Any, top: list[_Wanted], external: dict[tuple[str, str], _SourceWanted]) -> bool:
     """A quarantined record, of whatever shape it was refused for, holds a value a finder names."""
     if not isinstance(record, dict):
         return False

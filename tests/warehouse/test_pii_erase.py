@@ -61,10 +61,11 @@ def test_erase_by_phone_compares_normalised_numbers(make_writer, engine, policy)
 
 
 @pytest.mark.parametrize("policy", [None, HASHED], ids=["kept", "hashed"])
-def test_erase_by_external_id_matches_the_source_identity_or_type(make_writer, engine, policy) -> None:
+def test_erase_by_external_id_matches_the_source_identity_or_the_type_asked_for(make_writer, engine, policy) -> None:
     writer = make_writer()
     people_with_an_old_email(writer, policy)
-    erased = erase(engine, writer, external_ids=["crm-eu:ext-3", "crm:ext-4", "other:ext-1"])
+    erased = erase(engine, writer, external_ids=["crm-eu:ext-3", "crm:ext-1", "other:ext-1"],
+                   external_ids_of_type=["crm:ext-4"])
     assert erased.found == 2
     assert set(rows_by_ref(engine, writer.table)) == {person(1)["record_ref"], person(2)["record_ref"]}
 
@@ -115,7 +116,7 @@ def test_hashed_values_are_found_in_sql_without_reading_every_row(make_writer, e
 
     monkeypatch.setattr(erase_finders, "rows_in_batches", no_scan)
     erased = erase(engine, writer, emails=["  P2@Example.COM "], phones=["+49-30-12341"],
-                   external_ids=["crm-eu:ext-3", "crm:ext-4", "other:ext-1"])
+                   external_ids=["crm-eu:ext-3", "other:ext-1"], external_ids_of_type=["crm:ext-4"])
     assert erased.found == 4 and erased.history == 2 + 1 + 1 + 1
     assert rows_by_ref(engine, writer.table) == {}
 

@@ -231,19 +231,32 @@ class LifecycleSql:
             params,
         )
 
-    def refs_with_external_id(self, table: str, schema: str | None, source: str, ids: list[str]) -> Statement:
+    def refs_with_external_id(self, table: str, schema: str | None, source: str, ids: list[str], *,
+                              by: str = "source_identity") -> Statement:
         """The record_refs of the rows of ``table`` (the records table or its history) holding a
-        provenance entry of ``source`` (its source_identity or source_type) whose external_id is one
-        of ``ids``, the entries expanded from the stored ``sources`` (an erasure's finder)."""
-        q, ph = self.quote, self.placeholder
+        provenance entry whose ``by`` (``source_identity``, or ``source_type`` when a request asks for
+        every source of a type) is ``source`` and whose external_id is one of ``ids``, each compared
+        exactly (:meth:`_texts_exactly_in`), the entries expanded from the stored ``sources`` (an
+        erasure's finder, for ids a policy hashes: every stored id is then a hash, a text)."""
+        if by not in ("source_identity", "source_type"):  # pragma: no cover - a caller's typo
+            raise ValueError(by)
+        q = self.quote
         ref = q("record_ref")
         join, entry = self.provenance_entries("c")
+        source_is, source_params = self._texts_exactly_in(entry[by], [source])
+        id_is, id_params = self._texts_exactly_in(entry["external_id"], ids)
         return Statement(
             f"SELECT DISTINCT c.{ref} FROM (SELECT t.{ref}, t.{q('sources')} FROM {self.table_ref(table, schema)} t) c"
-            f"{join} WHERE ({entry['source_identity']} = {ph} OR {entry['source_type']} = {ph}) "
-            f"AND {entry['external_id']} IN ({', '.join(ph for _ in ids)})",
-            (source, source, *ids),
+            f"{join} WHERE {source_is} AND {id_is}",
+            (*source_params, *id_params),
         )
+
+    def _texts_exactly_in(self, expression: str, values: Sequence[str]) -> tuple[str, tuple[str | int, ...]]:
+        """SQL true where the text ``expression`` is one of ``values`` exactly (bound), and its parameters.
+
+        Plain ``IN`` where text compares by its characters; a dialect whose collation ignores case or
+        trailing spaces (MySQL/MariaDB) says more."""
+        return f"{expression} IN ({', '.join(self.placeholder for _ in values)})", tuple(values)
 
     def clear_provenance(self, sources: str, target: str, schema: str | None, *, run_id: str) -> Statement:
         """Delete the entries of the rows ``run_id`` wrote (:meth:`write_provenance` writes them anew)."""

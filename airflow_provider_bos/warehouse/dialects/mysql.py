@@ -60,6 +60,15 @@ class MySqlDialect(WarehouseDialect):
                          f"AND ({column}, CHAR_LENGTH({column})) IN ({pairs})",
                          (*refs, *(v for ref in refs for v in (ref, len(ref)))))
 
+    def _texts_exactly_in(self, expression: str, values: Sequence[str]) -> tuple[str, tuple[str | int, ...]]:
+        # An entry expanded by JSON_TABLE is compared under the connection's default collation, which
+        # ignores case (utf8mb4_general_ci: 'CRM-EU' = 'crm-eu') and trailing spaces: in utf8mb4_bin, and
+        # of one length (as delete_refs), the same text.
+        exact = f"CONVERT({expression} USING utf8mb4) COLLATE utf8mb4_bin"
+        pairs = ", ".join([f"({self.placeholder}, {self.placeholder})"] * len(values))
+        return (f"({exact}, CHAR_LENGTH({expression})) IN ({pairs})",
+                tuple(v for value in values for v in (value, len(value))))
+
     def drop_staging(self, stage: str, schema: str | None) -> Statement:
         return Statement(f"DROP TEMPORARY TABLE IF EXISTS {self.stage_ref(stage, schema)}")
 
