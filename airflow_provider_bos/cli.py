@@ -458,8 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_erase_parser(commands)
 
-    from airflow_provider_bos.cli_pii import add_pii_apply_parser, add_pii_hash_parser
+    from airflow_provider_bos.cli_pii import add_pii_apply_parser, add_pii_hash_parser, add_pii_keygen_parser
 
+    add_pii_keygen_parser(commands)
     add_pii_hash_parser(commands)
     add_pii_apply_parser(commands)
     return parser

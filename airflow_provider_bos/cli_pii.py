@@ -1,5 +1,6 @@
-"""The personal-data commands (see :mod:`.pii`): ``pii-hash`` and ``pii-apply``.
+"""The personal-data commands (see :mod:`.pii`): ``pii-keygen``, ``pii-hash`` and ``pii-apply``.
 
+    airflow-provider-bos pii-keygen
     airflow-provider-bos pii-hash --key-conn-id bos_pii_key --field email alice@example.com
     airflow-provider-bos pii-apply --conn-id warehouse --table bos_people \
         --policy '{"email": "hash", "phone": "hash"}' --key-conn-id bos_pii_key
@@ -7,7 +8,12 @@
 Reads the key from the Airflow Connection's password (which also consults the secrets backend),
 hashes each value as the operator's ``pii_policy`` does for that field, and prints one hash a line,
 in the order given, so a person can be looked up (or erased) by their email or phone in a table
-that stores only hashes. The key is never printed.
+that stores only hashes. The key is never printed. A value that normalises to nothing (blank, a phone
+number without a digit) is refused: the table stores NULL for it, so no hash would find it.
+
+``pii-keygen`` prints a new random key (48 random bytes, URL-safe base64) for the key Connection's
+password, e.g. ``airflow connections add bos_pii_key --conn-type generic --conn-password
+"$(airflow-provider-bos pii-keygen)"``.
 
 ``pii-apply`` re-applies a stricter policy to a stored table, its history and rejects in one
 transaction (:mod:`.warehouse.pii_apply`), and prints what it rewrote as JSON; a looser policy or
@@ -23,7 +29,7 @@ from typing import Any, TextIO
 from airflow_provider_bos.cli_erase import add_table_arguments
 from airflow_provider_bos.exceptions import BosConfigurationError
 
-__all__ = ["add_pii_apply_parser", "add_pii_hash_parser"]
+__all__ = ["add_pii_apply_parser", "add_pii_hash_parser", "add_pii_keygen_parser"]
 
 
 def _cmd_pii_hash(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
@@ -40,10 +46,36 @@ def _cmd_pii_hash(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     if not values:
         raise BosConfigurationError("Name at least one value to hash (arguments, or --values-from FILE).")
     key = key_from_connection(args.key_conn_id)
-    for value in values:
-        print(lookup_hash(key, field, value), file=out)
+    hashes = []
+    for position, value in enumerate(values, start=1):
+        try:
+            hashes.append(lookup_hash(key, field, value))
+        except BosConfigurationError as exc:  # a blank: nothing printed, the position named (not the value)
+            raise BosConfigurationError(f"Value {position} of {len(values)}: {exc}") from None
+    for digest in hashes:
+        print(digest, file=out)
     out.flush()
     return 0
+
+
+def _cmd_pii_keygen(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
+    from airflow_provider_bos.pii.keyed_hash import generate_key_text
+
+    print(generate_key_text(), file=out)
+    out.flush()
+    return 0
+
+
+def add_pii_keygen_parser(commands: Any) -> None:
+    """The ``pii-keygen`` subcommand, on the CLI's subparsers."""
+    keygen = commands.add_parser(
+        "pii-keygen", help="Print a new random personal-data hash key (for the key Connection's password).",
+        description="Print a new random personal-data hash key: 48 random bytes as URL-safe base64. Store it "
+                    "as the password of the key Connection, e.g. airflow connections add bos_pii_key "
+                    "--conn-type generic --conn-password \"$(airflow-provider-bos pii-keygen)\", and keep it: "
+                    "a new key means a full re-read of every table hashed with the old one.",
+    )
+    keygen.set_defaults(handler=_cmd_pii_keygen)
 
 
 def add_pii_hash_parser(commands: Any) -> None:

@@ -85,7 +85,7 @@ def _reconcile() -> Any:
 #: one of these fields; ``attributes.employment`` is the subtree dropped).
 BENCH_PII_POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop"}
 # The key when BENCH_PII_KEY is not set: the bench's own tables only, never a real one.
-_BENCH_PII_KEY = "bench-only-personal-data-key-0123456789-abcdef"
+_BENCH_PII_KEY = "WCV9R6_7MBxhA_D-wZRg5-MW3Kc3-r30LR94ZCvv9RYf2V4D"  # a bench-only key: random, as a real key must be
 
 
 def _pii() -> Any:

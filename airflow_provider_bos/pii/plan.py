@@ -7,7 +7,8 @@ policy that keeps everything returns each record as it is.
 What :meth:`PiiPlan.apply` stores:
 
 * a dropped ``display_name``/``email``/``phone`` is ``null`` (its column is NULL); a hashed one is
-  its hash; ``null`` stays ``null``;
+  its hash; ``null`` stays ``null``, and so does a hashed value that normalises to nothing (a blank,
+  a phone number without a digit: see :mod:`.keyed_hash`);
 * a dropped ``lifecycle``/``identity_match`` is ``null``; a hashed one is its value hashed as a
   hashed attribute path is (below);
 * ``sources[].external_id`` hashed in every provenance entry; ``sources[].*``: every other key of an
@@ -15,7 +16,8 @@ What :meth:`PiiPlan.apply` stores:
 * a dropped attribute path loses its key (dropping all attributes leaves ``{}``); a hashed path
   keeps its structure with every string, number and boolean under it replaced by its hash
   (object keys, ``null``, empty objects and lists stay as they are: a policy hashes values, so an
-  object keyed by personal data must be dropped, not hashed);
+  object keyed by personal data must be dropped, not hashed), each value in the domain of its full
+  path (:class:`~.keyed_hash.TreeHasher`);
 * lists are looked through: a rule below a list applies to every element of it.
 
 The input record is never changed: what differs is copied, what does not is shared.
@@ -34,7 +36,7 @@ from airflow_provider_bos.pii.fields import (
     TOP_LEVEL_FIELDS,
     parse_field,
 )
-from airflow_provider_bos.pii.keyed_hash import PiiKey, hasher_for, normalise
+from airflow_provider_bos.pii.keyed_hash import PiiKey, TreeHasher, hasher_for
 
 if TYPE_CHECKING:
     from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
@@ -43,18 +45,18 @@ __all__ = ["PiiPlan"]
 
 _KEEP, _HASH, _DROP = "keep", "hash", "drop"
 _DROPPED: Final = object()  # the result of dropping a value: its key (or list element) goes
-_ATTRIBUTE_FIELD = "attributes"  # hashed with the plain-text normalisation (keyed_hash)
-_ATTRIBUTE_HASHES_KEPT = 16384  # a few MiB at most; emptied when full
 
 
 class _PathNode:
     """One attributes path: the action for its value, and the paths below it that say otherwise."""
 
-    __slots__ = ("action", "children", "dropped_leaves", "other_children")
+    __slots__ = ("action", "children", "dropped_leaves", "hasher", "other_children")
 
     def __init__(self, action: str) -> None:
         self.action = action
         self.children: dict[str, _PathNode] = {}
+        #: The hasher of this path's values (:meth:`attach`; None: the plan has no key).
+        self.hasher: TreeHasher | None = None
         #: ``children`` split once the trie is built (:meth:`split`): the keys whose whole value goes,
         #: and the rest; a kept object then drops its keys without a call each.
         self.dropped_leaves: tuple[str, ...] = ()
@@ -66,6 +68,12 @@ class _PathNode:
         self.other_children = tuple((k, c) for k, c in self.children.items() if k not in self.dropped_leaves)
         for child in self.children.values():
             child.split()
+
+    def attach(self, hasher: TreeHasher) -> None:
+        """Give this node ``hasher`` (its path's) and each node below its own."""
+        self.hasher = hasher
+        for key, child in self.children.items():
+            child.attach(hasher.child(key))
 
 
 def _attribute_trie(rules: Mapping[str, str]) -> _PathNode | None:
@@ -105,10 +113,13 @@ class PiiPlan:
         self._hash_external_id = self._hasher(EXTERNAL_ID) if rules.get(EXTERNAL_ID) == _HASH else None
         # What an entry's keys beyond the contract's seven become: hashed, dropped, or (None) kept.
         self._entry_extras = rules.get(ENTRY_EXTRAS) if rules.get(ENTRY_EXTRAS) in (_HASH, _DROP) else None
+        self._extras_hasher = (TreeHasher(key, ENTRY_EXTRAS) if self._entry_extras == _HASH and key is not None
+                               else None)
         self._attributes = _attribute_trie(rules)
+        if self._attributes is not None and key is not None:
+            self._attributes.attach(TreeHasher(key, "attributes"))  # each path its own domain
         # The usual attributes rules (paths below a kept root): only the named children can change.
         self._kept_attributes = self._attributes if self._attributes and self._attributes.action == _KEEP else None
-        self._attribute_hashes: dict[str, str] = {}
         self.is_empty = not (self._display_name or self._email or self._phone or self._lifecycle
                              or self._identity_match or self._hash_external_id or self._entry_extras
                              or self._attributes)
@@ -169,7 +180,11 @@ class PiiPlan:
 
     def _json_rule(self, rules: Mapping[str, str], field: str) -> Callable[[Any], Any] | None:
         action = rules.get(field)
-        return self._hash_tree if action == _HASH else _dropped if action == _DROP else None
+        if action == _HASH:
+            assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
+            hasher = TreeHasher(self._key, field)
+            return lambda value: self._hash_tree(value, hasher)
+        return _dropped if action == _DROP else None
 
     def _hasher(self, field: str) -> Callable[[Any], str | None]:
         assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
@@ -190,48 +205,45 @@ class PiiPlan:
                     if self._entry_extras == _DROP:
                         del out[key]
                     else:
-                        out[key] = self._hash_tree(entry[key])
+                        out[key] = self._hash_tree(entry[key], self._extras_hasher)
         return out
 
-    def _apply_action(self, action: str, value: Any) -> Any:
+    def _apply_action(self, action: str, value: Any, hasher: TreeHasher | None) -> Any:
         if action == _KEEP:
             return value
         if action == _DROP:
             return _DROPPED
-        return self._hash_tree(value)
+        return self._hash_tree(value, hasher)
 
-    def _hash_tree(self, value: Any) -> Any:
+    def _hash_tree(self, value: Any, hasher: TreeHasher | None) -> Any:
+        """``value`` with every string, number and boolean under it hashed by ``hasher`` (the tree's
+        field; an object's values by its child hasher, :class:`~.keyed_hash.TreeHasher`)."""
+        assert hasher is not None  # PiiPolicy.plan gives a key whenever a rule hashes
         if isinstance(value, dict):
-            return {k: self._hash_tree(v) for k, v in value.items()}
+            return {k: self._hash_tree(v, hasher.child(k)) for k, v in value.items()}
         if isinstance(value, list):
-            return [self._hash_tree(v) for v in value]
+            return [self._hash_tree(v, hasher) for v in value]
         if value is None:
             return None
-        # Attribute values repeat across records (departments, titles, grades): remember their hashes.
-        text = normalise(_ATTRIBUTE_FIELD, value)
-        digest = self._attribute_hashes.get(text)
-        if digest is None:
-            if len(self._attribute_hashes) >= _ATTRIBUTE_HASHES_KEPT:
-                self._attribute_hashes.clear()
-            assert self._key is not None  # PiiPolicy.plan gives a key whenever a rule hashes
-            digest = self._attribute_hashes[text] = self._key.digest_hex(text.encode("utf-8"))
-        return digest
+        return hasher(value)  # remembers the hashes of values that repeat (departments, titles)
 
     def _apply_node(self, node: _PathNode, value: Any) -> Any:
         if not node.children:
-            return self._apply_action(node.action, value)
+            return self._apply_action(node.action, value, node.hasher)
         if isinstance(value, list):
             applied = (self._apply_node(node, element) for element in value)
             return [element for element in applied if element is not _DROPPED]
         if not isinstance(value, dict):
-            return self._apply_action(node.action, value)
+            return self._apply_action(node.action, value, node.hasher)
         if node.action == _KEEP:
             return self._apply_children(node, value)
         out = {}
         for key, child_value in value.items():
             child = node.children.get(key)
             applied = (self._apply_node(child, child_value) if child is not None
-                       else self._apply_action(node.action, child_value))
+                       else self._apply_action(node.action, child_value,
+                                               node.hasher.child(key) if node.action == _HASH and node.hasher
+                                               else None))
             if applied is not _DROPPED:
                 out[key] = applied
         return out
@@ -249,7 +261,7 @@ class PiiPlan:
                 continue
             current = value[key]
             applied = (self._apply_node(child, current) if child.children
-                       else self._apply_action(child.action, current))
+                       else self._apply_action(child.action, current, child.hasher))
             if applied is current:
                 continue
             if out is None:

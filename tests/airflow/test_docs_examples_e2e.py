@@ -38,7 +38,7 @@ pytestmark = pytest.mark.airflow
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 PAGES = ("analytics.md", "personal-data.md")
 SCENARIO, DAYS = "people_over_time", (1, 2)
-KEY_TEXT = "docs-examples-test-key-0123456789-abcdefghijk"
+KEY_TEXT = "7BPEKwBLkpihUNv2EkZuPmIKg2RLc6khJSFsNKB1w5Y"
 
 
 # --- the pages' blocks ---------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_bos_sync_people_daily_retires_leavers_and_follows_merges(bos_airflow, r
     from airflow_provider_bos.pii import PiiKey, hash_value
     from airflow_provider_bos.testing.federation import day_changes, expected_final
 
-    key_text = "example-dag-test-key-0123456789-abcdefghijk"
+    key_text = "yLkGEs7zrji2xAiuhaj9ankHWnau0aLn-fFqx_YHSBc"
     monkeypatch.setenv("AIRFLOW_CONN_BOS_PII_KEY", json.dumps({"conn_type": "generic", "password": key_text}))
     server, engine = bos_airflow["server"], bos_airflow["engine"]
     server.set_scenario(load_scenario("people_over_time"))

@@ -80,7 +80,7 @@ def test_openlineage_facets_mark_what_the_policy_did_to_each_column_promoted_one
     from airflow_provider_bos.assets.pii_lineage import HASHED
 
     monkeypatch.setenv("AIRFLOW_CONN_BOS_PII_KEY_LINEAGE",
-                       json.dumps({"conn_type": "generic", "password": "lineage-test-key-0123456789abcdef"}))
+                       json.dumps({"conn_type": "generic", "password": "zj8EtA5vtMr7W1doBvQNzdau7sOcoLJ80dmQ5TMhOKM"}))
     bos_airflow["server"].set_scenario(load_scenario("identity_merge"))
     operator = BosFederatedReadOperator(
         task_id="sync", tool_name="people.search", destination_conn_id="bos_warehouse",

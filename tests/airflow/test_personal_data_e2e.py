@@ -42,8 +42,8 @@ pytestmark = [
 ]
 
 SCENARIO = "people_over_time"
-KEY_TEXT = "e2e-personal-data-key-0123456789-abcdefghijkl"
-OTHER_KEY_TEXT = "e2e-personal-data-key-9876543210-zyxwvutsrqpo"
+KEY_TEXT = "7qEKW9h2_ASudFLFY3zOPEe0pTmFtIs2bz_apisWglQ"
+OTHER_KEY_TEXT = "iq3AQN3QwEDela6375xoWgwkg8vy8gWwoMCGZZ-wTs8"
 POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop", "sources[].external_id": "hash"}
 RUN = {"BOS_TEST_SYNC_MODE": "full", "BOS_TEST_HISTORY": "1", "BOS_TEST_PII_POLICY": json.dumps(POLICY)}
 COMPANIONS = ("history", "lineage", "sources", "rejects", "policy")

@@ -17,7 +17,7 @@ from airflow_provider_bos.pii import PiiPolicy
 
 pytestmark = pytest.mark.airflow
 
-KEY_TEXT = "operator-test-pii-key-0123456789-abcdefghij"
+KEY_TEXT = "QW7S1KsDYPdmOPuGq5JmRqJpFVofWAZr-1JhXYuabGU"
 POLICY = {"email": "hash", "phone": "drop", "attributes.employment.*": "drop", "sources[].external_id": "hash"}
 
 

@@ -1,4 +1,5 @@
-"""Keys for the personal-data tests: fixed texts, so known-answer hashes can be written down."""
+"""Keys for the personal-data tests: fixed texts, so known-answer hashes can be written down (random ones,
+made as ``airflow-provider-bos pii-keygen`` makes them: the provider refuses a guessable key)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 
 from airflow_provider_bos.pii import PiiKey
 
-KEY_TEXT = "test-pii-key-0123456789-abcdefghijklmnop"
-OTHER_KEY_TEXT = "another-pii-key-9876543210-zyxwvutsrqpon"
+KEY_TEXT = "8jEnT4VZErCLSxNguJx_ZjY-2qzsSIQCa28IroK6AAk"
+OTHER_KEY_TEXT = "ycNuUYPvVngAdOYdgKL7yYgLtLbPAaIvRfjjDx_2erU"
 
 
 def reference_wire_hash(key_text: str, raw_wire_hash: str) -> str:

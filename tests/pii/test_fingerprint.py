@@ -17,7 +17,7 @@ def test_the_fingerprint_is_stable_readable_text(key: PiiKey) -> None:
     first = PiiPolicy.parse(POLICY).fingerprint(key).text
     again = PiiPolicy.parse(dict(reversed(POLICY.items()))).fingerprint(PiiKey.from_text(KEY_TEXT, source="x")).text
     assert first == again
-    assert json.loads(first) == {"key_id": key.key_id, "recipe": 1, "rules": {
+    assert json.loads(first) == {"key_id": key.key_id, "recipe": 2, "rules": {
         "attributes.employment": "drop", "email": "hash", "phone": "hash"}}
 
 
@@ -86,6 +86,6 @@ def test_a_key_change_is_named_by_key_ids_only(key: PiiKey, other_key: PiiKey) -
 
 def test_a_recipe_change_is_named(key: PiiKey) -> None:
     current = PiiPolicy.parse(POLICY).fingerprint(key)
-    older = json.loads(current.text) | {"recipe": 0}
-    with pytest.raises(PiiPolicyMismatch, match="recipe version 0, this run's version 1"):
+    older = json.loads(current.text) | {"recipe": 1}
+    with pytest.raises(PiiPolicyMismatch, match="recipe version 1, this run's version 2"):
         current.require_same(json.dumps(older), table="t")

@@ -1,4 +1,5 @@
-"""The hash recipe analysts reproduce: normalisation per field, HMAC-SHA-256 under the key, and the key's secrecy."""
+"""The hash recipe analysts reproduce: normalisation and domain per field, HMAC-SHA-256 under the key, and the
+key's secrecy."""
 
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ import pickle
 import pytest
 
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.pii import PiiKey, hash_value, lookup_hash, normalise
-from airflow_provider_bos.pii.keyed_hash import hasher_for
+from airflow_provider_bos.pii import PiiKey, PiiPolicy, hash_value, lookup_hash, normalise
+from airflow_provider_bos.pii.keyed_hash import RECIPE_VERSION, field_domain, hasher_for
 from airflow_provider_bos.redaction import redact
 from tests.pii.conftest import KEY_TEXT
 
 
-def reference_hash(key_text: str, normalised: str) -> str:
-    """docs/personal-data.md's recipe, written independently of the package."""
-    return hmac.new(key_text.encode("utf-8"), normalised.encode("utf-8"), hashlib.sha256).hexdigest()
+def reference_hash(key_text: str, normalised: str, domain: str = "email", json_type: str = "string") -> str:
+    """docs/personal-data.md's recipe (version 2), written independently of the package."""
+    message = b"bos-pii/2\0" + domain.encode() + b"\0" + json_type.encode() + b"\0" + normalised.encode("utf-8")
+    return hmac.new(key_text.encode("utf-8"), message, hashlib.sha256).hexdigest()
 
 
 @pytest.mark.parametrize(
@@ -32,10 +34,15 @@ def reference_hash(key_text: str, normalised: str) -> str:
         ("phone", "0049 30 123456", "004930123456"),  # no country code is guessed
         ("phone", "030 / 1234+56", "030123456"),  # only a leading + is kept
         ("phone", "\uff0b\uff14\uff19 \uff13\uff10 \uff11\uff12", "+493012"),  # full-width + and digits (NFKC)
-        ("phone", "n/a", ""),
+        ("phone", "+\u0664\u0669 \u0663\u0660", "+4930"),  # Arabic-Indic digits: digits of any script
+        ("phone", "\u096f\u0967 \u06f1\u06f2", "9112"),  # Devanagari, Persian
+        ("phone", "n/a", ""),  # nothing: stored as null
+        ("phone", "+", ""),
+        ("email", " \t ", ""),
         ("display_name", "  Zoe\u0301 Martin ", "Zo\u00e9 Martin"),  # NFC: e + combining accent is é
         ("display_name", "Émile", "Émile"),  # case is kept outside email
-        ("sources[].external_id", " E-00042 ", "E-00042"),
+        ("sources[].external_id", " E-00042 ", " E-00042 "),  # exactly as sent
+        ("sources[].external_id", "Zoe\u0301", "Zoe\u0301"),
         ("attributes.employment.cost_center", 4711, "4711"),
         ("attributes.flags.active", True, "true"),
         ("attributes.score", 1.5, "1.5"),
@@ -46,27 +53,32 @@ def test_normalisation_examples(field: str, raw, normalised: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "raw", "normalised"),
+    ("field", "raw", "normalised", "json_type"),
     [
-        ("email", " Alice.Smith@Example.ORG ", "alice.smith@example.org"),
-        ("phone", "+49 (30) 1234-56", "+4930123456"),
-        ("display_name", "Zoe\u0301", "Zo\u00e9"),
-        ("sources[].external_id", "E-00042", "E-00042"),
-        ("attributes.level", 3, "3"),
+        ("email", " Alice.Smith@Example.ORG ", "alice.smith@example.org", "string"),
+        ("phone", "+49 (30) 1234-56", "+4930123456", "string"),
+        ("display_name", "Zoe\u0301", "Zo\u00e9", "string"),
+        ("sources[].external_id", "E-00042", "E-00042", "string"),
+        ("sources[].external_id", 4711, "4711", "number"),
+        ("attributes.level", 3, "3", "number"),
+        ("attributes.flags.active", False, "false", "boolean"),
+        ("lifecycle", " onboarding ", "onboarding", "string"),
+        ("sources[].*", "Zoë at Workday", "Zoë at Workday", "string"),
     ],
 )
-def test_known_answers_follow_the_documented_recipe(key: PiiKey, field: str, raw, normalised: str) -> None:
-    expected = reference_hash(KEY_TEXT, normalised)
+def test_known_answers_follow_the_documented_recipe(key: PiiKey, field: str, raw, normalised: str,
+                                                    json_type: str) -> None:
+    expected = reference_hash(KEY_TEXT, normalised, field, json_type)
     assert hash_value(key, field, raw) == expected
     assert len(expected) == 64 and expected == expected.lower()
 
 
 def test_a_fixed_vector_pins_the_recipe() -> None:
     # Written down once: a change here changes every stored hash (bump RECIPE_VERSION with it).
-    key = PiiKey.from_text("k" * 32, source="a test")
-    assert lookup_hash(key, "email", " Alice@Example.org") == reference_hash("k" * 32, "alice@example.org")
-    assert reference_hash("k" * 32, "alice@example.org") == hmac.new(
-        b"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk", b"alice@example.org", "sha256").hexdigest()
+    key = PiiKey.from_text("aV0j2bD7UDOGebyPnIFNr8hHARRcOkJrnrK8bzP_bAM", source="a test")
+    assert lookup_hash(key, "email", " Alice@Example.org") == (
+        "407bea97d2fb9c10aa20101c9974e1fe3de38226d1e44413ae5bd8831eff4f99")
+    assert RECIPE_VERSION == 2
 
 
 def test_same_value_same_key_same_hash_other_key_other_hash(key: PiiKey, other_key: PiiKey) -> None:
@@ -74,8 +86,30 @@ def test_same_value_same_key_same_hash_other_key_other_hash(key: PiiKey, other_k
     assert hash_value(key, "email", "a@x.org") != hash_value(other_key, "email", "a@x.org")
 
 
-def test_the_field_name_is_not_hashed_so_equal_texts_join_across_fields(key: PiiKey) -> None:
-    assert hash_value(key, "attributes.private_email", "a@x.org") == hash_value(key, "email", "a@x.org")
+def test_the_field_is_hashed_so_equal_texts_never_join_across_fields(key: PiiKey) -> None:
+    assert hash_value(key, "attributes.private_email", "a@x.org") != hash_value(key, "email", "a@x.org")
+    assert hash_value(key, "attributes.private_email", "a@x.org") == reference_hash(
+        KEY_TEXT, "a@x.org", "attributes.private_email")
+
+
+def test_an_attribute_key_that_could_spell_another_path_is_escaped(key: PiiKey) -> None:
+    # {"a.b": v} and {"a": {"b": v}} are two paths: their domains differ (a "." in a key is written "\.").
+    plan = PiiPolicy.parse({"attributes": "hash"}).plan(key)
+    dotted = plan.apply({"record_ref": "r", "attributes": {"a.b": "v", "c\\": {"d": "v"}}})["attributes"]
+    nested = plan.apply({"record_ref": "r", "attributes": {"a": {"b": "v"}}})["attributes"]
+    assert dotted["a.b"] != nested["a"]["b"] == lookup_hash(key, "attributes.a.b", "v")
+    assert dotted["a.b"] == reference_hash(KEY_TEXT, "v", "attributes.a\\.b")
+    assert dotted["c\\"]["d"] == reference_hash(KEY_TEXT, "v", "attributes.c\\\\.d")
+
+
+def test_field_domain_is_the_canonical_field_or_the_full_attribute_path() -> None:
+    assert [field_domain(f) for f in ("email", "sources[].*", "attributes.*", "attributes.a.b.*")] == [
+        "email", "sources[].*", "attributes", "attributes.a.b"]
+
+
+def test_a_field_a_policy_cannot_name_has_no_hash(key: PiiKey) -> None:
+    with pytest.raises(BosConfigurationError, match="not a field a policy can name"):
+        hash_value(key, "emial", "a@x.org")
 
 
 def test_null_is_never_hashed(key: PiiKey) -> None:
@@ -123,10 +157,15 @@ def test_the_key_id_is_stable_distinct_and_not_the_key(key: PiiKey, other_key: P
     assert key.key_id == hmac.new(KEY_TEXT.encode(), b"bos-pii-key-id", "sha256").hexdigest()[:16]
 
 
+# Random (each prefix below passes the key check).
+LONG_KEY = ("cHRqbm9JAwhNDWjQfdhV3_Vt4X6VsSCCZCFNuta3gVPMZxAMaJKrbCeeRvqh_WAHJuhjLDLjuOJ89mSLxfFaKz3Gt_oHxUOuGatH4Xkf"
+            "9viREQwi1KDzbnaJ6HQCMFP2YQzNRRpl4f6uLAxkJ0bivEC6OMDGeS1x1F6VDzdvM_lwxayS0kwETAQunHpDZwlI2Ai_ytLc")
+
+
 @pytest.mark.parametrize("length", [32, 63, 64, 65, 200])
 def test_keys_of_any_length_follow_hmac(length: int) -> None:
     # The keyed states are built once (RFC 2104); a key longer than SHA-256's block is hashed first.
-    text = ("0123456789abcdef" * 13)[:length]
+    text = LONG_KEY[:length]
     key = PiiKey.from_text(text, source="a test")
     assert hash_value(key, "email", "a@x.org") == reference_hash(text, "a@x.org")
 
@@ -138,7 +177,10 @@ def test_keys_of_any_length_follow_hmac(length: int) -> None:
                                               ("email", "\x1c\tBob@X.ORG \x1f"), ("phone", "\x1d +49 (30) 12+3"),
                                               ("phone", " (030) 123 "), ("phone", "+"), ("phone", ""),
                                               ("display_name", "\x1e Zoe \x0b"), ("sources[].external_id", "E-1"),
-                                              ("email", "Straße@X.de"), ("phone", "\uff0b49 30")])
+                                              ("email", "Straße@X.de"), ("phone", "\uff0b49 30"),
+                                              ("phone", "+\u0664\u0669 30"), ("email", " \u3000"),
+                                              ("sources[].external_id", " E-1 "), ("sources[].external_id", 4711),
+                                              ("lifecycle", "active"), ("attributes.a.b", 2.5)])
 def test_the_write_paths_hasher_is_hash_value(key: PiiKey, field: str, value) -> None:
     assert hasher_for(key, field)(value) == hash_value(key, field, value)
 

@@ -20,8 +20,10 @@ from airflow_provider_bos.pii.airflow_key import key_from_connection, key_from_v
 from tests.pii.conftest import KEY_TEXT
 
 
-def expected(normalised: str) -> str:
-    return hmac.new(KEY_TEXT.encode(), normalised.encode(), hashlib.sha256).hexdigest()
+def expected(normalised: str, field: str = "email") -> str:
+    """docs/personal-data.md's recipe 2: HMAC-SHA-256 of "bos-pii/2", the field, the JSON type and the text."""
+    message = b"\0".join((b"bos-pii/2", field.encode(), b"string", normalised.encode()))
+    return hmac.new(KEY_TEXT.encode(), message, hashlib.sha256).hexdigest()
 
 
 @pytest.fixture()
@@ -52,7 +54,8 @@ def test_reads_values_from_standard_input(key_connection: str) -> None:
     out = io.StringIO()
     code = main(["pii-hash", "--key-conn-id", key_connection, "--field", "sources[].external_id",
                  "--values-from", "-"], stdout=out, stdin=io.StringIO("WD-1\n\nWD-2\n"))
-    assert code == 0 and out.getvalue().splitlines() == [expected("WD-1"), expected("WD-2")]
+    assert code == 0 and out.getvalue().splitlines() == [expected("WD-1", "sources[].external_id"),
+                                                         expected("WD-2", "sources[].external_id")]
 
 
 def test_a_missing_connection_says_how_to_create_it(monkeypatch, capsys) -> None:
@@ -85,15 +88,30 @@ def test_the_key_is_known_to_airflows_secrets_masker(key_connection: str) -> Non
     assert redact(f"<{KEY_TEXT}>") == "<***>"
 
 
-def test_the_key_can_come_from_a_variable(monkeypatch: pytest.MonkeyPatch, key: PiiKey) -> None:
-    monkeypatch.setenv("AIRFLOW_VAR_BOS_PII_KEY", KEY_TEXT)
-    assert key_from_variable("bos_pii_key") == key
+def test_the_key_can_come_from_a_variable_airflow_masks(monkeypatch: pytest.MonkeyPatch, key: PiiKey) -> None:
+    monkeypatch.setenv("AIRFLOW_VAR_BOS_PII_SECRET_KEY", KEY_TEXT)
+    assert key_from_variable("bos_pii_secret_key") == key
 
 
 def test_a_missing_variable_says_how_to_set_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AIRFLOW_VAR_BOS_NO_SUCH_VARIABLE", raising=False)
-    with pytest.raises(BosConfigurationError, match="AIRFLOW_VAR_BOS_NO_SUCH_VARIABLE"):
-        key_from_variable("bos_no_such_variable")
+    monkeypatch.delenv("AIRFLOW_VAR_BOS_NO_SUCH_SECRET", raising=False)
+    with pytest.raises(BosConfigurationError, match="AIRFLOW_VAR_BOS_NO_SUCH_SECRET"):
+        key_from_variable("bos_no_such_secret")
+
+
+def test_a_variable_is_refused_where_airflow_masks_no_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__CORE__HIDE_SENSITIVE_VAR_CONN_FIELDS", "False")
+    monkeypatch.setenv("AIRFLOW_VAR_BOS_PII_SECRET_KEY", KEY_TEXT)
+    with pytest.raises(BosConfigurationError, match="hide_sensitive_var_conn_fields"):
+        key_from_variable("bos_pii_secret_key")
+
+
+def test_a_blank_value_is_refused_and_nothing_printed(key_connection: str, capsys) -> None:
+    out = io.StringIO()
+    code = main(["pii-hash", "--key-conn-id", key_connection, "--field", "phone", "+49 30 1", "n/a"], stdout=out)
+    err = capsys.readouterr().err
+    assert code == 1 and out.getvalue() == ""
+    assert "Value 2 of 2" in err and "matches nothing" in err and "n/a" not in err
 
 
 def test_the_console_script_end_to_end() -> None:

@@ -11,9 +11,9 @@ from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import make_record, reflect, run_info, write
 
-KEY_TEXT = "warehouse-pii-test-key-0123456789-abcdefgh"
+KEY_TEXT = "hXykzjEJYhCg3QAzpRADw8VT5x1QDV910H0PuOkWKDY"
 KEY = PiiKey.from_text(KEY_TEXT, source="a test")
-OTHER_KEY = PiiKey.from_text("another-warehouse-pii-key-9876543210-zyxw", source="a test")
+OTHER_KEY = PiiKey.from_text("HplAsOR8p5Nemp32xLXGXqqobmJfjVJ65INv-PYYFZg", source="a test")
 HISTORY = ReconcileOptions(history=True)
 
 #: email and phone hashed, display_name and one attributes subtree dropped, provenance ids hashed.

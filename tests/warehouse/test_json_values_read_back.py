@@ -122,7 +122,7 @@ def test_pii_apply_reads_every_json_value_back(make_writer: Callable[..., Wareho
     writer = make_writer()
     value = JSON_VALUES[kind]
     write(writer, _records(place, value))
-    key = PiiKey(b"k" * 8 + b"0123456789abcdefghijklmnopqrstuv", source="test")
+    key = PiiKey(b"1W5LoUrllyfXS-FTIH84YF0tiv-8cCvP6uKctSMa9R4", source="test")
     applied = apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table,
                                     policy={"email": "hash"}, key=key)
     assert applied.records == 3
@@ -172,7 +172,7 @@ def test_pii_apply_of_star_hash_leaves_no_raw_value_in_a_json_column(make_writer
     records[0]["identity_match"] = value
     records[0]["sources"][0]["label"] = value
     write(writer, records)
-    key = PiiKey(b"k" * 8 + b"0123456789abcdefghijklmnopqrstuv", source="test")
+    key = PiiKey(b"1W5LoUrllyfXS-FTIH84YF0tiv-8cCvP6uKctSMa9R4", source="test")
     apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy={"*": "hash"}, key=key)
     expected = PiiPolicy.parse({"*": "hash"}).plan(key).apply(records[0])
     for column in ("lifecycle", "identity_match", "sources"):

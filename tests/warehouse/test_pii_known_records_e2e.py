@@ -26,7 +26,7 @@ from airflow_provider_bos.warehouse.schema import companion_table_name
 from tests.pii.conftest import hmac_wire_hash, reference_wire_hash
 
 RECORDS = 600
-KEY_TEXT = "known-records-pii-key-0123456789-abcdefghijk"
+KEY_TEXT = "_PlMrMQzbNMmDslAZ9_9RVz7fk3APlm_CqzhGYaltnY"
 POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop"}
 
 
