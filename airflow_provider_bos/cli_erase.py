@@ -1,4 +1,4 @@
-"""``airflow-provider-bos erase``: delete a person's rows on request (see :mod:`.warehouse.erase`).
+"""``airflow-provider-bos erase``: delete a person's rows on request (see :mod:`.warehouse.upkeep.erase`).
 
     airflow-provider-bos erase --conn-id warehouse --table bos_people --record-ref bos:person:42
     airflow-provider-bos erase --conn-id warehouse --table bos_people --email alice@example.org \
@@ -36,7 +36,7 @@ __all__ = ["add_erase_parser"]
 
 def _cmd_erase(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     from airflow_provider_bos.hooks.connections import engine_for_connection
-    from airflow_provider_bos.warehouse.erase import erase_records
+    from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 
     refs = list(args.record_ref or [])
     if args.record_refs_from == "-":

@@ -16,7 +16,7 @@ password, e.g. ``airflow connections add bos_pii_key --conn-type generic --conn-
 "$(airflow-provider-bos pii-keygen)"``.
 
 ``pii-apply`` re-applies a stricter policy to a stored table, its history and rejects in one
-transaction (:mod:`.warehouse.pii_apply`), and prints what it rewrote as JSON; a looser policy or
+transaction (:mod:`.warehouse.upkeep.pii_apply`), and prints what it rewrote as JSON; a looser policy or
 another key is refused (it needs a full re-read).
 """
 
@@ -110,7 +110,7 @@ def _cmd_pii_apply(args: argparse.Namespace, out: TextIO, stdin: TextIO) -> int:
     from airflow_provider_bos.hooks.connections import engine_for_connection
     from airflow_provider_bos.pii import PiiPolicy
     from airflow_provider_bos.pii.airflow_key import key_from_connection
-    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+    from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 
     if args.policy_file:
         with open(args.policy_file, encoding="utf-8") as file:

@@ -32,7 +32,7 @@ from airflow_provider_bos.wire import (
 )
 
 if TYPE_CHECKING:
-    from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns
+    from airflow_provider_bos.warehouse.tables.attribute_columns import AttributeColumns
 
 __all__ = [
     "KNOWN_COMPLETENESS", "SyncOutcome", "contradiction_message", "cyclic_gc_paused", "failure_message",
@@ -223,7 +223,7 @@ def run_sync(
     the same one (checked before the read), and every record is stored as the policy says, with
     keyed wire hashes (:mod:`airflow_provider_bos.pii.stream`). ``attribute_columns``: chosen
     ``attributes`` paths kept as typed columns of the records table
-    (:mod:`~.warehouse.attribute_columns`; None: none). ``coverage_columns``: columns of the records
+    (:mod:`~.warehouse.tables.attribute_columns`; None: none). ``coverage_columns``: columns of the records
     table whose coverage the audit row records besides ``display_name``, ``email``, ``phone`` and
     the promoted columns.
     """

@@ -30,7 +30,7 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosResultErro
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
 
 if TYPE_CHECKING:
-    from airflow_provider_bos.warehouse.attribute_columns import AttributeColumns
+    from airflow_provider_bos.warehouse.tables.attribute_columns import AttributeColumns
 
 __all__ = [
     "INVALID_RECORDS_MODES",
@@ -402,11 +402,11 @@ class WriteOptions:
     #: remembers it and refuses another (:mod:`airflow_provider_bos.pii`).
     pii: PolicyFingerprint | None = None
     #: Columns of the records table whose coverage (how many of the run's rows have a value) the audit
-    #: row records besides ``display_name``, ``email`` and ``phone`` (see warehouse/coverage.py).
+    #: row records besides ``display_name``, ``email`` and ``phone`` (see warehouse/run/coverage.py).
     coverage_columns: tuple[str, ...] = ()
 
     #: Chosen ``attributes`` paths kept as typed columns of the records table (None: none); see
-    #: :mod:`airflow_provider_bos.warehouse.attribute_columns`.
+    #: :mod:`airflow_provider_bos.warehouse.tables.attribute_columns`.
     attribute_columns: AttributeColumns | None = None
 
     @property

@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow_provider_bos.testing.federation import PlannedRead, plan_read
 from airflow_provider_bos.testing.scenario import Scenario, large_scenario
-from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, RECORD_JSON_COLUMNS
+from airflow_provider_bos.warehouse.tables.schema import RECORD_COLUMNS, RECORD_JSON_COLUMNS
 
 __all__ = [
     "COLUMNS",

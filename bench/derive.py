@@ -63,7 +63,7 @@ def _blocks(lines: list[bytes]) -> list[bytes]:
 
 
 def client_derives(conn: Any, writer: Any, pieces: list[bytes]) -> dict[str, float]:
-    from airflow_provider_bos.warehouse.records import json_column_values
+    from airflow_provider_bos.warehouse.tables.records import json_column_values
     from airflow_provider_bos.wire import WireRecord
 
     start = time.process_time()

@@ -215,7 +215,7 @@ def sync_once(mcp_url: str, token: str, db_url: str, *, table: str, audit_table:
 def _read(core: _Core, mcp_url: str, token: str, style: str, known: Any = None,
           collect: bool = False, hashed: bool = False) -> dict[str, Any]:
     from airflow_provider_bos.sync import cyclic_gc_paused
-    from airflow_provider_bos.warehouse.records import json_document_values
+    from airflow_provider_bos.warehouse.tables.records import json_document_values
 
     transport = CountingTransport()
     client = httpx.Client(transport=transport, timeout=httpx.Timeout(120.0), follow_redirects=False)
@@ -258,7 +258,7 @@ def read_once(mcp_url: str, token: str, *, style: str = "execute", known: bool =
     encoder we have: one serialisation), then dropped: the least a first sync can cost before it
     writes anything.
     """
-    from airflow_provider_bos.warehouse.claims import WireHashSet
+    from airflow_provider_bos.warehouse.run.claims import WireHashSet
 
     core = _load_core()
     hashes = None

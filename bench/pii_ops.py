@@ -8,12 +8,12 @@ after the other (interleaved, so a slow phase of the machine hits every dialect 
 
 - fill, untimed: ``WarehouseWriter.write_run`` of every record WITHOUT a policy, history on, so the
   records table and ``<table>_history`` each hold one row per record (pii-apply rewrites both);
-- ``pii-apply``: :func:`~airflow_provider_bos.warehouse.pii_apply.apply_stricter_policy` (what
+- ``pii-apply``: :func:`~airflow_provider_bos.warehouse.upkeep.pii_apply.apply_stricter_policy` (what
   ``airflow-provider-bos pii-apply`` calls) from no policy to the bench's policy and key
   (``bench.ours.BENCH_PII_POLICY``: email and phone hashed, ``attributes.employment`` dropped),
   the reclaim after its commit included. Checked: every row and version rewritten, and no raw
   email of a sample of records left in the records table or its history;
-- ``erase --email``: :func:`~airflow_provider_bos.warehouse.erase.erase_records` of one person
+- ``erase --email``: :func:`~airflow_provider_bos.warehouse.upkeep.erase.erase_records` of one person
   named by their raw email (found under the table's policy: hashed with the key), as
   ``airflow-provider-bos erase`` runs it, finder and reclaim included;
 - ``erase --external-id``: the same for another person named ``SOURCE:ID`` (kept by the policy).
@@ -43,9 +43,9 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, lookup_hash
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
-from airflow_provider_bos.warehouse.erase import ErasedRows, erase_records
-from airflow_provider_bos.warehouse.pii_apply import PolicyApplied, apply_stricter_policy
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import ErasedRows, erase_records
+from airflow_provider_bos.warehouse.upkeep.pii_apply import PolicyApplied, apply_stricter_policy
 from airflow_provider_bos.wire import ReconcileOptions, WireRecord, WriteOptions, wire_hash
 from bench.data import ScenarioParams, iter_final_records
 from bench.ours import _BENCH_PII_KEY, BENCH_PII_POLICY

@@ -1,5 +1,5 @@
 -- airflow-provider-bos: destination tables for DuckDB (1.1 or newer).
--- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- Kept in step with airflow_provider_bos/warehouse/tables/schema.py (tests/warehouse/test_ddl.py compares them).
 -- The operator creates these itself when missing; run this file when a DBA creates them instead.
 -- Timestamps are TIMESTAMPTZ (instants; shown in the session's TimeZone). JSON columns are DuckDB's JSON.
 -- _bos_record_hash = sha256 hex of the record's canonical JSON. DuckDB ignores VARCHAR lengths: none are given.

@@ -1,5 +1,5 @@
 -- airflow-provider-bos: destination tables for MySQL 8 / MariaDB 10.6+ (InnoDB, utf8mb4).
--- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- Kept in step with airflow_provider_bos/warehouse/tables/schema.py (tests/warehouse/test_ddl.py compares them).
 -- The operator creates these itself when missing; run this file when a DBA creates them instead.
 -- DATETIME(6) columns hold UTC. utf8mb4_bin: record_refs differing only in case are distinct keys.
 

@@ -1,5 +1,5 @@
 -- airflow-provider-bos: destination tables for PostgreSQL.
--- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- Kept in step with airflow_provider_bos/warehouse/tables/schema.py (tests/warehouse/test_ddl.py compares them).
 -- The operator creates these itself when missing; run this file when a DBA creates them instead.
 -- Timestamps are UTC (timestamptz). _bos_record_hash = sha256 hex of the record's canonical JSON.
 

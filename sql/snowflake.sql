@@ -1,5 +1,5 @@
 -- airflow-provider-bos: destination tables for Snowflake.
--- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_snowflake_ddl.py
+-- Kept in step with airflow_provider_bos/warehouse/tables/schema.py (tests/warehouse/test_snowflake_ddl.py
 -- compares them). The operator creates these itself when missing; run this file when a DBA creates
 -- them instead, in the database and schema of the bos_warehouse connection.
 -- Names are unquoted, so Snowflake stores them upper-cased (BOS_RECORDS, RECORD_REF): the operator's

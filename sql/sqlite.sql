@@ -1,5 +1,5 @@
 -- airflow-provider-bos: destination tables for SQLite 3.25+.
--- Kept in step with airflow_provider_bos/warehouse/schema.py (tests/warehouse/test_ddl.py compares them).
+-- Kept in step with airflow_provider_bos/warehouse/tables/schema.py (tests/warehouse/test_ddl.py compares them).
 -- The operator creates these itself when missing; run this file when you create them instead.
 -- JSON columns hold JSON text. DATETIME columns hold UTC as fixed-width text
 -- 'YYYY-MM-DD HH:MM:SS.ffffff', so text comparison is time comparison.

@@ -11,7 +11,7 @@ from sqlalchemy.engine import make_url
 
 from airflow_provider_bos.cli import main
 from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.test_reconcile import day1, day2
 from tests.warehouse.whhelpers import make_record, rows_by_ref, write

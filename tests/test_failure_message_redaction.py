@@ -19,7 +19,7 @@ from airflow_provider_bos.exceptions import BosError, BosTransportError
 from airflow_provider_bos.redaction import register_secret
 from airflow_provider_bos.sensors.verdict import judge
 from airflow_provider_bos.sync import failure_message, run_sync
-from airflow_provider_bos.warehouse.audit import ERROR_MESSAGE_MAX, truncate_error
+from airflow_provider_bos.warehouse.run.audit import ERROR_MESSAGE_MAX, truncate_error
 
 
 def a_secret() -> str:

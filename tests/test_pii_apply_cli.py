@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.cli import main
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from tests.test_erase_cli import connection_json_for_url
 from tests.warehouse.pii_helpers import KEY, KEY_TEXT, STRICT, every_text, person, raw_values, write_under
 

@@ -306,7 +306,7 @@ def test_a_secret_in_a_long_audit_error_message_is_redacted_before_the_cut() -> 
     """The audit row's error_message is cut to its column size: a token across the cut is redacted
     whole, not stored as a prefix the masker no longer recognises."""
     from airflow_provider_bos.redaction import register_secret
-    from airflow_provider_bos.warehouse.audit import ERROR_MESSAGE_MAX, truncate_error
+    from airflow_provider_bos.warehouse.run.audit import ERROR_MESSAGE_MAX, truncate_error
 
     token = "at_" + uuid.uuid4().hex * 2
     register_secret(token)

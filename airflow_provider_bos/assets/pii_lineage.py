@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.pii.fields import ENTRY_EXTRAS, EXTERNAL_ID, JSON_FIELDS, TOP_LEVEL_FIELDS
-from airflow_provider_bos.warehouse.policy_store import effective_action
+from airflow_provider_bos.warehouse.tables.policy_store import effective_action
 
 __all__ = ["HASHED", "policy_column_descriptions"]
 

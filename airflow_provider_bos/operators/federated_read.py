@@ -23,7 +23,7 @@ from airflow_provider_bos.operators.run_report import source_report
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.sync import run_sync
-from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
 from airflow_provider_bos.wire import ReconcileOptions, check_invalid_records, check_reconcile
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ TOO_FEW = "too_few_records"
 STALE = "stale"
 UNKNOWN = "unknown_status"
 TOO_MANY_RETIRED = "too_many_retired"
-# A column name as the warehouse validates it (warehouse/identifiers.py; not imported: DAG files parse this).
+# A column name as the warehouse validates it (warehouse/tables/identifiers.py; not imported: DAG files parse this).
 _COLUMN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 LOW_COVERAGE = "low_coverage"  # a watched column had a value in too few of the run's records
 NO_COVERAGE = "no_coverage"  # min_coverage names a column the run's coverage does not hold: fails always

@@ -4,46 +4,39 @@ Knows nothing of HTTP, MCP or Airflow: it takes a SQLAlchemy engine and Federate
 (or dicts with the same fields), and ``KnownRecord`` claims for records that arrived byte-identical
 to stored ones. Its only contract with the read is :mod:`airflow_provider_bos.wire`.
 
-One module per concept (one sync's write, top-down: ``upsert`` -> ``transaction`` -> ``loads`` /
-``file_load`` -> ``settle`` -> ``reconcile`` -> ``audit``):
+Four rooms and the writer, read top-down as one sync's write; each room imports only the rooms
+before it here (docs/architecture.md, "Inside warehouse/"):
 
-- ``upsert``: the writer: the tables, and one run's transaction skeleton.
-- ``transaction``: one run's connection: lock, dedupe, classify, merge.
-- ``loads``: staging (COPY or executemany), the direct load, the key filter; the ``Loader``s.
-- ``file_load``: the staged-file loader (DuckDB).
-- ``settle``: a load's typed outcome, and the one function that classifies and merges it.
-- ``claims``: known records: stored wire hashes, kept claims, the state token.
-- ``reconcile``: supersede, retire and history after the merge.
-- ``coverage``: how many of the rows a run returned have a value per watched column (the audit row's).
-- ``history``: every version of every record (``history=True``).
-- ``provenance``: ``<table>_sources``, one row per provenance entry, kept in the run's transaction.
-- ``rehash``: the one-time re-hash of rows hashed with their observation stamps.
-- ``rejects``: quarantined records.
-- ``audit``: the audit row and its reader.
-- ``erase``: erasure on request; ``erase_finders``: the refs an email, phone or external id names.
-- ``policy_store``: the personal-data policy a table was written with (``<table>_policy``).
-- ``pii_apply``: a stricter personal-data policy re-applied to stored rows (``pii-apply``).
-- ``scan``: every row of a table in batches (keyset pagination).
-- ``reclaim``: the space an erasure freed, given back.
-- ``dialects/``: the SQL text per database, and each database's capabilities.
-- ``copy_format``: COPY text encoders.
-- ``records``: record -> row and its hash.
-- ``schema``: table definitions.
-- ``catalog``: a table's columns, as the database says.
-- ``identifiers``: name validation.
-- ``stage_dir``: the private directory of a run's staged files.
+- ``tables/``: what the tables are: definitions per dialect, record -> row and its hash, stored JSON
+  read back, promoted attributes, and ``companions/``: each table beside the records table as an
+  object the writer, erasure, ``pii-apply`` and reclaim iterate.
+- ``dialects/``: the SQL text of each database and what it can do (its load method, as data).
+- ``run/``: one run's transaction: lock, load (COPY, executemany, staged file), settle, reconcile
+  (supersede, retire, history), coverage, the audit row and its reader.
+- ``writer.py``: ``WarehouseWriter``: the tables ensured, one run's skeleton top-down in ``_write``.
+- ``upkeep/``: on request: erasure and its finders, ``pii-apply``, reclaim, a table in batches.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_provider_bos.warehouse.audit import RUN_STATUSES, AuditReader, SyncRunInfo
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect, dialect_for
-from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.records import RecordRow, canonical_json, hash_arguments, record_to_row
-from airflow_provider_bos.warehouse.schema import RECORD_COLUMNS, audit_table, record_columns, records_table
-from airflow_provider_bos.warehouse.upsert import UpsertCounts, WarehouseWriter
+from airflow_provider_bos.warehouse.run.audit import RUN_STATUSES, AuditReader, SyncRunInfo
+from airflow_provider_bos.warehouse.tables.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.tables.records import (
+    RecordRow,
+    canonical_json,
+    hash_arguments,
+    record_to_row,
+)
+from airflow_provider_bos.warehouse.tables.schema import (
+    RECORD_COLUMNS,
+    audit_table,
+    record_columns,
+    records_table,
+)
+from airflow_provider_bos.warehouse.writer import UpsertCounts, WarehouseWriter
 from airflow_provider_bos.wire import WriteOptions
 
 __all__ = [

@@ -100,7 +100,7 @@ def days(bos_airflow_audit: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """``bos_airflow_audit`` serving the builtin ``people_over_time`` scenario (its days: joins, merges,
     splits, leavers, a partial day); the history and lineage tables dropped afterwards."""
     from airflow_provider_bos.testing.scenario import load_scenario
-    from airflow_provider_bos.warehouse.schema import companion_table_name
+    from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
     env = bos_airflow_audit
     env["server"].set_scenario(load_scenario("people_over_time"))

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from afhelpers import every_dialect, task_states
 
 from airflow_provider_bos.testing.federation import day_changes
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
 pytestmark = pytest.mark.airflow
 

@@ -21,8 +21,8 @@ from afhelpers import audit_rows, every_dialect, table_dump, task_states, xcom_s
 from airflow_provider_bos.testing.federation import day_changes, expected_final
 from airflow_provider_bos.testing.scenario import load_scenario
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.records import parse_timestamp
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.records import parse_timestamp
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
 pytestmark = pytest.mark.airflow
 

@@ -34,8 +34,8 @@ from airflow_provider_bos.testing.federation import PlannedRead, expected_final
 from airflow_provider_bos.testing.scenario import load_scenario
 from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.dialects.duckdb import DuckDbDialect
-from airflow_provider_bos.warehouse.schema import companion_table_name
-from airflow_provider_bos.warehouse.transaction import RunTransaction
+from airflow_provider_bos.warehouse.run.transaction import RunTransaction
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
 pytestmark = [
     pytest.mark.airflow,

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from afhelpers import audit_rows, every_dialect, task_states, xcom_summary
 
 from airflow_provider_bos.testing.federation import PlannedRead, expected_final
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
 pytestmark = [pytest.mark.airflow]
 

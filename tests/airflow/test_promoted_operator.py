@@ -8,7 +8,7 @@ import pytest
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
-from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
 from airflow_provider_bos.wire import WriteOptions
 
 pytestmark = pytest.mark.airflow

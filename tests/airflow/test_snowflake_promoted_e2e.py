@@ -15,7 +15,7 @@ import test_promoted_attributes_e2e as suite
 from snowflake_destination import *  # noqa: F403 - the fixtures that make Snowflake the destination
 from test_promoted_attributes_e2e import promoting  # noqa: F401 - the fixture
 
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
 pytestmark = [pytest.mark.airflow, pytest.mark.snowflake]
 

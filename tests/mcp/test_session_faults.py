@@ -28,7 +28,7 @@ from airflow_provider_bos.exceptions import (
 )
 from airflow_provider_bos.mcp import BosReadCancelled, McpSession, RetryPolicy
 from airflow_provider_bos.mcp.retry import parse_retry_after, run_with_retries
-from airflow_provider_bos.warehouse.claims import WireHashSet
+from airflow_provider_bos.warehouse.run.claims import WireHashSet
 
 URL = "https://bos.example/mcp/apps/bos/platform"
 EXT = "bos/source-results/v1"

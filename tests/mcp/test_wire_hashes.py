@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_bos.mcp.final_frame import FinalFrameScanner, KnownRecord, WireRecord, check_record
-from airflow_provider_bos.warehouse.claims import WireHashSet
+from airflow_provider_bos.warehouse.run.claims import WireHashSet
 from airflow_provider_bos.wire import wire_hash
 
 RID = "rid-1"

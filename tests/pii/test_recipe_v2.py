@@ -219,7 +219,7 @@ def test_a_variable_airflow_masks_is_read(monkeypatch: pytest.MonkeyPatch, key: 
 # --- a table written under recipe 1 --------------------------------------------------------------------
 
 def test_a_table_written_under_recipe_1_is_refused_with_a_full_re_read(key: PiiKey) -> None:
-    from airflow_provider_bos.warehouse.policy_store import loosening, refuse_unless_same
+    from airflow_provider_bos.warehouse.tables.policy_store import loosening, refuse_unless_same
 
     run = PiiPolicy.parse({"email": "hash"}).fingerprint(key)
     assert RECIPE_VERSION == 2 and run.recipe == 2

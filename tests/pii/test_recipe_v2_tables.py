@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiKey, PiiPolicy
 from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from tests.warehouse.whhelpers import make_record, rows_by_ref, run_info, write
 
 POLICY = PiiPolicy.parse({"email": "hash", "phone": "hash", "sources[].external_id": "hash"})

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
 
 
 @pytest.fixture()

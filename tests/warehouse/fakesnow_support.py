@@ -87,7 +87,7 @@ def sf_writer(snowflake_url: str, unique_table: str) -> Iterator[Any]:
     import sqlalchemy as sa
 
     from airflow_provider_bos.warehouse import WarehouseWriter
-    from airflow_provider_bos.warehouse.schema import companion_table_name
+    from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 
     engine = sa.create_engine(snowflake_url, pool_size=1, max_overflow=0)
     yield WarehouseWriter(engine, table=unique_table, audit_table=f"{unique_table}_runs")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.warehouse.attribute_columns import ATTRIBUTE_TYPES, check_attribute_columns
+from airflow_provider_bos.warehouse.tables.attribute_columns import ATTRIBUTE_TYPES, check_attribute_columns
 
 
 def test_a_mapping_parses_into_typed_columns() -> None:

@@ -10,10 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.pii import PiiKey
-from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
-from airflow_provider_bos.warehouse.companions import COMPANIONS, Companion, PolicyRewrite
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
+from airflow_provider_bos.warehouse.tables.companions import COMPANIONS, Companion, PolicyRewrite
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
+from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import T2, make_record, write
 

@@ -17,9 +17,13 @@ from typing import Any
 import orjson
 import sqlalchemy as sa
 
-from airflow_provider_bos.warehouse.records import json_column_values, json_document_values, record_to_row
-from airflow_provider_bos.warehouse.rehash import _stamped_hash
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.run.rehash import _stamped_hash
+from airflow_provider_bos.warehouse.tables.records import (
+    json_column_values,
+    json_document_values,
+    record_to_row,
+)
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions, WireRecord, wire_hash
 from tests.warehouse.test_reconcile import audit_of, current, person
 from tests.warehouse.whhelpers import T1, T2, make_record, reflect, rows_by_ref, run_info, statements, write

@@ -9,7 +9,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.companions import COMPANIONS
+from airflow_provider_bos.warehouse.tables.companions import COMPANIONS
 
 SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
 SQL_FILES = {"sqlite": "sqlite.sql", "postgresql": "postgres.sql", "mysql": "mysql.sql", "duckdb": "duckdb.sql"}
@@ -126,7 +126,7 @@ def test_sql_files_match_the_code(warehouse_url, tmp_path):
 
 def test_record_columns_describe_the_records_table():
     from airflow_provider_bos.warehouse import RECORD_COLUMNS, record_columns
-    from airflow_provider_bos.warehouse.schema import WIRE_HASH_COLUMN
+    from airflow_provider_bos.warehouse.tables.schema import WIRE_HASH_COLUMN
 
     for backend, json_type, key_type in (
         ("postgresql", "JSONB", "VARCHAR(512)"), ("mysql", "JSON", "VARCHAR(512)"), ("mariadb", "JSON", "VARCHAR(512)"),

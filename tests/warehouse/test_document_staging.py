@@ -19,7 +19,7 @@ from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.mcp.final_frame import WireRecord
 from airflow_provider_bos.sync import cyclic_gc_paused
 from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter
-from airflow_provider_bos.warehouse.records import json_document_values, parse_timestamp, record_to_row
+from airflow_provider_bos.warehouse.tables.records import json_document_values, parse_timestamp, record_to_row
 
 STAMPS = [T0, T1, T2, "2026-10-08T14:00:00+02:00", "2026-10-08T12:00:00.123456Z", "2026-10-08T12:00:00"]
 

@@ -19,8 +19,8 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiKey, PiiPolicy
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.schema import rejects_table_name
+from airflow_provider_bos.warehouse.tables.schema import rejects_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import T2, make_record, run_info, write
 

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import T0, T1, T2, make_record, run_info, write
 

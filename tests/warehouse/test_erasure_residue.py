@@ -15,9 +15,9 @@ from whhelpers import T2, make_record, run_info, write
 
 from airflow_provider_bos.sensors.verdict import judge
 from airflow_provider_bos.warehouse import AuditReader
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.tables.records import MAX_RECORD_REF_LENGTH
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.wire import ReconcileOptions
 
 HISTORY = ReconcileOptions(history=True)

@@ -9,8 +9,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.warehouse import AuditReader
-from airflow_provider_bos.warehouse.erase import ERASE_TOOL_NAME, erase_records
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import ERASE_TOOL_NAME, erase_records
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.test_reconcile import current, day1, day2, person
 from tests.warehouse.whhelpers import T2, make_record, reflect, rows_by_ref, run_info, write

@@ -21,8 +21,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.pii import PiiKey
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
+from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import T1, T2, make_record, write
 

@@ -23,7 +23,7 @@ from whhelpers import T0, T1, T2, dump, make_record, reflect, rows_by_ref, state
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter, loads
-from airflow_provider_bos.warehouse.claims import WireHashSet
+from airflow_provider_bos.warehouse.run.claims import WireHashSet
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs

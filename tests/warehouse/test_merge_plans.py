@@ -10,7 +10,7 @@ import re
 from whhelpers import T1, T2, dump, make_record, statements, write
 
 from airflow_provider_bos.warehouse import UpsertCounts, loads
-from airflow_provider_bos.warehouse.records import record_to_row
+from airflow_provider_bos.warehouse.tables.records import record_to_row
 
 
 def writes_to(seen: list[str], table: str) -> list[str]:

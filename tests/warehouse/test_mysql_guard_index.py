@@ -8,7 +8,7 @@ import pytest
 from whhelpers import T2, make_record, statements, write
 
 from airflow_provider_bos.warehouse import UpsertCounts
-from airflow_provider_bos.warehouse.schema import guard_index_name
+from airflow_provider_bos.warehouse.tables.schema import guard_index_name
 
 pytestmark = pytest.mark.parametrize(
     "warehouse_url", [pytest.param("mysql", marks=pytest.mark.mysql)], indirect=True

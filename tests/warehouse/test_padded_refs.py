@@ -15,8 +15,8 @@ from whhelpers import T2, make_record, rows_by_ref, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.wire import ReconcileOptions
 
 ALICE, BOB = "r:7", "r:7 "

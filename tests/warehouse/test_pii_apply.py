@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch, lookup_hash
-from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from airflow_provider_bos.wire import WireRecord, wire_hash
 from tests.pii.conftest import reference_wire_hash
 from tests.warehouse.pii_helpers import (
@@ -152,7 +152,7 @@ def test_the_audit_row_names_the_command_and_no_value(make_writer, engine) -> No
 def test_a_failure_midway_leaves_every_table_as_it_was(make_writer, engine, monkeypatch) -> None:
     """One transaction: the records, their history, provenance entries and rejects are rewritten before the
     policy is stored; a database failure at that last step leaves all of them, and the audit, untouched."""
-    import airflow_provider_bos.warehouse.pii_apply as pii_apply
+    import airflow_provider_bos.warehouse.upkeep.pii_apply as pii_apply
     from airflow_provider_bos.exceptions import BosWarehouseError
 
     writer = make_writer()
@@ -215,7 +215,7 @@ def test_a_promoted_column_no_longer_configured_holds_no_value_the_new_policy_dr
     """A DAG promoted ``attributes.private.home``, a later version stopped promoting it (the column
     stays, with its values), then pii-apply drops that path: the column, in the records table and
     its history, holds none of the raw values after it, and the result says which column it cleared."""
-    from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+    from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
 
     writer = make_writer()
     promoted = check_attribute_columns({"home": "attributes.private.home"})
@@ -234,7 +234,7 @@ def test_a_promoted_column_no_longer_configured_holds_no_value_the_new_policy_dr
 
 
 def test_a_policy_that_leaves_attributes_alone_leaves_an_unconfigured_column_alone(make_writer, engine) -> None:
-    from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+    from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
 
     writer = make_writer()
     write_under(writer, None, day1(), attribute_columns=check_attribute_columns({"home": "attributes.private.home"}))

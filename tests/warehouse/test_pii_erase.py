@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii import PiiPolicy
 from airflow_provider_bos.warehouse import AuditReader
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.run.rejects import MAX_REJECT_BYTES
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from tests.warehouse.pii_helpers import HISTORY, KEY, OTHER_KEY, STRICT, person, write_under
 from tests.warehouse.whhelpers import T2, reflect, rows_by_ref
 
@@ -106,7 +106,7 @@ def test_a_key_other_than_the_tables_is_refused_not_searched_with(make_writer, e
 def test_hashed_values_are_found_in_sql_without_reading_every_row(make_writer, engine, monkeypatch) -> None:
     """Under a policy that hashes what a request names, the stored form is known: the refs are found by
     equality in the database (old values in history too), and no row is read into the process."""
-    from airflow_provider_bos.warehouse import erase_finders
+    from airflow_provider_bos.warehouse.upkeep import erase_finders
 
     writer = make_writer()
     people_with_an_old_email(writer, HASHED)

@@ -22,7 +22,7 @@ from airflow_provider_bos.pii.stream import PolicyRun
 from airflow_provider_bos.sync import run_sync
 from airflow_provider_bos.testing.scenario import large_scenario
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from tests.pii.conftest import hmac_wire_hash, reference_wire_hash
 
 RECORDS = 600

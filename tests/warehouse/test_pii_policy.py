@@ -8,8 +8,8 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch
-from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from tests.warehouse.pii_helpers import (
     HISTORY,
     KEY,
@@ -239,7 +239,7 @@ def test_a_run_without_a_policy_refuses_a_table_put_under_one_during_its_read(ma
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from airflow_provider_bos.warehouse import pii_apply
+    from airflow_provider_bos.warehouse.upkeep import pii_apply
 
     write_under(writer, None, [person(1), person(2)])
     writer.require_pii_policy(None)  # the run's look before its read: no policy yet

@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
-from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import T1, T2, make_record, reflect, rows_by_ref, run_info, write
 
@@ -225,7 +225,7 @@ def test_removing_a_mapping_leaves_the_column_and_mapping_it_again_fills_it(make
 
 def test_a_policy_applied_since_the_fill_fills_the_columns_again(make_writer, engine) -> None:
     from airflow_provider_bos.pii import PiiPolicy
-    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+    from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
     from tests.warehouse.pii_helpers import KEY, every_text, write_under
     from tests.warehouse.pii_helpers import person as pii_person
 
@@ -249,7 +249,7 @@ def test_a_policy_applied_since_the_fill_fills_the_columns_again(make_writer, en
 
 def test_a_policy_that_drops_a_promoted_path_empties_its_column_at_once(make_writer, engine) -> None:
     from airflow_provider_bos.pii import PiiPolicy
-    from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+    from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
     from tests.warehouse.pii_helpers import KEY, every_text, write_under
     from tests.warehouse.pii_helpers import person as pii_person
 

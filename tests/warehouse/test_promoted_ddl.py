@@ -9,7 +9,7 @@ import uuid
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.attribute_columns import ATTRIBUTE_TYPES, check_attribute_columns
+from airflow_provider_bos.warehouse.tables.attribute_columns import ATTRIBUTE_TYPES, check_attribute_columns
 from tests.warehouse.test_ddl import SQL_DIR, SQL_FILES, _shape, _statements
 from tests.warehouse.whhelpers import write
 

@@ -17,8 +17,8 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError
 from airflow_provider_bos.warehouse import UpsertCounts, file_load, loads
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.test_reconcile import FULL, day1, day2, person
 from tests.warehouse.whhelpers import T1, T2, make_record, reflect, rows_by_ref, statements, write

@@ -16,10 +16,10 @@ from whhelpers import drop_columns, dump, make_record, rows_by_ref, run_info, wr
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
-from airflow_provider_bos.warehouse.catalog import column_names
-from airflow_provider_bos.warehouse.records import MAX_RECORD_REF_LENGTH
-from airflow_provider_bos.warehouse.rejects import MAX_REJECT_BYTES, Rejects
-from airflow_provider_bos.warehouse.schema import rejects_table_name
+from airflow_provider_bos.warehouse.run.catalog import column_names
+from airflow_provider_bos.warehouse.run.rejects import MAX_REJECT_BYTES, Rejects
+from airflow_provider_bos.warehouse.tables.records import MAX_RECORD_REF_LENGTH
+from airflow_provider_bos.warehouse.tables.schema import rejects_table_name
 from airflow_provider_bos.wire import WireRecord, WriteOptions
 
 LONG_REF = "bos:person:" + "x" * MAX_RECORD_REF_LENGTH
@@ -153,7 +153,7 @@ def test_adding_the_rejected_column_gives_up_soon_behind_an_open_reader(
         pytest.skip("SQLite: the ALTER waits the connection's busy timeout, as every write does")
     if engine.dialect.name == "duckdb":
         pytest.skip("DuckDB: an open reader does not hold the table (its catalog is versioned); the ALTER runs")
-    from airflow_provider_bos.warehouse import upsert
+    from airflow_provider_bos.warehouse import writer as upsert
 
     monkeypatch.setattr(upsert, "ADD_COLUMN_TIMEOUT_S", 1.0)
     _audit_table_made_before_the_rejected_column(make_writer, engine)

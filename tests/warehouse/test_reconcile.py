@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.wire import ReconcileOptions
 from tests.warehouse.whhelpers import (
     T0,

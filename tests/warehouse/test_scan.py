@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from airflow_provider_bos.warehouse.scan import rows_in_batches
+from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 7, 100])

@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixtures
 
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.companions import COMPANIONS
+from airflow_provider_bos.warehouse.tables.companions import COMPANIONS
 
 SQL_FILE = Path(__file__).resolve().parents[2] / "sql" / "snowflake.sql"
 # The records and audit tables and every companion of the registry.

@@ -14,7 +14,7 @@ from test_erasure_residue import (
 from whhelpers import make_record, run_info, write
 
 from airflow_provider_bos.warehouse import AuditReader, WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 
 pytestmark = pytest.mark.snowflake
 

@@ -18,7 +18,7 @@ from fakesnow_support import fakesnow_server, snowflake_url  # noqa: F401 - fixt
 import tests.warehouse.test_history as history_suite
 import tests.warehouse.test_provenance_table as provenance_suite
 import tests.warehouse.test_reconcile as reconcile_suite
-from airflow_provider_bos.warehouse.schema import companion_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from tests.warehouse.test_history import *  # noqa: F403 - the shared suite runs again on this destination
 from tests.warehouse.test_provenance_table import *  # noqa: F403 - the shared suite runs again on this destination
 from tests.warehouse.test_reconcile import *  # noqa: F403 - the shared suite runs again on this destination

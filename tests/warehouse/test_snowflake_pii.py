@@ -9,8 +9,8 @@ from fakesnow_support import fakesnow_server, sf_writer, snowflake_url  # noqa: 
 
 from airflow_provider_bos.pii import PiiPolicy, PiiPolicyMismatch, lookup_hash
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.erase import erase_records
-from airflow_provider_bos.warehouse.pii_apply import apply_stricter_policy
+from airflow_provider_bos.warehouse.upkeep.erase import erase_records
+from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from tests.warehouse.pii_helpers import KEY, STRICT, person, write_under
 from tests.warehouse.whhelpers import statements
 

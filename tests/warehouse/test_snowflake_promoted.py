@@ -15,7 +15,7 @@ from whhelpers import T2, make_record, run_info, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.schema import companion_table_name, rejects_table_name
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name, rejects_table_name
 from airflow_provider_bos.wire import ReconcileOptions, WriteOptions
 
 pytestmark = pytest.mark.snowflake
@@ -79,7 +79,7 @@ def test_the_documented_alters_add_what_the_writer_adds(sf_engine: sa.Engine) ->
     from test_promoted_ddl import examples
     from test_snowflake_ddl import _shape, _statements
 
-    from airflow_provider_bos.warehouse.attribute_columns import check_attribute_columns
+    from airflow_provider_bos.warehouse.tables.attribute_columns import check_attribute_columns
 
     found = examples("snowflake")
     columns = check_attribute_columns({column: {"path": f"attributes.{column}", "type": kind}

@@ -18,7 +18,7 @@ from whhelpers import T0, T1, T2, make_record, run_info, statements, write
 
 from airflow_provider_bos.exceptions import BosIdentifierError
 from airflow_provider_bos.warehouse import WarehouseWriter
-from airflow_provider_bos.warehouse.schema import rejects_table_name
+from airflow_provider_bos.warehouse.tables.schema import rejects_table_name
 
 pytestmark = pytest.mark.snowflake
 

@@ -132,7 +132,7 @@ def test_a_stage_root_open_to_others_is_refused(stage_base: Path, tmp_path: Path
 def test_a_directory_its_run_removes_while_another_load_looks_at_it_is_left_alone(tmp_path, monkeypatch) -> None:
     """Two loads on one machine: the one cleaning up lists a live run's directory, and that run ends
     (removing it and its lock) before the look at it. Nothing to remove, and no error."""
-    from airflow_provider_bos.warehouse import stage_dir
+    from airflow_provider_bos.warehouse.run import stage_dir
 
     run_dir = tmp_path / f"{os.getpid()}-finishing"  # a live process's id, no lock held
     run_dir.mkdir()

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_bos.warehouse.dialects.statement import Statement
-from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN
+from airflow_provider_bos.warehouse.tables.schema import DELETED_AT_COLUMN
 
 if TYPE_CHECKING:
-    from airflow_provider_bos.warehouse.attribute_columns import AttributeColumn
+    from airflow_provider_bos.warehouse.tables.attribute_columns import AttributeColumn
 
 __all__ = ["AttributeSql", "Expression"]
 

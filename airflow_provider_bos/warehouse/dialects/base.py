@@ -39,8 +39,8 @@ from airflow_provider_bos.warehouse.dialects.attribute_sql import AttributeSql
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import LifecycleSql, RunKeys
 from airflow_provider_bos.warehouse.dialects.statement import Statement
-from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.schema import (
+from airflow_provider_bos.warehouse.tables.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.tables.schema import (
     DELETED_AT_COLUMN,
     LIFECYCLE_COLUMNS,
     RECORD_COLUMNS,

@@ -25,13 +25,13 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities, LoadMethod
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
-from airflow_provider_bos.warehouse.identifiers import validate_identifier, validate_schema
-from airflow_provider_bos.warehouse.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
+from airflow_provider_bos.warehouse.tables.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
+from airflow_provider_bos.warehouse.tables.identifiers import validate_identifier, validate_schema
+from airflow_provider_bos.warehouse.tables.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
 
 __all__ = ["DuckDbDialect", "wait_for_file_lock"]
 

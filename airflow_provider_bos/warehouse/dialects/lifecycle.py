@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_bos.warehouse.dialects.statement import Statement
-from airflow_provider_bos.warehouse.schema import (
+from airflow_provider_bos.warehouse.tables.schema import (
     CONFIRMED_AT_COLUMN,
     DELETED_AT_COLUMN,
     HISTORY_CONTENT_COLUMNS,

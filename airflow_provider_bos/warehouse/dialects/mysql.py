@@ -7,12 +7,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import PROVENANCE_KEY
-from airflow_provider_bos.warehouse.schema import DELETED_AT_COLUMN, SUPERSEDED_BY_COLUMN, WIRE_HASH_COLUMN
+from airflow_provider_bos.warehouse.tables.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
+from airflow_provider_bos.warehouse.tables.schema import (
+    DELETED_AT_COLUMN,
+    SUPERSEDED_BY_COLUMN,
+    WIRE_HASH_COLUMN,
+)
 
 __all__ = ["MySqlDialect"]
 

@@ -30,12 +30,12 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from airflow_provider_bos.warehouse.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
-from airflow_provider_bos.warehouse.schema import (
+from airflow_provider_bos.warehouse.tables.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
+from airflow_provider_bos.warehouse.tables.schema import (
     DELETED_AT_COLUMN,
     RECORD_JSON_COLUMNS,
     SUPERSEDED_BY_COLUMN,

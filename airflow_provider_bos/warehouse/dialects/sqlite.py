@@ -9,11 +9,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse.attribute_columns import AttributeColumn
 from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, expand
 from airflow_provider_bos.warehouse.dialects.base import Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
+from airflow_provider_bos.warehouse.tables.attribute_columns import AttributeColumn
 
 __all__ = ["SqliteDialect"]
 
