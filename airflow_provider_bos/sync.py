@@ -132,6 +132,18 @@ def audit_fields(run: RunInfo, result: StreamingRead, logger: logging.Logger | A
     }
 
 
+def _with_policy_report(audit: dict[str, Any], pii: PolicyRun | None, logger: Any) -> dict[str, Any]:
+    """``audit`` with the policy's report (what each rule met in the records decoded) noted, and logged;
+    a rule that met nothing is warned about: it names a path the records do not have."""
+    if pii is None:
+        return audit
+    report = pii.rule_report()
+    unmatched = pii.plan.records and not all(pii.plan.matched.values())
+    (logger.warning if unmatched else logger.info)("BOS personal-data policy: %s", report)
+    note = audit.get("error_message")
+    return {**audit, "error_message": f"{note} {report}" if note else report}
+
+
 def failure_message(exc: BaseException) -> str:
     """The audit row's error text: the error type and a bounded, secret-scrubbed message."""
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -252,7 +264,10 @@ def run_sync(
             # exist only once the frame is complete and validated, so the writer asks for them
             # then, inside the same transaction (an error there rolls everything back).
             with streaming:
-                options = WriteOptions(audit=lambda: audit_fields(run, streaming, logger), known=matched,
+                def audit() -> dict[str, Any]:
+                    return _with_policy_report(audit_fields(run, streaming, logger), pii, logger)
+
+                options = WriteOptions(audit=audit, known=matched,
                                        invalid_records=invalid_records, reconcile=reconcile or ReconcileOptions(),
                                        pii=fingerprint, attribute_columns=attribute_columns,
                                        coverage_columns=coverage_columns)

@@ -268,6 +268,8 @@ class BosFederatedReadOperator(BaseOperator):
             hook.close()
 
         summary = outcome.summary(writer.destination_table)
+        if pii is not None:  # per rule, how many values it met: names and counts, never a value
+            summary["pii_rules"] = dict(pii.plan.matched)
         status, counts = outcome.status, outcome.counts
         self.log.info(
             "BOS sync %s: %s (%s), %s final records -> %s (inserted %d, updated %d, unchanged %d, stale %d, "

@@ -50,22 +50,26 @@ _DROPPED: Final = object()  # the result of dropping a value: its key (or list e
 class _PathNode:
     """One attributes path: the action for its value, and the paths below it that say otherwise."""
 
-    __slots__ = ("action", "children", "dropped_leaves", "hasher", "other_children")
+    __slots__ = ("action", "children", "dropped_leaves", "hasher", "other_children", "rule")
 
     def __init__(self, action: str) -> None:
         self.action = action
+        #: The policy rule naming this path (None: a path on the way to one, taking its parent's action).
+        self.rule: str | None = None
         self.children: dict[str, _PathNode] = {}
         #: The hasher of this path's values (:meth:`attach`; None: the plan has no key).
         self.hasher: TreeHasher | None = None
-        #: ``children`` split once the trie is built (:meth:`split`): the keys whose whole value goes,
-        #: and the rest; a kept object then drops its keys without a call each.
-        self.dropped_leaves: tuple[str, ...] = ()
+        #: ``children`` split once the trie is built (:meth:`split`): the keys whose whole value goes
+        #: (with their rule), and the rest; a kept object then drops its keys without a call each.
+        self.dropped_leaves: tuple[tuple[str, str | None], ...] = ()
         self.other_children: tuple[tuple[str, _PathNode], ...] = ()
 
     def split(self) -> None:
         """Fill in ``dropped_leaves`` and ``other_children`` here and below."""
-        self.dropped_leaves = tuple(k for k, c in self.children.items() if c.action == _DROP and not c.children)
-        self.other_children = tuple((k, c) for k, c in self.children.items() if k not in self.dropped_leaves)
+        self.dropped_leaves = tuple((k, c.rule) for k, c in self.children.items()
+                                    if c.action == _DROP and not c.children)
+        dropped = {k for k, _ in self.dropped_leaves}
+        self.other_children = tuple((k, c) for k, c in self.children.items() if k not in dropped)
         for child in self.children.values():
             child.split()
 
@@ -80,18 +84,18 @@ def _attribute_trie(rules: Mapping[str, str]) -> _PathNode | None:
     """The trie of the attributes rules (``None`` when there are none); shallow rules go first so each
     node made on the way to a deeper rule takes its parent's action."""
     paths = sorted(
-        ((parse_field(name).attribute_path, action) for name, action in rules.items()
+        ((parse_field(name).attribute_path, action, parse_field(name).canonical) for name, action in rules.items()
          if parse_field(name).is_attribute),
         key=lambda item: len(item[0]),
     )
     if not paths:
         return None
     root = _PathNode(_KEEP)
-    for path, action in paths:
+    for path, action, rule in paths:
         node = root
         for key in path:
             node = node.children.setdefault(key, _PathNode(node.action))
-        node.action = action
+        node.action, node.rule = action, rule
     root.split()
     return root
 
@@ -120,6 +124,14 @@ class PiiPlan:
             self._attributes.attach(TreeHasher(key, "attributes"))  # each path its own domain
         # The usual attributes rules (paths below a kept root): only the named children can change.
         self._kept_attributes = self._attributes if self._attributes and self._attributes.action == _KEEP else None
+        #: Per rule of the policy, how many values it met in the records applied so far (its hashes,
+        #: its drops, or for a ``keep`` exception the values it kept): a rule that meets none in a
+        #: run's records names a path they do not have (a typo, ``attributes.salery``).
+        self.matched: dict[str, int] = dict.fromkeys(rules, 0)
+        #: The policy's rules (field -> action), for saying what each one did.
+        self.policy_rules: dict[str, str] = dict(rules)
+        #: Records the plan was applied to (known records skip it: they are stored already).
+        self.records = 0
         self.is_empty = not (self._display_name or self._email or self._phone or self._lifecycle
                              or self._identity_match or self._hash_external_id or self._entry_extras
                              or self._attributes)
@@ -138,17 +150,24 @@ class PiiPlan:
         if self.is_empty:
             return record
         out = into(record)
-        # The three fields one after the other, not in a loop: this runs for every record.
+        matched = self.matched
+        self.records += 1
+        # The fields one after the other, not in a loop: this runs for every record.
         if self._display_name is not None and (value := out.get("display_name")) is not None:
             out["display_name"] = self._display_name(value)
+            matched["display_name"] += 1
         if self._email is not None and (value := out.get("email")) is not None:
             out["email"] = self._email(value)
+            matched["email"] += 1
         if self._phone is not None and (value := out.get("phone")) is not None:
             out["phone"] = self._phone(value)
+            matched["phone"] += 1
         if self._lifecycle is not None and (value := out.get("lifecycle")) is not None:
             out["lifecycle"] = self._lifecycle(value)
+            matched["lifecycle"] += 1
         if self._identity_match is not None and (value := out.get("identity_match")) is not None:
             out["identity_match"] = self._identity_match(value)
+            matched["identity_match"] += 1
         if self._hash_external_id is not None or self._entry_extras is not None:
             sources = out.get("sources")
             if isinstance(sources, list):
@@ -158,11 +177,12 @@ class PiiPlan:
             kept = self._kept_attributes
             if kept is not None and type(attributes) is dict:
                 applied = attributes
-                for key in kept.dropped_leaves:  # as _apply_children does, without its call
+                for key, rule in kept.dropped_leaves:  # as _apply_children does, without its call
                     if key in applied:
                         if applied is attributes:
                             applied = dict(attributes)
                         del applied[key]
+                        matched[rule] += 1  # type: ignore[index]  # a dropped leaf is a rule's
                 if kept.other_children:
                     applied = self._apply_children(kept, applied)
                 if applied is not attributes:
@@ -197,9 +217,11 @@ class PiiPlan:
         out = entry
         if self._hash_external_id is not None and entry.get("external_id") is not None:
             out = {**entry, "external_id": self._hash_external_id(entry["external_id"])}
+            self.matched[EXTERNAL_ID] += 1
         if self._entry_extras is not None:
             extras = [key for key in entry if key not in ENTRY_FIELDS]
             if extras:
+                self.matched[ENTRY_EXTRAS] += len(extras)
                 out = dict(out) if out is entry else out
                 for key in extras:
                     if self._entry_extras == _DROP:
@@ -228,6 +250,8 @@ class PiiPlan:
         return hasher(value)  # remembers the hashes of values that repeat (departments, titles)
 
     def _apply_node(self, node: _PathNode, value: Any) -> Any:
+        if node.rule is not None and value is not None and not isinstance(value, list):
+            self.matched[node.rule] += 1
         if not node.children:
             return self._apply_action(node.action, value, node.hasher)
         if isinstance(value, list):
@@ -251,17 +275,22 @@ class PiiPlan:
     def _apply_children(self, node: _PathNode, value: dict[str, Any]) -> dict[str, Any]:
         """A kept object: only its named children can change; it is copied only if one does."""
         out: dict[str, Any] | None = None
-        for key in node.dropped_leaves:  # the common rule (a subtree dropped), with no call per key
+        for key, rule in node.dropped_leaves:  # the common rule (a subtree dropped), with no call per key
             if key in value:
                 if out is None:
                     out = dict(value)
                 del out[key]
+                self.matched[rule] += 1  # type: ignore[index]  # a dropped leaf is a rule's
         for key, child in node.other_children:
             if key not in value:
                 continue
             current = value[key]
-            applied = (self._apply_node(child, current) if child.children
-                       else self._apply_action(child.action, current, child.hasher))
+            if child.children:
+                applied = self._apply_node(child, current)
+            else:
+                if child.rule is not None and current is not None:
+                    self.matched[child.rule] += 1
+                applied = self._apply_action(child.action, current, child.hasher)
             if applied is current:
                 continue
             if out is None:

@@ -121,6 +121,19 @@ class PolicyRun:
     def __repr__(self) -> str:
         return f"PolicyRun({self.fingerprint.text})"
 
+    def rule_report(self) -> str:
+        """What each rule did to the records this run decoded (a count per rule, never a value), and the
+        rules that met no value: a rule naming a path the records do not have changes nothing."""
+        plan = self.plan
+        done = {"hash": "hashed", "drop": "dropped", "keep": "kept"}
+        counts = ", ".join(f"{rule} {done[plan.policy_rules[rule]]} in {n}" for rule, n in sorted(plan.matched.items()))
+        unmatched = sorted(rule for rule, n in plan.matched.items() if not n)
+        note = f"Personal-data policy over the {plan.records} record(s) decoded: {counts}."
+        if unmatched and plan.records:
+            note += (f" Rule(s) that met no value: {', '.join(unmatched)} (a path the records do not have: check "
+                     "its spelling).")
+        return note
+
     def known_wire_hashes(self, stored: KnownWireHashes) -> KeyedWireHashes | None:
         """The matcher for the read: ``stored`` keyed (``None`` without a key: no wire hashes are stored)."""
         return KeyedWireHashes(stored, self._key) if self._key is not None else None

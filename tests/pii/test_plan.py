@@ -258,3 +258,15 @@ def test_an_entry_keeps_its_named_fields_whatever_happens_to_its_other_keys(key:
     assert hashed["link"] == {"href": h("sources[].*", "https://workday.example/WD-00042", key)}
     dropped = PiiPolicy.parse({"sources[].*": "drop"}).plan(key).apply(record)["sources"][0]
     assert set(dropped) == set(record["sources"][0]) - {"label", "link"}
+
+
+def test_each_rule_counts_the_values_it_met(key: PiiKey) -> None:
+    """What a run reports per rule: a rule meeting no value names a path the records do not have."""
+    plan = PiiPolicy.parse({"email": "hash", "attributes.employment.cost_center": "drop",
+                            "attributes.salery": "drop", "sources[].external_id": "hash"}).plan(key)
+    for _ in range(3):
+        plan.apply(person())
+    plan.apply(person(email=None))
+    assert plan.records == 4
+    assert plan.matched == {"email": 3, "attributes.employment.cost_center": 4, "attributes.salery": 0,
+                            "sources[].external_id": 8}
