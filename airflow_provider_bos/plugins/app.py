@@ -8,6 +8,7 @@ Routes (all behind Airflow's auth manager: connection *edit* permission, and per
 - ``POST /connect``: Connect a new Connection (also needs connection *create* permission).
 - ``GET /callback``: the OAuth redirect URI; finishes the sign-in, stores the grant, saves the Connection.
 - ``POST /connections/{id}/check``: discovery + ``bos_get_context``, shows the contexts.
+- ``GET /health/...``: the sync-health page (:mod:`.health_routes`; DAG read permission, per DAG).
 
 POSTs need the page's CSRF token (and a same-origin ``Origin`` when sent); the callback is bound to
 its pending sign-in (state, single use, expiry) and to the user who started it. Every request the
@@ -53,6 +54,7 @@ from airflow_provider_bos.plugins.csrf import (
 )
 from airflow_provider_bos.plugins.grant_status import GrantStatus, grant_status, store_error_text
 from airflow_provider_bos.plugins.headers import PageHeadersMiddleware
+from airflow_provider_bos.plugins.health_routes import health_router
 from airflow_provider_bos.plugins.outbound import Deadline, OutboundPolicy, page_client
 from airflow_provider_bos.plugins.pages import PERMISSION_NOTE, contexts_page, message_page, status_page
 from airflow_provider_bos.plugins.pending import ConnectTarget, PendingConnectStore
@@ -415,4 +417,5 @@ def create_app() -> FastAPI:
         )
         return _html(contexts_page(connection_id, contexts, home=_home(request)))
 
+    app.include_router(health_router(URL_PREFIX))
     return app

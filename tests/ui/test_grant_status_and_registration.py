@@ -59,6 +59,7 @@ def test_the_plugin_is_registered_by_provider_info_and_entry_point_alike() -> No
     from airflow_provider_bos.plugins.plugin import BosUiPlugin
 
     [app] = BosUiPlugin.fastapi_apps
-    [view] = BosUiPlugin.external_views
+    view, health_view = BosUiPlugin.external_views
+    assert health_view["href"].startswith("/bos/")  # the sync-health page, beside the BOS page
     assert app["url_prefix"] == "/bos" and view["href"] == "/bos/" and view["category"] == "admin"
     assert "url_route" not in view  # its own tab: Airflow's plugin iframe forbids a top-level sign-in
