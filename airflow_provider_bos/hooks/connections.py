@@ -82,22 +82,48 @@ def url_from_connection(conn: Any) -> URL:
     )
 
 
+def airflow_connection(conn_id: str) -> Any | None:
+    """Airflow Connection ``conn_id`` wherever Airflow keeps it, or None.
+
+    In a task the SDK asks the API server, which reads the metadata database too. Outside a task (the
+    CLI) the SDK reads only ``AIRFLOW_CONN_*`` and the secrets backends, so the metadata database is
+    asked next, as ``airflow connections get`` does: a connection made with ``airflow connections add``,
+    in the UI or by ``connect --save-connection`` is found as well.
+    """
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        pass
+    try:
+        from airflow.models.connection import Connection
+
+        return Connection.get_connection_from_secrets(conn_id)
+    except Exception:  # noqa: BLE001 - not there, or no metadata database from here (a worker): not found
+        return None
+
+
+def not_found(conn_id: str, holding: str = "") -> BosConfigurationError:
+    """The error of a connection Airflow does not have, saying where it was looked for."""
+    return BosConfigurationError(
+        f"The Airflow connection {conn_id!r}{holding} does not exist: it is in neither AIRFLOW_CONN_"
+        f"{conn_id.upper()}, a secrets backend, nor the metadata database of this Airflow "
+        f"(AIRFLOW_HOME / [database] sql_alchemy_conn). Create it (airflow connections add, or Admin -> "
+        f"Connections) or name another one."
+    )
+
+
 def engine_for_connection(conn_id: str) -> Engine:
     """The SQLAlchemy engine for ``conn_id`` (any Airflow SQL connection).
 
     Known types get a URL with the driver we depend on (psycopg 3 for COPY, PyMySQL); any other
     type is asked for its hook's engine, and the warehouse dialect then says if it is supported.
     """
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
-
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
-        raise BosConfigurationError(
-            f"The Airflow connection {conn_id!r} does not exist; create it (Admin -> Connections or "
-            f"AIRFLOW_CONN_{conn_id.upper()}) or name another one."
-        ) from None
+    conn = airflow_connection(conn_id)
+    if conn is None:
+        raise not_found(conn_id)
     conn_type = (conn.conn_type or "").lower()
     if conn_type == "sqlite" or conn_type in _FALLBACK_DRIVERS:
         return create_engine(url_from_connection(conn), pool_pre_ping=True)

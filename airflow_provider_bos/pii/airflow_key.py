@@ -85,20 +85,15 @@ def key_from_connection(conn_id: str, *, required: bool) -> PiiKey | None: ...
 def key_from_connection(conn_id: str, *, required: bool = True) -> PiiKey | None:
     """The key in the password of Airflow Connection ``conn_id`` (``required=False``: None when there
     is no such connection)."""
-    from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+    from airflow_provider_bos.hooks.connections import airflow_connection, not_found
 
     _install_airflow_masker()
-    try:
-        conn = BaseHook.get_connection(conn_id)
-    except AirflowNotFoundException:
+    conn = airflow_connection(conn_id)
+    if conn is None:
         if not required:
             return None
-        raise BosConfigurationError(
-            f"The Airflow connection {conn_id!r} holding the personal-data hash key does not exist; create "
-            f"it (Admin -> Connections, AIRFLOW_CONN_{conn_id.upper()} or the secrets backend) with the "
-            f"key as its password: {_HOW_TO_SET}."
-        ) from None
+        raise BosConfigurationError(f"{not_found(conn_id, ' holding the personal-data hash key')} Its password "
+                                    f"is the key: {_HOW_TO_SET}.")
     password = conn.password or ""
     if not password.strip():
         raise BosConfigurationError(
