@@ -31,7 +31,8 @@ from whhelpers import T0, T1, T2, dump, make_record, reflect, rows_by_ref, run_i
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError, BosWarehouseError
 from airflow_provider_bos.models import FederatedRecord
-from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter, file_load, loads
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter
+from airflow_provider_bos.warehouse.run import file_load, loads
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 
 RUN_COLUMNS = ("_bos_synced_at", "_bos_run_id")  # differ between any two runs

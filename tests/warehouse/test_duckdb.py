@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from whhelpers import T2, dump, make_record, run_info, statements, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter, file_load
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, WarehouseWriter
+from airflow_provider_bos.warehouse.run import file_load
 
 pytest.importorskip("duckdb_engine")
 

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from whhelpers import T0, T1, T2, dump, make_record, reflect, rows_by_ref, statements, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter, loads
+from airflow_provider_bos.warehouse import UpsertCounts, WarehouseWriter
+from airflow_provider_bos.warehouse.run import loads
 from airflow_provider_bos.warehouse.run.claims import WireHashSet
 from airflow_provider_bos.wire import KnownRecord, WireRecord
 

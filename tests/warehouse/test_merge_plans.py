@@ -9,7 +9,8 @@ import re
 
 from whhelpers import T1, T2, dump, make_record, statements, write
 
-from airflow_provider_bos.warehouse import UpsertCounts, loads
+from airflow_provider_bos.warehouse import UpsertCounts
+from airflow_provider_bos.warehouse.run import loads
 from airflow_provider_bos.warehouse.tables.records import record_to_row
 
 

@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosIncompleteStreamError
-from airflow_provider_bos.warehouse import UpsertCounts, file_load, loads
+from airflow_provider_bos.warehouse import UpsertCounts
+from airflow_provider_bos.warehouse.run import file_load, loads
 from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.wire import ReconcileOptions

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 from whhelpers import make_record, write
 
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.warehouse import WarehouseWriter, file_load
+from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.run import file_load
 
 pytest.importorskip("duckdb_engine")
 
@@ -26,7 +27,8 @@ sys.path.insert(0, {helpers!r})
 import sqlalchemy as sa
 from whhelpers import make_record, write
 from airflow_provider_bos.exceptions import BosConfigurationError
-from airflow_provider_bos.warehouse import WarehouseWriter, file_load
+from airflow_provider_bos.warehouse import WarehouseWriter
+from airflow_provider_bos.warehouse.run import file_load
 
 file_load.FILE_BLOCK_ROWS = 10
 

@@ -10,8 +10,9 @@ import sqlalchemy as sa
 from whhelpers import T0, T1, T2, dump, make_record, rows_by_ref, run_info, write
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, file_load, record_to_row, records_table
+from airflow_provider_bos.warehouse import AuditReader, UpsertCounts, record_to_row, records_table
 from airflow_provider_bos.warehouse.dialects import staging_table_name
+from airflow_provider_bos.warehouse.run import file_load
 
 
 def _decode(value):
