@@ -56,7 +56,9 @@ class BosCompletenessSensor(BaseSensorOperator):
         ``on_partial`` says. Default None: not checked.
     """
 
-    template_fields: Sequence[str] = ("sync_task_id", "tool_name", "context_handle", "bos_conn_id")
+    # min_coverage too: a template field is serialized with the DAG, so the sync-health page draws the
+    # thresholds the check holds a table's coverage to (its values are numbers: rendering leaves them).
+    template_fields: Sequence[str] = ("sync_task_id", "tool_name", "context_handle", "bos_conn_id", "min_coverage")
 
     def __init__(
         self,

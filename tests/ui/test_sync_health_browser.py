@@ -43,17 +43,12 @@ from airflow_provider_bos.operators.federated_read import BosFederatedReadOperat
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 
 
-class CoverageSensor(BosCompletenessSensor):
-    # min_coverage serialized (a template field), so the sync-health page can draw the threshold.
-    template_fields = (*BosCompletenessSensor.template_fields, "min_coverage")
-
-
 with DAG(dag_id="bos_health_people", schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=UTC),
          catchup=False, tags=["bos-test"]):
     BosFederatedReadOperator(
         task_id="sync", tool_name="people.search", destination_conn_id="bos_health_wh",
         destination_table="health_people", read_deadline=timedelta(seconds=60),
-    ) >> CoverageSensor(task_id="check", destination_conn_id="bos_health_wh", sync_task_id="sync",
+    ) >> BosCompletenessSensor(task_id="check", destination_conn_id="bos_health_wh", sync_task_id="sync",
                         on_partial="alert", min_records=0, min_coverage={"email": 0.9}, poke_interval=1, timeout=30)
 
 with DAG(dag_id="bos_health_teams", schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=UTC),

@@ -41,19 +41,14 @@ from airflow_provider_bos.operators.federated_read import BosFederatedReadOperat
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 
 
-class CoverageSensor(BosCompletenessSensor):
-    # min_coverage serialized (a template field), so the health page can draw the threshold.
-    template_fields = (*BosCompletenessSensor.template_fields, "min_coverage")
-
-
 for dag_id, table in (("health_unit_a", "health_unit_x"), ("health_unit_b", "health_unit_y"),
                       ("health_unit_t", "health_unit_{{ 'tt' }}")):
     with DAG(dag_id=dag_id, schedule="@daily", start_date=datetime(2026, 1, 1, tzinfo=UTC), catchup=False,
              tags=["bos-test"]):
         sync = BosFederatedReadOperator(task_id="sync", tool_name="people.search", destination_conn_id="health_unit_wh",
                                         destination_table=table)
-        sync >> CoverageSensor(task_id="check", destination_conn_id="health_unit_wh", sync_task_id="sync",
-                               min_coverage={"email": 0.9})
+        sync >> BosCompletenessSensor(task_id="check", destination_conn_id="health_unit_wh", sync_task_id="sync",
+                                      min_coverage={"email": 0.9})
 """
 # The records' values: none of them may ever appear in an answer of the page.
 NAMES = [f"Quixote Zebedee {i}" for i in range(12)]
