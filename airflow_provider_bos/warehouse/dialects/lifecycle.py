@@ -572,6 +572,16 @@ class LifecycleSql:
             (self.bind_timestamp(closed_at), run_id),
         )
 
+    def history_close_listed(self, history: str, keys: str, schema: str | None, *, closed_at: datetime) -> Statement:
+        """Close the open version of every row listed in ``keys`` (rows a hard deletion is about to delete:
+        :meth:`history_close` finds rows by their run, and a deleted row has none)."""
+        ref, to = self.quote("record_ref"), self.quote("_bos_valid_to")
+        return Statement(
+            f"UPDATE {self.table_ref(history, schema)} SET {to} = {self.placeholder} "
+            f"WHERE {to} IS NULL AND {ref} IN (SELECT k.{ref} FROM {self.stage_ref(keys, schema)} k)",
+            (self.bind_timestamp(closed_at),),
+        )
+
     def history_open(self, history: str, target: str, schema: str | None, *, run_id: str,
                      opened_at: datetime, carried: Sequence[str] = ()) -> Statement:
         """A new open version of every current row this run wrote (inserted, updated, back again)."""

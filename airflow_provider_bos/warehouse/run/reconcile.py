@@ -284,6 +284,8 @@ def _retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime
                    successor: bool, expected: int) -> None:
     d = tx.dialect
     if life.options.deletions == "hard":
+        if life.history_table is not None:  # now: record_history finds rows by their run, and these go
+            tx.exec(d.history_close_listed(life.history_table, keys, tx.schema, closed_at=now))
         statement = d.delete_listed(tx.table, keys, tx.schema)
     else:
         # _bos_deleted_at is when the read saw the rows gone (never later than now): what a later

@@ -264,6 +264,7 @@ def _rewrite(
                 wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
                 record = stored_record(row, json_columns)
                 stored = plan.apply(record)
+                rekeyed += wire is not None and wire_hash != row[WIRE_HASH_COLUMN]  # changed, not just written
                 if stored != record:
                     new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]),
                                             stored=True)
@@ -276,7 +277,6 @@ def _rewrite(
                     wires.append({**ident, "wire_hash": wire_hash})
             written.add(contents, wires)
             changed += len(contents)
-            rekeyed += len(wires) + (len(contents) if wire is not None else 0)
     return changed, rekeyed
 
 
