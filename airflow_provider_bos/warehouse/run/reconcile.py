@@ -49,6 +49,7 @@ from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 from airflow_provider_bos.warehouse.run.audit import SyncRunInfo, utcnow
+from airflow_provider_bos.warehouse.run.audit_fields import with_note
 from airflow_provider_bos.warehouse.run.claims import KeptClaims, stage_kept_claims
 from airflow_provider_bos.warehouse.run.history import record_history
 from airflow_provider_bos.warehouse.run.provenance import record_provenance
@@ -123,12 +124,12 @@ def reconcile(
     full = options.sync_mode == "full"
     keys: RunKeys | None = None
     if counts.withheld:
-        audit = _note(audit, f"{counts.withheld} records of this partial read came under refs that a complete read "
+        audit = with_note(audit, f"{counts.withheld} records of this partial read came under refs that a complete read "
                              "merged away (their successor is current); they were withheld, not revived.")
     # Before supersession, which finds the entries of the rows this run wrote in the provenance table.
     record_provenance(tx, life.sources_table, direct=direct, counts=counts)
     if tx.answered_by_newer is not None:
-        audit = _note(audit, "A newer complete read of this scope answered for this read's records: nothing was "
+        audit = with_note(audit, "A newer complete read of this scope answered for this read's records: nothing was "
                              "written over it, retired or superseded.")
     # An empty table loaded directly holds only this run's rows: nothing to supersede or retire.
     elif complete and not direct and not _returned_every_current_row(tx, counts, kept):
@@ -137,13 +138,13 @@ def reconcile(
         keys = tx.run_keys = run_keys(tx, kept)
         counts.superseded, shared = _supersede(tx, life, now, observed, keys)
         if shared:
-            audit = _note(audit, f"{shared} provenance entr{'y' if shared == 1 else 'ies'} of this result "
+            audit = with_note(audit, f"{shared} provenance entr{'y' if shared == 1 else 'ies'} of this result "
                                  "belonged to several records (BOS merges a source's record into one): nothing "
                                  "was superseded through them.")
         if full:
             audit = _retire(tx, counts, audit, life, run, now, observed, keys)
     elif full and not complete:
-        audit = _note(audit, "Nothing was retired or superseded: only a complete read retires rows.")
+        audit = with_note(audit, "Nothing was retired or superseded: only a complete read retires rows.")
     if life.history_table is not None:
         touched = counts.inserted + counts.updated + counts.retired + counts.superseded > 0
         record_history(tx, life.history_table, run_id=tx.run_id, at=now, touched=touched)
@@ -274,7 +275,7 @@ def _retire(
                 "if the rows really left, raise max_retire_fraction for one run (None turns the guard off)."
             )
             log.warning("BOS run %s: %s", tx.run_id, note)
-            return {**_note(audit, note), "status": "partial"}
+            return {**with_note(audit, note), "status": "partial"}
     _retire_listed(tx, retired, life, now, observed, successor=False, expected=count)
     counts.retired = count
     return audit
@@ -328,8 +329,3 @@ def read_time(audit: dict[str, Any], run: SyncRunInfo, now: datetime) -> datetim
 def _rows(result: Any) -> int:
     rowcount = result.rowcount
     return int(rowcount) if rowcount is not None and rowcount > 0 else 0
-
-
-def _note(audit: dict[str, Any], note: str) -> dict[str, Any]:
-    error = f"{audit['error_message']} {note}" if audit.get("error_message") else note
-    return {**audit, "error_message": error}
