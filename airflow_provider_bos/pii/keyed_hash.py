@@ -15,7 +15,8 @@ The recipe (version 2; docs/personal-data.md shows it in Python and SQL) is, for
 * ``type(v)``: the JSON type, ``string``, ``number`` or ``boolean``, so the number 4711 and the text
   ``"4711"`` hash apart;
 * ``bytes(f, v)``: for a number or boolean its JSON text as Python's ``json.dumps`` writes it
-  (``42``, ``1.5``, ``true``); for a string the UTF-8 bytes of:
+  (``42``, ``1.5``, ``true``), a number spelt by value (``1e+16`` as ``10000000000000000``, ``-0.0``
+  as ``0.0``: :mod:`airflow_provider_bos.json_numbers`, as every engine hands it back); for a string the UTF-8 bytes of:
 
   - ``email``: Unicode NFC, edge whitespace removed, case-folded (``str.casefold``);
   - ``phone``: Unicode NFKC, edge whitespace removed, then each decimal digit of any script (Arabic-
@@ -44,6 +45,7 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from airflow_provider_bos.json_numbers import by_value
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.pii.fields import EXTERNAL_ID, FieldName, parse_field
 from airflow_provider_bos.redaction import register_secret
@@ -235,7 +237,7 @@ def normalise(field: str, value: str | int | float | bool) -> str:
     if isinstance(value, str):
         return _STRING_NORMALISERS.get(field, _text)(value)
     if isinstance(value, bool | int | float):
-        return json.dumps(value)
+        return json.dumps(by_value(value) if type(value) is float else value)
     raise _not_hashable(field, value)
 
 
@@ -286,7 +288,7 @@ def _make_hasher(key: PiiKey, domain: str, to_utf8: Callable[[str], bytes | None
         if isinstance(value, bool):
             json_type, data = b"boolean", b"true" if value else b"false"
         elif isinstance(value, int | float):
-            json_type, data = b"number", json.dumps(value).encode("ascii")
+            json_type, data = b"number", json.dumps(by_value(value) if type(value) is float else value).encode("ascii")
         else:
             raise _not_hashable(domain, value)
         inner = typed_copy()

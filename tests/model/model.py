@@ -42,6 +42,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 TEXT_FIELDS = ("display_name", "email", "phone")
@@ -101,11 +102,11 @@ def normalise(field_name: str, value: Any, recipe: int = 2) -> str:
     Recipe 1 (docs/personal-data.md, "The hash recipe"): email NFC, trimmed, case-folded; phone NFKC,
     trimmed, only the digits 0-9 and a leading "+"; anything else NFC and trimmed; a number or boolean
     its JSON text. Recipe 2 (the recipe text of airflow_provider_bos/pii/keyed_hash.py): the same,
-    but a phone keeps every script's decimal digits (as 0-9) and is "" without one, and an external id
-    is taken exactly.
+    but a phone keeps every script's decimal digits (as 0-9) and is "" without one, an external id
+    is taken exactly, and a number is spelt by value (:func:`by_value`).
     """
     if isinstance(value, bool | int | float):
-        return json.dumps(value)
+        return json.dumps(value if recipe == 1 else by_value(value))
     if field_name == "email":
         return unicodedata.normalize("NFC", value).strip().casefold()
     if field_name == "phone":
@@ -117,6 +118,14 @@ def normalise(field_name: str, value: Any, recipe: int = 2) -> str:
     if field_name == EXTERNAL_ID and recipe == 2:
         return value
     return unicodedata.normalize("NFC", value).strip()
+
+
+def by_value(number: Any) -> Any:
+    """docs/personal-data.md: recipe 2 spells a number by value, as every engine hands it back
+    (``1e+16`` as ``10000000000000000``, ``-0.0`` as ``0.0``)."""
+    if isinstance(number, float) and (number == 0 or "e+" in repr(number)):
+        return int(Decimal(repr(number))) if number else 0.0
+    return number
 
 
 def _path_key(key: str) -> str:

@@ -81,30 +81,21 @@ def test_the_last_of_two_copies_wins_when_it_is_the_stored_one(machine: TablesMa
     machine.tables_are_the_model()
 
 
-# --- writer: pii-apply hashes a number as PostgreSQL hands it back, not as it was sent --------------------
+# --- writer: pii-apply hashes a number as a run does, however the engine spells it back --------------------
 
 @pytest.mark.parametrize("number", [1e16, -0.0], ids=["1e16", "minus-zero"])
 def test_pii_apply_hashes_a_number_as_a_run_under_the_policy_does(machine: TablesMachine, number: float) -> None:
     """docs/personal-data.md: pii-apply "rewrites the records table [...] as a run under the new policy
     would have written them [...] so the next sync under the new policy [...] rewrites no unchanged
-    person". A run hashes the number it was sent (``json.dumps(1e16)`` is ``1e+16``); PostgreSQL's
-    jsonb hands ``1e16`` back as ``10000000000000000`` and ``-0.0`` as ``0.0``, and pii-apply hashes
-    that text: another hash, so the next run sees a change that is none (``updated``, a new history
-    version). SQLite, MariaDB and DuckDB keep the JSON text as sent."""
-    def steps() -> None:
-        machine.first_day(people=(person("piiX1", attributes={"n": number}),), fraction=0.5, deletions="soft")
-        machine.pii_apply()  # email hashed
-        machine.pii_apply()  # email, phone, display_name, attributes, external ids hashed
-        machine.tables_are_the_model()
-        machine.full_day(Day())  # the same person, re-stamped: unchanged
-
-    if machine.engine.dialect.name != "postgresql":
-        steps()
-        return
-    # Open writer defect on PostgreSQL (jsonb keeps a number's value, not its spelling): it fails, and
-    # this fails as soon as it is fixed, so the guard cannot outlive the defect.
-    with pytest.raises(AssertionError):
-        steps()
+    person". PostgreSQL's jsonb hands ``1e16`` back as ``10000000000000000`` and ``-0.0`` as ``0.0``
+    (SQLite, MariaDB and DuckDB keep the text): pii-apply hashes what it reads back, a run what it was
+    sent, and the two must agree, or the next run sees a change that is none (``updated``, a new history
+    version)."""
+    machine.first_day(people=(person("piiX1", attributes={"n": number}),), fraction=0.5, deletions="soft")
+    machine.pii_apply()  # email hashed
+    machine.pii_apply()  # email, phone, display_name, attributes, external ids hashed
+    machine.tables_are_the_model()
+    machine.full_day(Day())  # the same person, re-stamped: unchanged
 
 
 @pytest.mark.parametrize("content", [{"identity_match": {"sources": [1, 1e16]}}, {"lifecycle": {"sources": [-0.0]}},
@@ -113,25 +104,15 @@ def test_pii_apply_hashes_a_number_as_a_run_under_the_policy_does(machine: Table
 def test_a_row_pii_apply_rewrites_keeps_the_content_hash_a_run_gives_it(machine: TablesMachine,
                                                                         content: dict[str, object]) -> None:
     """The same promise, for a number pii-apply does not hash: the first stricter policy hashes only the
-    email, so the row is rewritten and gets its content hash again. On PostgreSQL, when a JSON field
-    holds a number jsonb spells otherwise (``1e16``, ``-0.0``) under a key named ``sources``, that
-    hash is not the one a run computes for the same record: the next run counts the unchanged person
-    ``updated`` and adds a history version. The same key with other numbers, or such a number under
-    another key, keeps the hash."""
-    def steps() -> None:
-        machine.first_day(people=(person("piiX1", email="piiE1@example.org", **content),), fraction=0.5,
-                          deletions="soft")
-        machine.pii_apply()  # email hashed: the row is rewritten
-        machine.tables_are_the_model()
-        machine.full_day(Day())  # the same person, re-stamped: unchanged
-        machine.tables_are_the_model()
-
-    if machine.engine.dialect.name != "postgresql":
-        steps()
-        return
-    # Open writer defect on PostgreSQL, guarded as the one above: this fails as soon as it is fixed.
-    with pytest.raises(AssertionError):
-        steps()
+    email, so the row is rewritten and gets its content hash again, from the JSON fields as the engine
+    hands them back. That hash must be the one a run computes for the same record, however jsonb
+    spells ``1e16`` or ``-0.0``: else the next run counts the unchanged person ``updated``."""
+    machine.first_day(people=(person("piiX1", email="piiE1@example.org", **content),), fraction=0.5,
+                      deletions="soft")
+    machine.pii_apply()  # email hashed: the row is rewritten
+    machine.tables_are_the_model()
+    machine.full_day(Day())  # the same person, re-stamped: unchanged
+    machine.tables_are_the_model()
 
 
 # --- writer: pii-apply's count of wire hashes -------------------------------------------------------------

@@ -49,13 +49,8 @@ def test_the_tables_follow_the_model(sqlite_url: str, tmp_path: Path, observed: 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_the_tables_follow_the_model_at_length(warehouse_url: str, tmp_path: Path, observed: Observed,
-                                               policy: str, request: pytest.FixtureRequest) -> None:
+                                               policy: str) -> None:
     """Full tier: every dialect, more and longer examples."""
-    if request.node.callspec.params.get("warehouse_url") == "postgres":
-        # Open defect, pinned strictly by test_model_regressions.py: PostgreSQL's jsonb keeps a number's
-        # value, not its spelling, so a float such as -6.02e16 re-hashed by pii-apply counts a change.
-        request.applymarker(pytest.mark.xfail(reason="open defect: jsonb number spelling after pii-apply",
-                                              raises=AssertionError, strict=False))
     start, ladder = POLICIES[policy]
     machine = machine_for(Destination(warehouse_url, tmp_path), start_policy=start, ladder=ladder, observed=observed)
     run_state_machine_as_test(machine, settings=settings.get_profile("bos-model-full"))
@@ -88,11 +83,7 @@ def test_nothing_raw_under_a_policy_that_hashes_every_field(sqlite_url: str, tmp
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("policy", sorted(STRICT_POLICIES))
 def test_nothing_raw_under_a_policy_that_hashes_every_field_at_length(warehouse_url: str, tmp_path: Path,
-                                                                      observed: Observed, policy: str,
-                                                                      request: pytest.FixtureRequest) -> None:
+                                                                      observed: Observed, policy: str) -> None:
     """Full tier: every dialect (DuckDB's staged files among what is searched), more and longer examples."""
-    if request.node.callspec.params.get("warehouse_url") == "postgres":  # the open defect above
-        request.applymarker(pytest.mark.xfail(reason="open defect: jsonb number spelling after pii-apply",
-                                              raises=AssertionError, strict=False))
     machine = _strict_machine(warehouse_url, tmp_path, observed, policy)
     run_state_machine_as_test(machine, settings=settings.get_profile("bos-model-full"))

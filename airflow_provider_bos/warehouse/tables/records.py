@@ -41,6 +41,7 @@ import orjson
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.json_numbers import may_be_respelt, numbers_by_value
 from airflow_provider_bos.warehouse.tables.schema import RECORD_COLUMNS
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
 from airflow_provider_bos.wire import RefusedRecord
@@ -122,11 +123,19 @@ _FAST_ENCODER = _make_fast_encoder()
 
 
 def canonical_json(value: Any) -> str:
-    """Canonical JSON text: sorted keys, no whitespace, UTF-8 characters kept, NaN refused."""
+    """Canonical JSON text: sorted keys, no whitespace, UTF-8 characters kept, NaN refused, numbers
+    spelt by value (:mod:`airflow_provider_bos.json_numbers`: ``1e+16`` as ``10000000000000000``)."""
     if value is None:
         return "null"
     if isinstance(value, str):
         return _encode_str(value)
+    text = _encoded(value)
+    if ("e+" in text or "-0.0" in text) and may_be_respelt(text):
+        return _encoded(numbers_by_value(value))
+    return text
+
+
+def _encoded(value: Any) -> str:
     if _FAST_ENCODER is not None and isinstance(value, dict | list):
         return "".join(_FAST_ENCODER(value, 0))
     return _ENCODER.encode(value)
@@ -245,7 +254,8 @@ def _json_str(value: str | None) -> str:
 
 _TS_CACHE: dict[str, datetime] = {}
 # orjson's float text differs from repr() only for 0 < |x| < 1e-4 ("1e-05" vs "0.00001" or "1e-5"):
-# such output holds "0.0000" or a digit followed by "e-"; those records take the general path.
+# such output holds "0.0000" or a digit followed by "e-"; those records take the general path, as do
+# those with a number canonical_json spells by value (json_numbers.may_be_respelt).
 
 
 # The hashed document: CONTENT_FIELDS in sorted order, each value canonical JSON (joined: bytes
@@ -405,7 +415,7 @@ def json_document_values(data: Mapping[str, Any], default_observed_at: datetime 
     if content_sources is None:
         return None
     document = b"".join((head_json, b',"sources":', sources_json, b"}"))
-    if _tiny_float(document):
+    if _tiny_float(document) or may_be_respelt(document):
         return None
     hashed = b"".join((head_json, b',"sources":', content_sources, b"}"))
     return ref, document, observed, sha256(hashed).hexdigest()
@@ -448,7 +458,7 @@ def json_column_values(data: Mapping[str, Any], default_observed_at: datetime | 
         k[6], ref_json, k[7],
     ))
     document = b"".join((head, sources, b"}"))
-    if _tiny_float(document):
+    if _tiny_float(document) or may_be_respelt(document):
         return None
     return ref, parts, observed, sha256(b"".join((head, content_sources, b"}"))).hexdigest(), document
 
