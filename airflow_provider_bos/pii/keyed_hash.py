@@ -45,8 +45,8 @@ import unicodedata
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from airflow_provider_bos.json_numbers import by_value
 from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.json_numbers import by_value
 from airflow_provider_bos.pii.fields import EXTERNAL_ID, FieldName, parse_field
 from airflow_provider_bos.redaction import register_secret
 

@@ -35,7 +35,8 @@ def pg_engine(postgres_url: str) -> sa.Engine:
 @given(number=st.one_of(FLOATS, st.sampled_from(EDGES)))
 def test_what_jsonb_hands_back_is_spelt_as_the_number_was(pg_engine: sa.Engine, number: float) -> None:
     with pg_engine.connect() as conn:
-        back = conn.execute(sa.text("SELECT CAST(:doc AS jsonb)::text"), {"doc": json.dumps({"n": number})}).scalar_one()
+        document = json.dumps({"n": number})
+        back = conn.execute(sa.text("SELECT CAST(:doc AS jsonb)::text"), {"doc": document}).scalar_one()
     decoded = json.loads(back)["n"]
     assert float(decoded) == number  # the same number: 1e16 comes back as the int 10000000000000000
     assert canonical_json({"n": decoded}) == canonical_json({"n": number})
