@@ -32,6 +32,8 @@ import logging
 import shlex
 import sys
 import time
+import traceback
+import warnings
 import webbrowser
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -45,13 +47,15 @@ from airflow_provider_bos.auth.connect import ConnectOutcome, run_connect_flow
 from airflow_provider_bos.auth.grants import DEFAULT_SCOPES
 from airflow_provider_bos.auth.token_store import Cipher, SqlTokenStore, default_token_store_url
 from airflow_provider_bos.auth.urls import parse_url
-from airflow_provider_bos.exceptions import BosAuthError, BosConfigurationError, BosError
+from airflow_provider_bos.exceptions import BosAuthError, BosConfigurationError, BosError, one_line
 from airflow_provider_bos.hooks.connections import airflow_fernet_cipher
 
 __all__ = ["main", "build_parser", "connection_document", "airflow_fernet_cipher", "token_store_for"]
 
 PROG = "airflow-provider-bos"
 MASK = "***"
+
+log = logging.getLogger(__name__)
 
 
 # --- Airflow glue (lazy) -------------------------------------------------------------------------
@@ -408,6 +412,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG, description="BOS provider tools: OAuth connect, token store, erasure, personal-data hashes."
     )
+    parser.add_argument(
+        "--debug", action="store_true",
+        help="On an error, print the full chain of causes (tracebacks) above the error line, and log at debug level.",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     connect = commands.add_parser("connect", help="Sign in to BOS and print the Airflow Connection.")
@@ -466,16 +474,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_airflow_31_deprecations() -> None:
+    """Airflow 3.1 under SQLAlchemy 2.1 and newer providers prints deprecation notices (on every
+    connection lookup) that are not the user's to act on and would bury the one line an error prints.
+    Airflow puts its own warning filters in front when its configuration is imported: ours go after."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        if tuple(int(part) for part in version("apache-airflow-core").split(".")[:2]) >= (3, 2):
+            return
+        import airflow.configuration  # noqa: F401 - its filters first, so that ours win
+    except (PackageNotFoundError, ImportError, ValueError):
+        return
+    for category in (DeprecationWarning, FutureWarning):
+        warnings.filterwarnings("ignore", category=category, module=r"airflow\.")
+
+
 def main(
     argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stdin: TextIO | None = None
 ) -> int:
-    """Console entry point; returns the exit status (0 ok, 1 BOS error, 2 usage)."""
+    """Console entry point; returns the exit status (0 ok, 1 BOS error, 2 usage).
+
+    A BOS error prints one line, ``error: <what failed and what to do>``, on stderr; the chain of
+    causes above it only with ``--debug`` (or when this logger is at debug level).
+    """
     args = build_parser().parse_args(argv)
+    if args.debug:
+        logging.basicConfig(level=logging.DEBUG)
+        log.setLevel(logging.DEBUG)
+    else:
+        _quiet_airflow_31_deprecations()
     out = stdout or sys.stdout
     try:
         return int(args.handler(args, out, stdin or sys.stdin))
     except BosError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if args.debug or log.isEnabledFor(logging.DEBUG):
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

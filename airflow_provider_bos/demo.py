@@ -127,7 +127,20 @@ class Demo:
             message = _demo_line(line)
             if message:
                 print("  ", message)
+        if proc.returncode != 0 and self._every_task_succeeded(dag_id):
+            # Airflow 3.3's `airflow dags test` fails after the last task of a DAG with a deadline
+            # (apache/airflow#73428), before it records the run's success: the tasks are the verdict.
+            print("   (every task succeeded; `airflow dags test` failed after them: apache/airflow#73428)")
+            return 0
         return proc.returncode
+
+    def _every_task_succeeded(self, dag_id: str) -> bool:
+        """True if every task of ``dag_id``'s latest run succeeded (read from the metadata database)."""
+        with sqlite3.connect(self.home / "airflow.db") as db:
+            states = [state for (state,) in db.execute(
+                "SELECT ti.state FROM task_instance ti WHERE ti.dag_id = ? AND ti.run_id = "
+                "(SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1)", (dag_id, dag_id))]
+        return bool(states) and all(state == "success" for state in states)
 
     def show_tables(self) -> None:
         with sqlite3.connect(self.warehouse) as db:

@@ -41,6 +41,7 @@ __all__ = [
     "BosIdentifierError",
     "BosPartialReadError",
     "excerpt",
+    "one_line",
 ]
 
 
@@ -64,6 +65,12 @@ def excerpt(body: bytes | str, limit: int = 200) -> str:
 
 class BosError(Exception):
     """Base class of every error raised by airflow-provider-bos."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc``'s message on one line, as a log's or a command's last line shows it: what failed and
+    what to do (a message listing several problems on lines of their own keeps them, space-joined)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 class BosConfigurationError(BosError):

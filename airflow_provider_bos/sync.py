@@ -140,8 +140,8 @@ def _with_policy_report(audit: dict[str, Any], pii: PolicyRun | None, logger: An
     report = pii.rule_report()
     unmatched = pii.plan.records and not all(pii.plan.matched.values())
     (logger.warning if unmatched else logger.info)("BOS personal-data policy: %s", report)
-    note = audit.get("error_message")
-    return {**audit, "error_message": f"{note} {report}" if note else report}
+    note = audit.get("notes")
+    return {**audit, "notes": f"{note} {report}" if note else report}
 
 
 def failure_message(exc: BaseException) -> str:

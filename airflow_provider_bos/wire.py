@@ -37,6 +37,7 @@ __all__ = [
     "ReconcileOptions",
     "SYNC_MODES",
     "DELETIONS_MODES",
+    "RETIRE_GUARD_ACTIONS",
     "check_reconcile",
     "check_invalid_records",
     "FederatedRead",
@@ -316,6 +317,8 @@ def check_invalid_records(mode: Any) -> str:
 #: ``ReconcileOptions.sync_mode`` and ``.deletions`` (and the operator's options of those names).
 SYNC_MODES = ("incremental", "full")
 DELETIONS_MODES = ("soft", "hard")
+#: What a complete full read does when its retirements pass ``max_retire_fraction``.
+RETIRE_GUARD_ACTIONS = ("fail", "ask")
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +332,8 @@ class ReconcileOptions:
     ``deletions``: ``"soft"`` (``_bos_deleted_at`` set) or ``"hard"`` (rows deleted).
     ``max_retire_fraction``: a complete full read that would retire more than this fraction of its
     scope's current rows retires nothing and is audited ``partial`` (None: no guard).
+    ``on_retire_guard``: ``"fail"`` (that) or ``"ask"``: the run stays ``complete`` and holds those
+    retirements in ``<table>_pending_retirements`` for a person to approve or reject.
     ``history``: keep every version in ``<table>_history``. ``adopt_unscoped_rows``: a full read
     may also retire rows written before scopes existed by runs of the same read (same connection,
     context, tool and, without ``scope``, arguments hash in their audit row).
@@ -341,11 +346,13 @@ class ReconcileOptions:
     max_retire_fraction: float | None = 0.5
     history: bool = False
     adopt_unscoped_rows: bool = False
+    on_retire_guard: str = "fail"
 
 
 def check_reconcile(
     *, sync_mode: Any = "incremental", scope: Any = None, deletions: Any = "soft", max_retire_fraction: Any = 0.5,
     history: Any = False, adopt_unscoped_rows: Any = False, resource: str | None = None,
+    on_retire_guard: Any = "fail",
 ) -> ReconcileOptions:
     """The :class:`ReconcileOptions` of these values; :class:`BosConfigurationError` saying what to fix."""
     if not isinstance(sync_mode, str) or sync_mode not in SYNC_MODES:
@@ -365,13 +372,19 @@ def check_reconcile(
             f"max_retire_fraction must be a number from 0 to 1 (or None to turn the guard off), "
             f"not {str(max_retire_fraction)[:40]!r}."
         )
+    if not isinstance(on_retire_guard, str) or on_retire_guard not in RETIRE_GUARD_ACTIONS:
+        raise BosConfigurationError(
+            f"on_retire_guard must be one of {RETIRE_GUARD_ACTIONS}, not {str(on_retire_guard)[:40]!r}: 'fail' "
+            "retires nothing past max_retire_fraction and audits the run partial; 'ask' holds those "
+            "retirements for a person to approve (operators/retirement_approval.py)."
+        )
     for name, value in (("history", history), ("adopt_unscoped_rows", adopt_unscoped_rows)):
         if not isinstance(value, bool):
             raise BosConfigurationError(f"{name} must be True or False, not {str(value)[:40]!r}.")
     return ReconcileOptions(
         sync_mode=sync_mode, scope=scope, resource=resource, deletions=deletions,
         max_retire_fraction=None if max_retire_fraction is None else float(max_retire_fraction),
-        history=history, adopt_unscoped_rows=adopt_unscoped_rows,
+        history=history, adopt_unscoped_rows=adopt_unscoped_rows, on_retire_guard=on_retire_guard,
     )
 
 

@@ -18,15 +18,24 @@ key or policy.
 Analysts (docs/analytics.md): ``attributes.department`` is kept as a ``department`` column too, and
 ``bos_people_daily_sources`` holds one row per person per source id.
 
+Alerts (docs/operators.md, "Deadlines and alerts"): a read the sensor judges partial fails it, and a run
+not finished within ``SYNC_WINDOW`` of being queued misses its deadline (Airflow 3.1+, the triggerer
+runs the callback); both append a line to the alerts file (``BOS_ALERTS_FILE``, default
+``/tmp/bos_alerts.jsonl``) through the provider's notifier. Swap it for ``SmtpNotifier`` or
+``SlackNotifier`` in production.
+
 Connections: ``bos_default`` (type bos), ``bos_warehouse`` (sqlite/postgres/mysql) and ``bos_pii_key``.
 """
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 
 from airflow.sdk import DAG, task
+from airflow.sdk.definitions.deadline import AsyncCallback, DeadlineAlert, DeadlineReference  # Airflow 3.1+
 
+from airflow_provider_bos.notifiers import BosAlertFileNotifier
 from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 
@@ -34,6 +43,10 @@ WAREHOUSE_CONN_ID = "bos_warehouse"
 PEOPLE_TABLE = "bos_people_daily"
 # What the table may hold of a person: hashed or dropped fields never reach it in clear.
 PERSONAL_DATA_POLICY = {"email": "hash", "phone": "hash", "attributes.employment.*": "drop"}
+# Read when the file is parsed: the deadline's callback runs in the triggerer, outside any task.
+ALERTS_FILE = os.environ.get("BOS_ALERTS_FILE", "/tmp/bos_alerts.jsonl")  # noqa: S108 - a demo default
+# How long a run may take from being queued: the read, the sensor and the count, with room for retries.
+SYNC_WINDOW = timedelta(hours=2)
 
 with DAG(
     dag_id="bos_sync_people_daily",
@@ -44,6 +57,11 @@ with DAG(
     default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
     tags=["bos", "example"],
     doc_md=__doc__,
+    deadline=DeadlineAlert(
+        reference=DeadlineReference.DAGRUN_QUEUED_AT,
+        interval=SYNC_WINDOW,
+        callback=AsyncCallback(BosAlertFileNotifier, kwargs={"path": ALERTS_FILE}),
+    ),
 ):
     sync_people = BosFederatedReadOperator(
         task_id="sync_people",
@@ -70,6 +88,7 @@ with DAG(
         mode="reschedule",
         poke_interval=30,
         timeout=600,
+        on_failure_callback=BosAlertFileNotifier(path=ALERTS_FILE),  # a partial read alerts, then stops the DAG
     )
 
     @task

@@ -68,6 +68,10 @@ CREATE TABLE IF NOT EXISTS bos_sync_runs (
     -- {"records": N, "columns": {"email": n, ...}} (NULL for a failed run; docs/warehouse.md).
     -- Tables made before it: the writer adds it, or ALTER TABLE bos_sync_runs ADD COLUMN coverage TEXT;
     coverage             TEXT,
+    -- notes: what the run says for information (a re-hash, the policy's report, what a guard held
+    -- back); error_message holds only why a run failed or is partial. Tables made before it: the
+    -- writer adds it, or ALTER TABLE bos_sync_runs ADD COLUMN notes TEXT;
+    notes                TEXT,
     provisional_records  BIGINT,
     provisional_pages    BIGINT,
     source_errors        TEXT,
@@ -92,6 +96,18 @@ CREATE TABLE IF NOT EXISTS bos_records_rejects (
 );
 
 CREATE INDEX IF NOT EXISTS ix_bos_records_rejects_run ON bos_records_rejects (run_id);
+
+-- Retirements a complete full read held for a person to decide (on_retire_guard='ask': they
+-- passed max_retire_fraction): one row per held record_ref and run; created by the first such run.
+CREATE TABLE IF NOT EXISTS bos_records_pending_retirements (
+    run_id      VARCHAR(64) NOT NULL,
+    record_ref  VARCHAR(512) NOT NULL,
+    scope       VARCHAR(64) NOT NULL,
+    read_at     DATETIME NOT NULL,
+    held_at     DATETIME NOT NULL,
+    scope_rows  BIGINT,
+    PRIMARY KEY (run_id, record_ref)
+);
 
 -- Who was merged into whom: one row per (superseded record_ref, successor record_ref) and run
 -- (a merge: several rows with one successor_ref; a split: several with one record_ref).

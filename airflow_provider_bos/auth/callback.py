@@ -28,7 +28,9 @@ _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>BOS connect</
 
 
 class _Server(HTTPServer):
-    allow_reuse_address = False
+    # A port the last sign-in's connection left in TIME_WAIT can be bound again at once (SO_REUSEADDR);
+    # a port another listener holds is still refused (that needs SO_REUSEPORT, never set).
+    allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], listener: LoopbackCallbackListener) -> None:
         self.listener = listener

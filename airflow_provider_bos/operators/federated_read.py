@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import AssetAlias, BaseOperator
 
-from airflow_provider_bos.exceptions import BosConfigurationError, BosPartialReadError
+from airflow_provider_bos.exceptions import BosConfigurationError, BosError, BosPartialReadError
 from airflow_provider_bos.hooks.bos import BosHook
 from airflow_provider_bos.mcp.reads import check_via
+from airflow_provider_bos.operators.failures import reported
 from airflow_provider_bos.operators.progress import ProgressLogger
 from airflow_provider_bos.operators.run_report import source_report
 from airflow_provider_bos.pii import PiiPolicy
@@ -68,6 +69,11 @@ class BosFederatedReadOperator(BaseOperator):
     :param deletions: ``"soft"`` (default: ``_bos_deleted_at`` set) or ``"hard"`` (rows deleted).
     :param max_retire_fraction: a complete full read that would retire more than this fraction of
         its scope's current rows retires nothing and is audited ``partial`` (default 0.5; None: off).
+    :param on_retire_guard: what such a read does: ``"fail"`` (default: as above) or ``"ask"``: it
+        lands its inserts and updates, stays ``complete`` and holds the retirements in
+        ``<destination_table>_pending_retirements`` for a person to approve or reject; XCom
+        ``pending_retirements`` says what was held (count, share, per source, a sample of refs) for
+        :func:`~airflow_provider_bos.operators.retirement_approval.retirement_approval`.
     :param history: keep every version of every record in ``<destination_table>_history``.
     :param adopt_unscoped_rows: let a full read retire rows written before scopes existed by runs
         of the same read (default False: such rows are outside every scope).
@@ -124,6 +130,7 @@ class BosFederatedReadOperator(BaseOperator):
         scope: str | None = None,
         deletions: str = "soft",
         max_retire_fraction: float | None = 0.5,
+        on_retire_guard: str = "fail",
         history: bool = False,
         adopt_unscoped_rows: bool = False,
         pii_policy: Mapping[str, str] | None = None,
@@ -141,7 +148,7 @@ class BosFederatedReadOperator(BaseOperator):
         self._reconcile_values: dict[str, Any] = {
             "sync_mode": sync_mode, "scope": scope, "deletions": deletions,
             "max_retire_fraction": max_retire_fraction, "history": history,
-            "adopt_unscoped_rows": adopt_unscoped_rows,
+            "adopt_unscoped_rows": adopt_unscoped_rows, "on_retire_guard": on_retire_guard,
         }
         check_reconcile(**self._reconcile_values)
         check_invalid_records(invalid_records)  # at DAG parse time, before any table is created
@@ -168,6 +175,7 @@ class BosFederatedReadOperator(BaseOperator):
         self.scope = scope
         self.deletions = deletions
         self.max_retire_fraction = max_retire_fraction
+        self.on_retire_guard = on_retire_guard
         self.history = history
         self.adopt_unscoped_rows = adopt_unscoped_rows
         #: The canonical policy (what the UI shows; field -> action, never a value).
@@ -182,6 +190,12 @@ class BosFederatedReadOperator(BaseOperator):
     # --- execution ------------------------------------------------------------------------------
 
     def execute(self, context: Context) -> dict[str, Any]:
+        try:
+            return self._execute(context)
+        except BosError as exc:  # one clear line last; the chain of causes at debug level
+            raise reported(exc, self.log)  # noqa: B904 - exc itself, its chain kept or trimmed by reported()
+
+    def _execute(self, context: Context) -> dict[str, Any]:
         from airflow_provider_bos.hooks.connections import engine_for_connection
         from airflow_provider_bos.warehouse import validate_identifier
 
@@ -280,7 +294,13 @@ class BosFederatedReadOperator(BaseOperator):
         )
         for line in source_report(summary, outcome.result.observations.summary()):
             self.log.info("BOS sync %s: %s", run.run_id, line)
-        if counts.retire_withheld:
+        summary["pending_retirements"] = self._held(engine, run.run_id) if counts.retire_withheld else None
+        if summary["pending_retirements"] is not None:
+            self.log.warning("BOS sync %s: %d row(s) not retired yet (max_retire_fraction=%s): held for approval, "
+                             "%s of the scope; per source %s.", run.run_id, counts.retire_withheld,
+                             self.max_retire_fraction, f"{summary['pending_retirements']['share']:.0%}",
+                             summary["pending_retirements"]["per_source"])
+        elif counts.retire_withheld:
             self.log.warning("BOS sync %s: %d row(s) were not retired (max_retire_fraction=%s); the run is partial.",
                              run.run_id, counts.retire_withheld, self.max_retire_fraction)
         if counts.withheld:
@@ -308,6 +328,20 @@ class BosFederatedReadOperator(BaseOperator):
                 + "); the partial records were landed and audited."
             )
         return summary
+
+    def _held(self, engine: Any, run_id: str) -> dict[str, Any] | None:
+        """What the run held for approval (``on_retire_guard="ask"``), with where it is and how the
+        approval retires it; refs only, never a person's values. None: it held nothing."""
+        if self.on_retire_guard != "ask":
+            return None
+        from airflow_provider_bos.warehouse.upkeep.retirements import held_retirements
+
+        held = held_retirements(engine, table=self.destination_table, schema=self.destination_schema, run_id=run_id)
+        if held is None:
+            return None
+        return {**held.as_dict(), "table": self.destination_table, "schema": self.destination_schema,
+                "audit_table": self.audit_table, "deletions": self.deletions, "history": self.history,
+                "max_retire_fraction": self.max_retire_fraction}
 
     def _reconcile_options(self, resource: str | None) -> ReconcileOptions:
         return check_reconcile(**{**self._reconcile_values, "scope": self.scope}, resource=resource)

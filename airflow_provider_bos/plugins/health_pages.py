@@ -97,7 +97,7 @@ svg .line.cov-7,svg .threshold{fill:none} svg .tlabel{stroke:none} svg .swatch{s
 dl.words{display:grid;grid-template-columns:200px 1fr;gap:6px 14px;margin:0}
 dl.words dt{color:var(--muted)} dl.words dd{margin:0}
 p.prose{max-width:980px}
-pre.notes{white-space:pre-wrap;font-family:inherit;margin:0}
+pre.notes,pre.error{white-space:pre-wrap;font-family:inherit;margin:0}
 """
 
 
@@ -390,8 +390,8 @@ def run_page(view: TableView, run: Mapping[str, Any], *, links: Links) -> str:
         f'<tr class="source-error"><td>{escape(e["source_type"])} / {escape(e["source_identity"])}</td>'
         f'<td><span class="code">{escape(e["code"])}</span></td></tr>' for e in run["source_errors"]
     ) or '<tr><td colspan="2" class="muted">None.</td></tr>'
-    notes = (f'<pre class="notes">{escape(run["error_message"])}</pre>' if run.get("error_message")
-             else '<p class="muted">None.</p>')
+    error, notes = (f'<pre class="{column}">{escape(run[key])}</pre>' if run.get(key) else '<p class="muted">None.</p>'
+                    for column, key in (("error", "error_message"), ("notes", "notes")))
     log_link = ""
     if run.get("dag_id") and run.get("task_id") and run.get("airflow_run_id"):
         url = task_log_url(links.ui_base, run["dag_id"], run["airflow_run_id"], run["task_id"])
@@ -411,7 +411,8 @@ def run_page(view: TableView, run: Mapping[str, Any], *, links: Links) -> str:
 <dt>Confirmed at</dt><dd>{_when(run.get("confirmed_at"))}</dd></dl></div></section>
 <h2>Source errors</h2><table class="source-errors"><thead><tr><th>Source</th><th>Error code</th></tr></thead>
 <tbody>{errors}</tbody></table>
+<h2>Why partial or failed</h2><div class="panel">{error}</div>
 <h2>Notes</h2><div class="panel">{notes}</div>
-<p class="muted small">Notes are the audit row's error_message, with quoted text, addresses and phone-like numbers
-replaced: the page shows no record value.</p>"""
+<p class="muted small">These are the audit row's error_message and notes, with quoted text, addresses and
+phone-like numbers replaced: the page shows no record value.</p>"""
     return _layout(f"BOS sync health: run {run['run_id']}", body)

@@ -204,7 +204,7 @@ class TableHealth:
         })
 
 
-# Notes (error_message) may quote what a run refused: a quoted literal of 8+ characters (which may
+# Notes and errors (notes, error_message) may quote what a run refused: a quoted literal of 8+ characters (which may
 # be the start of a record_ref, or a value a driver quotes), a key's value as PostgreSQL words it
 # ("Key (email)=(...)"), an email address, a phone-like run of digits. The page shows none of them.
 _QUOTED = re.compile(r"'(?:[^'\\\n]|\\.){8,}'|\"(?:[^\"\\\n]|\\.){8,}\"")
@@ -553,4 +553,5 @@ class HealthReader:
             for f in failures for code in f["codes"]
         ]
         data["error_message"] = scrub_notes(data.get("error_message"))
+        data["notes"] = scrub_notes(data.get("notes"))
         return data

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -67,7 +67,23 @@ def judge(
     max_retired: int | None = None,
     min_coverage: Mapping[str, float] | None = None,
 ) -> Verdict:
-    """Judge one audit row (``min_coverage``: checked by :func:`check_min_coverage` beforehand)."""
+    """Judge one audit row (``min_coverage``: checked by :func:`check_min_coverage` beforehand); the
+    run's notes (information, never a reason to fail) close the message."""
+    verdict = _judge(run, min_records=min_records, max_age=max_age, now=now, max_retired=max_retired,
+                     min_coverage=min_coverage)
+    notes = run.get("notes")
+    return replace(verdict, message=f"{verdict.message} Notes: {printable(str(notes))}") if notes else verdict
+
+
+def _judge(
+    run: dict[str, Any],
+    *,
+    min_records: int,
+    max_age: timedelta | None,
+    now: datetime | None,
+    max_retired: int | None,
+    min_coverage: Mapping[str, float] | None,
+) -> Verdict:
     context = printable(str(run.get("context_handle")), limit=200)
     ref = f"BOS sync run {run.get('run_id')} ({run.get('tool_name')} in context {context})"
     status = run.get("status")

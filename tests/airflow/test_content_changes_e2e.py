@@ -95,7 +95,7 @@ def test_a_partial_read_revives_nothing_a_complete_read_merged_away(days, run_da
     summary = xcom_summary(partial)
     assert summary["withheld"] == len(returned_again)
     audit = audit_rows(days["engine"], days["table"], days["audit"])[-1]
-    assert audit["withheld"] == len(returned_again) and "merged away" in audit["error_message"]
+    assert audit["withheld"] == len(returned_again) and "merged away" in audit["notes"]
     assert audit["confirmed_at"] is None
 
 

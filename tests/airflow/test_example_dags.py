@@ -18,7 +18,7 @@ pytestmark = pytest.mark.airflow
 
 
 def test_example_dags_import_without_errors(airflow_db) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_names import DagBag
 
     bag = DagBag(dag_folder=str(REPO_DAGS))
     assert bag.import_errors == {}

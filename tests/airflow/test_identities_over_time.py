@@ -88,7 +88,7 @@ def test_a_full_sync_over_four_days_retires_leavers_and_follows_merges_and_split
     assert [(a["status"], a["retired"], a["superseded"]) for a in audits] == [
         ("complete", 0, 0), ("complete", 10, 40), ("complete", 0, 1), ("partial", 0, 0),
     ]
-    assert "Nothing was retired" in audits[-1]["error_message"]
+    assert "Nothing was retired" in audits[-1]["notes"]
     with days["engine"].connect() as conn:
         open_versions = set(conn.execute(sa.text(
             f"SELECT record_ref FROM {companion_table_name(days['table'], 'history')} WHERE _bos_valid_to IS NULL"

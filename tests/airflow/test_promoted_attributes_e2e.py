@@ -271,8 +271,8 @@ def test_a_stored_value_of_the_wrong_type_is_null_and_counted_with_type_errors_n
 
     assert task_states(dag_run) == {"sync": "success", "check": "success"}
     audit = audit_rows(engine, table, promoting["audit"])[-1]
-    assert audit["status"] == "complete" and "fte: 1" in audit["error_message"]
-    assert WRONG not in audit["error_message"]
+    assert audit["status"] == "complete" and "fte: 1" in audit["notes"] and audit["error_message"] is None
+    assert WRONG not in audit["notes"]
     assert promoted_values(engine, table) == {**expected, ref: (expected[ref][0], None, expected[ref][2])}
     summary = xcom_summary(dag_run)
     # XCom counts the run's records: the one read again with the value.

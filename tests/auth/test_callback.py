@@ -14,7 +14,7 @@ from airflow_provider_bos.auth import connect as c
 from airflow_provider_bos.auth.callback import RULE_CALLBACK_TIMEOUT, LoopbackCallbackListener
 from airflow_provider_bos.auth.connect import prepare_authorization, validate_callback
 from airflow_provider_bos.auth.discovery import AuthServerInfo
-from airflow_provider_bos.exceptions import BosCallbackError
+from airflow_provider_bos.exceptions import BosCallbackError, BosConfigurationError
 
 ISSUER = "https://bos.example"
 REDIRECT = "http://127.0.0.1:8765/callback"
@@ -201,3 +201,18 @@ def test_listener_takes_only_the_request_with_this_sign_ins_state() -> None:
         assert [r.status_code for r in (early, *forged)] == [400] * 5 and real.status_code == 200
         assert "forged" not in early.text
         assert listener.wait(1) == f"{listener.redirect_uri}?code=real&state=the-real-state"
+
+
+def test_a_port_can_be_used_again_right_after_a_sign_in_but_never_twice_at_once() -> None:
+    """``connect --port N`` run again within a minute of a sign-in: the last connection's TIME_WAIT
+    does not hold the port. A port another listener holds is still refused."""
+    with LoopbackCallbackListener() as first:
+        port = first.port
+        first.expect_state("s")
+        with httpx.Client() as browser:
+            assert browser.get(first.redirect_uri, params={"code": "c", "state": "s"}).status_code == 200
+        first.wait(1)
+        with pytest.raises(BosConfigurationError, match="Cannot listen for the OAuth callback"):
+            LoopbackCallbackListener(port=port)
+    with LoopbackCallbackListener(port=port) as again:
+        assert again.port == port

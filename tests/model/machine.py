@@ -647,9 +647,10 @@ def _run_problems(model: TablesModel, tables: Tables) -> list[str]:
         stored_errors = got["source_errors"]
         if not (same_json(want.source_errors, stored_errors) or (not want.source_errors and stored_errors is None)):
             problems.append(f"{what}.source_errors: stored {stored_errors!r}, the model says {want.source_errors!r}")
+        said = f"{got['error_message'] or ''} {got.get('notes') or ''}"  # a partial run's cause, or a note
         for text in want.notes:
-            if text not in (got["error_message"] or ""):
-                problems.append(f"{what}.error_message {got['error_message']!r} does not say {text!r}")
+            if text not in said:
+                problems.append(f"{what}.error_message/notes {said!r} do not say {text!r}")
     if None in scopes or len(scopes) > 1:
         problems.append(f"the sync runs' scopes: {scopes} (one read, one scope)")
     return problems

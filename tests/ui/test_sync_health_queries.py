@@ -93,7 +93,8 @@ def synced(engine: sa.Engine, unique_table: str) -> Iterator[dict[str, Any]]:
     run(at(2, 7), 5, people(range(8)), reconcile=FULL)                    # full read: 4 retired
     run(at(1, 6), 20, people(range(8), email=False), status="partial",    # a partial day, email gone
         completeness="partial", source_errors=TIMEOUT,
-        error_message="hr-main timed out; record 'bos:person:000003' ann@example.com +49 30 1234567 was late")
+        error_message="hr-main timed out; record 'bos:person:000003' ann@example.com +49 30 1234567 was late",
+        notes="Re-hashed 8 rows once; 'bos:person:000005' bob@example.org kept.")
     run(at(1, 9), 3, failed="the final result never arrived (stream dropped)")
     run(at(0, 6), 25, people(range(8), email=False), dag="dag_b")         # today, by another DAG
     run(at(1, 8), 9, people(range(3)), into=other)                        # another destination, same audit table
@@ -225,6 +226,9 @@ def test_one_run_in_detail_carries_codes_and_scrubbed_notes(synced) -> None:
     notes = run["error_message"]
     assert notes.startswith("hr-main timed out; record [quoted text] [address] [number] was late")
     assert "example.com" not in json.dumps(run, default=str) and "bos:person" not in notes
+    # The run's information notes, apart from its error, scrubbed alike.
+    assert run["notes"] == "Re-hashed 8 rows once; [quoted text] [address] kept."
+    assert "example.org" not in json.dumps(run, default=str)
 
 
 def test_the_other_destination_is_its_own(synced) -> None:

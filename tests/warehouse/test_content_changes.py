@@ -153,7 +153,7 @@ def test_a_partial_read_revives_nothing_a_complete_read_merged_away(make_writer,
     row = rows_by_ref(engine, writer.table)[make_record(1)["record_ref"]]
     assert row["_bos_deleted_at"] is not None and row["_bos_superseded_by"] == "m:1-2"
     audit = audit_of(engine, writer, partial)
-    assert audit["withheld"] == 1 and "merged away" in audit["error_message"]
+    assert audit["withheld"] == 1 and "merged away" in audit["notes"]
     # Once the successor itself is gone, the old ref may come back.
     write(writer, [person(1, T4), person(2, T4), person(3, T4), person(4, T4)], reconcile=FULL_HISTORY,
           observed_at=T4)
@@ -234,7 +234,7 @@ def test_a_table_hashed_with_its_stamps_is_re_hashed_once_and_gains_no_version(m
     counts = write(writer, restamp, upgrade, reconcile=FULL_HISTORY, observed_at=T2)
     assert (counts.inserted, counts.updated, counts.unchanged) == (0, 0, 10)
     assert history_count(engine, writer.table) == versions
-    assert "Re-hashed 10 rows once" in audit_of(engine, writer, upgrade)["error_message"]
+    assert "Re-hashed 10 rows once" in audit_of(engine, writer, upgrade)["notes"]
     rows = rows_by_ref(engine, writer.table)
     for copy in restamp:
         row = rows[copy["record_ref"]]
@@ -243,5 +243,5 @@ def test_a_table_hashed_with_its_stamps_is_re_hashed_once_and_gains_no_version(m
     # Once is once: the next run re-hashes nothing and rewrites nothing.
     again = run_info()
     write(writer, [restamped(r, T3) for r in day1], again, reconcile=FULL_HISTORY, observed_at=T3)
-    assert "Re-hashed" not in (audit_of(engine, writer, again)["error_message"] or "")
+    assert "Re-hashed" not in (audit_of(engine, writer, again)["notes"] or "")
     assert rows_by_ref(engine, writer.table) == rows

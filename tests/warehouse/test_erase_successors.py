@@ -90,7 +90,7 @@ def test_erasing_by_an_old_email_erases_the_record_the_person_was_merged_into(wr
     assert (erased.found, erased.successors, erased.successor_refs, erased.left) == (1, 1, [B7], [])
     assert (erased.records, erased.lineage) == (2, 1)
     audit = AuditReader(engine, table=writer.audit_table).get_run(erased.run_id)
-    assert B7 not in str(audit) and A1 not in str(audit) and "merged into" in audit["error_message"]
+    assert B7 not in str(audit) and A1 not in str(audit) and "merged into" in audit["notes"]
 
 
 def test_the_records_merged_into_are_followed_transitively(writer, engine) -> None:

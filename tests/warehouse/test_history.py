@@ -74,7 +74,7 @@ def test_erase_removes_a_person_everywhere_and_audits_without_the_ref(make_write
     assert all(v["record_ref"] not in (ref, two, "m:1-2") for v in versions(engine, writer.table))
     audit = AuditReader(engine, table=writer.audit_table).get_run(erased.run_id)
     assert (audit["status"], audit["tool_name"], audit["conn_id"]) == ("complete", ERASE_TOOL_NAME, "warehouse")
-    assert ref not in str(audit) and "m:1-2" not in str(audit) and "deleted 3 row(s)" in audit["error_message"]
+    assert ref not in str(audit) and "m:1-2" not in str(audit) and "deleted 3 row(s)" in audit["notes"]
 
 
 def test_erase_refuses_nothing_to_erase(make_writer, engine) -> None:

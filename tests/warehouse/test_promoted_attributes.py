@@ -98,7 +98,7 @@ def test_an_existing_table_gets_the_columns_filled_from_the_stored_attributes(ma
     history = reflect(engine, companion_table_name(writer.table, "history"))
     with engine.connect() as conn:
         versions = {r.record_ref: r.department for r in conn.execute(sa.select(history))}
-        note = conn.exec_driver_sql(f"SELECT error_message FROM {writer.audit_table} WHERE run_id = "
+        note = conn.exec_driver_sql(f"SELECT notes FROM {writer.audit_table} WHERE run_id = "
                                     f"'{run.run_id}'").scalar()
     assert versions == {make_record(1)["record_ref"]: "Sales", make_record(2)["record_ref"]: None}
     assert "Filled the promoted column(s)" in note and "department: 1" in note
@@ -201,7 +201,7 @@ def test_a_wrong_type_may_be_stored_as_null_and_counted(make_writer, engine) -> 
     assert rows[make_record(1)["record_ref"]]["since"] is None
     assert rows[make_record(2)["record_ref"]]["department"] == "x"
     with engine.connect() as conn:
-        note = conn.exec_driver_sql(f"SELECT error_message, status FROM {writer.audit_table} WHERE run_id = "
+        note = conn.exec_driver_sql(f"SELECT notes, status FROM {writer.audit_table} WHERE run_id = "
                                     f"'{run.run_id}'").one()
     assert "2 promoted attribute value(s) of the wrong type were stored as NULL" in note[0]
     assert note[1] == "complete"

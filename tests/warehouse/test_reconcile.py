@@ -104,7 +104,7 @@ def test_a_partial_read_retires_and_supersedes_nothing(make_writer, engine, mode
     audit = audit_of(engine, writer, run)
     assert (audit["retired"], audit["superseded"]) == (0, 0)
     if mode == "full":
-        assert "Nothing was retired" in audit["error_message"]
+        assert "Nothing was retired" in audit["notes"]
 
 
 def test_a_split_supersedes_with_the_smallest_successor_and_both_in_the_lineage(make_writer, engine) -> None:
@@ -134,7 +134,7 @@ def test_the_guard_keeps_an_empty_complete_full_read_from_retiring_everything(ma
     assert len(current(engine, writer.table)) == 10
     audit = audit_of(engine, writer, run)
     assert audit["status"] == "partial" and audit["retired"] == 0
-    assert "10 of its scope's 10 current rows" in audit["error_message"]
+    assert "10 of its scope's 10 current rows" in audit["error_message"]  # why the run is partial
     assert "max_retire_fraction=0.5" in audit["error_message"]
     # Turned off, the same read retires them all.
     counts = write(writer, [], reconcile=ReconcileOptions(sync_mode="full", max_retire_fraction=None))
@@ -292,5 +292,5 @@ def test_an_entry_claimed_by_several_records_of_a_result_supersedes_nothing_thro
     assert lineage(engine, writer.table) == {(make_record(1)["record_ref"], "m:1-2"),
                                              (make_record(2)["record_ref"], "m:1-2")}
     assert counts.superseded == 2
-    note = audit_of(engine, writer, run)["error_message"]
+    note = audit_of(engine, writer, run)["notes"]
     assert "1 provenance entry" in note and "several records" in note

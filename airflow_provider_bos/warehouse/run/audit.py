@@ -31,6 +31,7 @@ from airflow_provider_bos.warehouse.tables.schema import (
     CONFIRMED_AT_COLUMN,
     COVERAGE_COLUMN,
     ERROR_MESSAGE_MAX,
+    NOTES_COLUMN,
     REJECTED_COLUMN,
     RETIRED_COLUMN,
     SCOPE_COLUMN,
@@ -135,6 +136,7 @@ def audit_insert(
     source_errors: Any = None,
     source_summary: Any = None,
     error_message: str | None = None,
+    notes: str | None = None,
     destination_table: str | None = None,
     present: Collection[str] = ADDED_AUDIT_COLUMNS,
     scope: str | None = None,
@@ -147,11 +149,15 @@ def audit_insert(
     lacks them). ``scope``: the read's scope key (see :func:`~.reconcile.scope_key`).
     ``confirmed_at``: the read time of a complete full read (it confirmed every current row of its scope).
     ``coverage``: how many of the run's records had a value per watched column (see :mod:`.coverage`).
+    ``notes``: what the run says for information (``error_message``: why it failed or is partial); in
+    a table still without the ``notes`` column they are kept in ``error_message``, after the error.
     """
     if status not in RUN_STATUSES:
         raise BosWarehouseError(f"Audit status must be one of {RUN_STATUSES}, not {status!r}.")
     started = parse_timestamp(run.started_at) if run.started_at is not None else None
     counts = dict(counts or {})
+    if notes and NOTES_COLUMN not in present:  # not lost: shown where readers looked before the column
+        error_message = f"{error_message} {notes}" if error_message else notes
     row: dict[str, Any] = {
         "run_id": run.run_id,
         "dag_id": run.dag_id,
@@ -173,6 +179,7 @@ def audit_insert(
         **({CONFIRMED_AT_COLUMN: dialect.bind_timestamp(confirmed_at) if confirmed_at else None}
            if CONFIRMED_AT_COLUMN in present else {}),
         **({COVERAGE_COLUMN: _json_text(coverage)} if COVERAGE_COLUMN in present else {}),
+        **({NOTES_COLUMN: truncate_error(notes)} if NOTES_COLUMN in present else {}),
         "provisional_records": provisional_records,
         "provisional_pages": provisional_pages,
         "source_errors": _json_text(source_errors),
@@ -336,7 +343,4 @@ class AuditReader:
 
 
 def _read_error(exc: sa.exc.SQLAlchemyError) -> BosWarehouseError:
-    from airflow_provider_bos.exceptions import excerpt
-
-    detail = excerpt(str(getattr(exc, "orig", None) or exc), 300)
-    return BosWarehouseError(f"Reading the BOS audit table failed: {detail}")
+    return BosWarehouseError(f"Reading the BOS audit table failed: {db_detail(exc)}")

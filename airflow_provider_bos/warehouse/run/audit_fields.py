@@ -22,7 +22,8 @@ AUDIT_FIELDS = {
     "source_summary": None,
     "provisional_records": 0,
     "provisional_pages": 0,
-    "error_message": None,  # a partial run's note, e.g. what a self-contradicting result claimed
+    "error_message": None,  # why a run is partial, e.g. what a self-contradicting result claimed
+    "notes": None,  # what the run says for information (the status stays)
     "observed_at": None,  # the read's metadata.observed_at: a full read retires no row observed after it
 }
 
@@ -36,8 +37,10 @@ def partial_with(audit: dict[str, Any], note: str) -> dict[str, Any]:
 
 
 def with_note(audit: dict[str, Any], note: str) -> dict[str, Any]:
-    """The audit row's note with ``note`` added (the status stays)."""
-    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
+    """The audit row's notes with ``note`` added (the status stays; ``error_message`` is for why a run
+    is partial or failed: :func:`partial_with`)."""
+    notes = audit.get("notes")
+    return {**audit, "notes": f"{notes} {note}" if notes else note}
 
 
 def with_rehash_note(audit: dict[str, Any], rehashed: int, run_id: str) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def with_rehash_note(audit: dict[str, Any], rehashed: int, run_id: str) -> dict[
     note = (f"Re-hashed {rehashed} rows once: their stored hashes covered provenance observation "
             "times; no content changed.")
     log.info("BOS run %s: %s", run_id, note)
-    return {**audit, "error_message": f"{audit['error_message']} {note}" if audit["error_message"] else note}
+    return with_note(audit, note)
 
 
 def audit_row_fields(given: Mapping[str, Any]) -> dict[str, Any]:

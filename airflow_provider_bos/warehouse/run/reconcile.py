@@ -14,7 +14,8 @@ What a result may do to the rows it did not return (docs/sync-modes.md):
 - **retire** (``sync_mode="full"``): a current row of the read's scope that the result did not
   return, observed no later than the read, is retired (``_bos_deleted_at``), unless that would
   retire more than ``max_retire_fraction`` of the scope's current rows: then nothing is retired
-  and the run is ``partial``.
+  and the run is ``partial`` (``on_retire_guard="fail"``), or the run stays ``complete`` and those
+  retirements are held for a person to approve or reject (``"ask"``, :mod:`.retire_hold`).
 
 The read's observation time is ``metadata.observed_at``, else the run's start; a retired row's
 ``_bos_deleted_at`` is the retiring read's, and the writer keeps a record out of the merge when
@@ -49,17 +50,18 @@ from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.lifecycle import RunKeys, ScopeFilter
 from airflow_provider_bos.warehouse.run.audit import SyncRunInfo, utcnow
-from airflow_provider_bos.warehouse.run.audit_fields import with_note
+from airflow_provider_bos.warehouse.run.audit_fields import partial_with, with_note
 from airflow_provider_bos.warehouse.run.claims import KeptClaims, stage_kept_claims
 from airflow_provider_bos.warehouse.run.history import record_history
 from airflow_provider_bos.warehouse.run.provenance import record_provenance
+from airflow_provider_bos.warehouse.run.retire_hold import forget_older_holds, hold_retirements
 from airflow_provider_bos.warehouse.run.settle import DirectLoad, LoadOutcome, StagedWithKeptClaims
 from airflow_provider_bos.warehouse.run.transaction import RunTransaction, UpsertCounts
 from airflow_provider_bos.warehouse.tables.records import canonical_json, parse_timestamp
 from airflow_provider_bos.warehouse.tables.schema import CONFIRMED_AT_COLUMN, SCOPE_COLUMN
 from airflow_provider_bos.wire import ReconcileOptions
 
-__all__ = ["Lifecycle", "read_guards", "read_time", "reconcile", "scope_key"]
+__all__ = ["Lifecycle", "read_guards", "read_time", "reconcile", "retire_listed", "scope_key"]
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +164,8 @@ def reconcile(
             if adopted:
                 log.info("BOS run %s: took %d unchanged rows written by another scope into this read's scope.",
                          tx.run_id, adopted)
+        if options.on_retire_guard == "ask":  # this read decided for its scope: older holds are void
+            forget_older_holds(tx, _scope_filter(options, run).scope)
         if stated:
             audit = {**audit, "confirmed_at": observed}
     return audit
@@ -245,7 +249,7 @@ def _supersede(tx: RunTransaction, life: Lifecycle, now: datetime, observed: dat
         return 0, shared
     tx.exec(d.insert_lineage(life.lineage_table, others, successors, superseded, schema, run_id=tx.run_id,
                              recorded_at=now))
-    _retire_listed(tx, superseded, life, now, observed, successor=True, expected=count)
+    retire_listed(tx, superseded, life, now, observed, successor=True, expected=count)
     return count, shared
 
 
@@ -268,6 +272,9 @@ def _retire(
                                                  run_id=tx.run_id)).scalar_one())
         if count > limit * current:
             counts.retire_withheld = count
+            if options.on_retire_guard == "ask":  # the read's other work lands; a person decides these
+                return hold_retirements(tx, audit, retired, scope=scope.scope, count=count, current=current,
+                                        limit=limit, read_at=min(observed, now), held_at=now)
             note = (
                 f"Nothing was retired: this complete full read did not return {count} of its scope's {current} "
                 f"current rows ({count / max(current, 1):.0%}), more than max_retire_fraction={limit:g}. "
@@ -275,14 +282,16 @@ def _retire(
                 "if the rows really left, raise max_retire_fraction for one run (None turns the guard off)."
             )
             log.warning("BOS run %s: %s", tx.run_id, note)
-            return {**with_note(audit, note), "status": "partial"}
-    _retire_listed(tx, retired, life, now, observed, successor=False, expected=count)
+            return partial_with(audit, note)  # why the run is partial: its error_message
+    retire_listed(tx, retired, life, now, observed, successor=False, expected=count)
     counts.retired = count
     return audit
 
 
-def _retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime, observed: datetime, *,
-                   successor: bool, expected: int) -> None:
+def retire_listed(tx: RunTransaction, keys: str, life: Lifecycle, now: datetime, observed: datetime, *,
+                  successor: bool, expected: int) -> None:
+    """Retire the rows listed in the work table ``keys`` as ``life.options.deletions`` says, their
+    provenance entries with them; exactly ``expected`` rows, or the transaction is rolled back."""
     d = tx.dialect
     if life.options.deletions == "hard":
         if life.history_table is not None:  # now: record_history finds rows by their run, and these go

@@ -19,6 +19,7 @@ __all__ = [
     "AUDIT_COUNT_COLUMNS",
     "CONFIRMED_AT_COLUMN",
     "COVERAGE_COLUMN",
+    "NOTES_COLUMN",
     "COVERED_COLUMNS",
     "AUDIT_JSON_COLUMNS",
     "DELETED_AT_COLUMN",
@@ -95,11 +96,14 @@ CONFIRMED_AT_COLUMN = "confirmed_at"
 # How many of the rows a complete or partial run returned had a value in each watched column (JSON:
 # {"records": N, "columns": {"email": n, ...}}; see warehouse/run/coverage.py). NULL for a failed run.
 COVERAGE_COLUMN = "coverage"
+# What a run says for information (a re-hash, the policy's report, what a guard held back and why):
+# apart from error_message, which holds only why a run failed or is partial. NULL when there is none.
+NOTES_COLUMN = "notes"
 # The records table's columns coverage always counts (a writer option adds more).
 COVERED_COLUMNS = ("display_name", "email", "phone")
 ADDED_AUDIT_COLUMNS = (
     REJECTED_COLUMN, RETIRED_COLUMN, SUPERSEDED_COLUMN, SCOPE_COLUMN, WITHHELD_COLUMN, CONFIRMED_AT_COLUMN,
-    COVERAGE_COLUMN,
+    COVERAGE_COLUMN, NOTES_COLUMN,
 )
 # The records table's lifecycle: NULL while the row is current; set when a run retires it, with the
 # successor's record_ref when it was superseded. Added in place to records tables made before them.
@@ -262,6 +266,7 @@ def audit_table(
         *((sa.Column(WITHHELD_COLUMN, t["int"], nullable=True),) if WITHHELD_COLUMN not in omit else ()),
         *((sa.Column(CONFIRMED_AT_COLUMN, t["ts"], nullable=True),) if CONFIRMED_AT_COLUMN not in omit else ()),
         *((sa.Column(COVERAGE_COLUMN, t["json"], nullable=True),) if COVERAGE_COLUMN not in omit else ()),
+        *((sa.Column(NOTES_COLUMN, t["text"], nullable=True),) if NOTES_COLUMN not in omit else ()),
         sa.Column("provisional_records", t["int"], nullable=True),
         sa.Column("provisional_pages", t["int"], nullable=True),
         sa.Column("source_errors", t["json"], nullable=True),

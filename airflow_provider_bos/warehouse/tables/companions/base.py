@@ -32,6 +32,7 @@ class Created(enum.StrEnum):
     QUARANTINE = "by the first run with invalid_records='quarantine'"
     POLICY = "by the first run under a personal-data policy (and by pii-apply)"
     PROMOTED = "by the first run with attribute_columns"
+    RETIRE_GUARD = "by the first run with on_retire_guard='ask'"
 
 
 class RunPart(enum.StrEnum):
@@ -40,6 +41,7 @@ class RunPart(enum.StrEnum):
     BEFORE_LOAD = "before the load, under the writers' lock"
     AFTER_MERGE = "after the merge"
     SUPERSEDE = "when supersession retires rows (reconcile)"
+    RETIRE = "when a full read's retirements pass max_retire_fraction under on_retire_guard='ask' (reconcile)"
     AFTER_RECONCILE = "after reconcile"
 
 
