@@ -16,8 +16,12 @@ after the other (interleaved, so a slow phase of the machine hits every dialect 
 - ``erase --email``: :func:`~airflow_provider_bos.warehouse.upkeep.erase.erase_records` of one person
   named by their raw email (found under the table's policy: hashed with the key), as
   ``airflow-provider-bos erase`` runs it, finder and reclaim included;
-- ``erase --external-id``: the same for another person named ``SOURCE:ID`` (kept by the policy).
-  Each erasure must find and delete exactly the refs whose record holds that value.
+- ``erase --external-id``: the same for another person named ``SOURCE:ID`` (kept by the policy);
+- ``erase --external-id, hashed``: once a second ``pii-apply`` (untimed) has hashed the provenance
+  ids too (:data:`HASHED_IDS`), a third person by their ``SOURCE:ID``.
+  Each erasure must find and delete exactly the refs whose record holds that value;
+- ``reclaim alone``: the reclaim every erasure ends with, run once more with nothing left to
+  delete: the floor under each erasure's time (on DuckDB the rewrite of the whole file).
 
 The reclaim is what each database offers after a commit: PostgreSQL VACUUM of the tables touched,
 DuckDB a rewrite of its whole file (each round's DuckDB file holds that round's tables only).
@@ -46,13 +50,16 @@ from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.warehouse.upkeep.erase import ErasedRows, erase_records
 from airflow_provider_bos.warehouse.upkeep.pii_apply import PolicyApplied, apply_stricter_policy
+from airflow_provider_bos.warehouse.upkeep.reclaim import reclaim_space
 from airflow_provider_bos.wire import ReconcileOptions, WireRecord, WriteOptions, wire_hash
 from bench.data import ScenarioParams, iter_final_records
 from bench.ours import _BENCH_PII_KEY, BENCH_PII_POLICY
 
 DIALECTS = ("postgres", "duckdb")
 NAMES = {"postgres": "PostgreSQL", "duckdb": "DuckDB"}
-STEPS = ("pii-apply", "erase --email", "erase --external-id")
+STEPS = ("pii-apply", "erase --email", "erase --external-id", "erase --external-id, hashed", "reclaim alone")
+#: The second policy (untimed): the first's rules and the provenance ids hashed.
+HASHED_IDS = {**BENCH_PII_POLICY, "sources[].external_id": "hash"}
 #: Records whose raw email must be gone after pii-apply.
 SAMPLE = 200
 _AUDIT = {"status": "complete", "completeness": "complete", "source_errors": [], "source_summary": []}
@@ -78,6 +85,9 @@ class Targets:
     email_refs: frozenset[str]
     external_id: str
     external_refs: frozenset[str]
+    #: Another person's SOURCE:ID, erased once the ids are hashed.
+    hashed_id: str
+    hashed_refs: frozenset[str]
     #: Raw emails of records spread over the table, none of which may survive pii-apply.
     sample_emails: tuple[str, ...]
     #: Records holding something the policy hashes or drops (the rest keep their content).
@@ -88,22 +98,31 @@ def _holding(records: list[WireRecord], test: Callable[[WireRecord], bool]) -> f
     return frozenset(r["record_ref"] for r in records if test(r))
 
 
+def _by_external_id(records: list[WireRecord], record: WireRecord) -> tuple[str, frozenset[str]]:
+    """``SOURCE:ID`` of ``record``'s first entry, and the refs of every record holding that entry."""
+    source = record["sources"][0]
+    ident, name = source["external_id"], source["source_identity"]
+    return f"{name}:{ident}", _holding(records, lambda r: any(
+        name in (s.get("source_identity"), s.get("source_type")) and s.get("external_id") == ident
+        for s in r["sources"]))
+
+
 def targets(records: list[WireRecord]) -> Targets:
-    """One person a third of the way in (by email), another two thirds in (by external id)."""
+    """One person a third of the way in (by email), another two thirds in (by external id), a third
+    half-way (by external id, once hashed)."""
     with_email = [r for r in records if r.get("email")]
     person = with_email[len(with_email) // 3]
     email = person["email"]
-    other = records[2 * len(records) // 3]
-    source = other["sources"][0]
-    ident, name = source["external_id"], source["source_identity"]
+    external_id, external_refs = _by_external_id(records, records[2 * len(records) // 3])
+    hashed_id, hashed_refs = _by_external_id(records, records[len(records) // 2])
     step = max(len(with_email) // SAMPLE, 1)
     return Targets(
         email=email,
         email_refs=_holding(records, lambda r: (r.get("email") or "").strip().lower() == email.strip().lower()),
-        external_id=f"{name}:{ident}",
-        external_refs=_holding(records, lambda r: any(
-            name in (s.get("source_identity"), s.get("source_type")) and s.get("external_id") == ident
-            for s in r["sources"])),
+        external_id=external_id,
+        external_refs=external_refs,
+        hashed_id=hashed_id,
+        hashed_refs=hashed_refs,
         sample_emails=tuple(r["email"] for r in with_email[::step]),
         personal=sum(1 for r in records
                      if r.get("email") or r.get("phone") or "employment" in (r.get("attributes") or {})),
@@ -203,7 +222,7 @@ def check_erased(engine: sa.Engine, table: str, label: str, erased: ErasedRows, 
 
 
 def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey) -> tuple[list[float], list[str]]:
-    """Fill a new table, then time pii-apply and the two erasures on it: (seconds per step, problems)."""
+    """Fill a new table, then time pii-apply and the erasures on it: (seconds per step, problems)."""
     table = db.new_table()
     audit = companion_table_name(table, "runs")
     fill(db.engine, table, records)
@@ -213,14 +232,29 @@ def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey
                                     key=key)
     seconds = [time.perf_counter() - started]
     problems = check_applied(db.engine, table, applied, rows, who, key)
-    for label, emails, external_ids, refs in (("erase --email", [who.email], [], who.email_refs),
-                                              ("erase --external-id", [], [who.external_id], who.external_refs)):
+
+    def erase(label: str, refs: frozenset[str], *, emails: tuple[str, ...] = (),
+              external_ids: tuple[str, ...] = ()) -> None:
         before = _count(db.engine, table)
         started = time.perf_counter()
         erased = erase_records(db.engine, table=table, audit_table=audit, key=key, emails=emails,
                                external_ids=external_ids)
         seconds.append(time.perf_counter() - started)
-        problems += check_erased(db.engine, table, label, erased, refs, before)
+        problems.extend(check_erased(db.engine, table, label, erased, refs, before))
+
+    erase("erase --email", who.email_refs, emails=(who.email,))
+    erase("erase --external-id", who.external_refs, external_ids=(who.external_id,))
+    # Untimed: the ids hashed too, then one more person erased by theirs.
+    apply_stricter_policy(db.engine, table=table, audit_table=audit, policy=PiiPolicy.parse(HASHED_IDS), key=key)
+    erase("erase --external-id, hashed", who.hashed_refs, external_ids=(who.hashed_id,))
+    # The floor under every erasure: the reclaim alone, with nothing left to delete (on DuckDB the
+    # rewrite of the whole file).
+    writer = WarehouseWriter(db.engine, table=table, audit_table=audit)
+    touched = [table, *(companion_table_name(table, kind) for kind in ("history", "sources", "lineage")), audit]
+    present = [name for name in touched if sa.inspect(db.engine).has_table(name)]
+    started = time.perf_counter()
+    reclaim_space(db.engine, writer.dialect, present, None)
+    seconds.append(time.perf_counter() - started)
     return seconds, [f"{NAMES[db.dialect]}: {p}" for p in problems]
 
 
@@ -233,7 +267,7 @@ def report(times: dict[str, list[list[float]]], records: int, rounds: int) -> No
             values = [r[i] for r in per_round]
             median = statistics.median(values)
             rate = f"{records / median:9,.0f} records/s" if step == "pii-apply" else ""
-            print(f"  {step:<22} {median:8.2f} s  {rate:<18} [{', '.join(f'{v:.2f}' for v in values)}]")
+            print(f"  {step:<28} {median:8.2f} s  {rate:<18} [{', '.join(f'{v:.2f}' for v in values)}]")
 
 
 def run(pg_url: str, records: int, rounds: int, dialects: list[str]) -> int:

@@ -184,9 +184,8 @@ def test_a_failure_midway_leaves_every_table_as_it_was(make_writer, engine, monk
 
 def test_a_row_stored_before_entries_were_bounded_is_rewritten_not_refused(make_writer, engine) -> None:
     """A source id over the provenance table's 512 characters is refused from a read; a row an earlier
-    release stored with one is the table's already: pii-apply rewrites it like any other."""
-    from airflow_provider_bos.exceptions import BosWarehouseError
-
+    release stored with one is the table's already: pii-apply rewrites it like any other (a policy
+    that leaves the sources as they are leaves the provenance table as it is too, on every database)."""
     writer = make_writer()
     write_under(writer, None, day1())
     ref = person(1)["record_ref"]
@@ -200,10 +199,6 @@ def test_a_row_stored_before_entries_were_bounded_is_rewritten_not_refused(make_
         value = entries if isinstance(records.c.sources.type, sa.JSON) else orjson.dumps(entries).decode()
         conn.execute(records.update().where(records.c.record_ref == ref).values(sources=value))
 
-    if engine.dialect.name == "postgresql":  # documented: its provenance table cannot hold that entry
-        with pytest.raises(BosWarehouseError, match="too long"):
-            apply(engine, writer, EMAIL_ONLY)
-        return
     assert apply(engine, writer, EMAIL_ONLY).records == 5
     row = rows_by_ref(engine, writer.table)[ref]
     sources = orjson.loads(row["sources"]) if isinstance(row["sources"], str | bytes) else row["sources"]

@@ -7,7 +7,7 @@ a split is followed only as decided, see :func:`erase_records`), from
 ``<table>``, ``<table>_history``, ``<table>_sources``, ``<table>_lineage`` (as predecessor or successor) and
 ``<table>_rejects``, in
 ONE transaction under the writers' lock; in the same transaction it replaces the refs in every
-audit row's ``error_message`` (a failed run's error names the record it refused) and writes an audit
+audit row's ``error_message`` and ``notes`` (a failed run's error names the record it refused) and writes an audit
 row that says how many rows went from each table but names no ref. After the commit it reclaims
 the space the deleted rows held (:mod:`.reclaim`), so the database files keep no copy of them.
 A later sync brings a person back only if BOS still returns them.
@@ -37,10 +37,18 @@ from airflow_provider_bos.pii import PolicyFingerprint
 from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 from airflow_provider_bos.warehouse.run.audit import SyncRunInfo, audit_insert, utcnow, without_refs
 from airflow_provider_bos.warehouse.run.transaction import RunTransaction, db_detail, execute
-from airflow_provider_bos.warehouse.tables.companions import COMPANIONS, LINEAGE, POLICY, REJECTS, Companion
+from airflow_provider_bos.warehouse.tables.companions import (
+    COMPANIONS,
+    LINEAGE,
+    POLICY,
+    REJECTS,
+    SOURCES,
+    Companion,
+)
 from airflow_provider_bos.warehouse.tables.policy_store import read_stored_policy
 from airflow_provider_bos.warehouse.tables.records import MAX_RECORD_REF_LENGTH
 from airflow_provider_bos.warehouse.tables.schema import (
+    NOTES_COLUMN,
     SUPERSEDED_BY_COLUMN,
     records_table,
 )
@@ -212,7 +220,7 @@ def erase_records(
                                                                                   erasable)).rowcount
             if rejects is not None and unnamed:
                 erased.deleted[REJECTS.suffix] += _delete_unnamed(tx.conn, d, rejects, unnamed)
-            erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs)
+            erased.audit_messages = _scrub_audit_messages(tx.conn, audit, refs, writer.audit_columns)
             erased.audit_source_errors = _reduce_source_errors(tx.conn, d, audit)
             note = (f"Erasure of {len(refs)} record_ref(s) on request ({erased.merged} of them earlier records merged "
                     f"into another, {erased.successors} the records they were merged into; {len(erased.left)} "
@@ -223,7 +231,7 @@ def erase_records(
                     f"{erased.audit_source_errors} audit row(s)' source errors to their sources and codes.")
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=len(refs),
-                                 error_message=note, destination_table=writer.destination_table,
+                                 notes=note, destination_table=writer.destination_table,
                                  present=writer.audit_columns))
             tx.conn.commit()
         except BaseException as exc:
@@ -254,9 +262,10 @@ def _find(conn: sa.Connection, writer: WarehouseWriter, companions: dict[Compani
     if POLICY in companions:
         text = read_stored_policy(conn, POLICY.table(writer.table, name, writer.schema, metadata))
         stored = PolicyFingerprint.parse(text) if text is not None else None
-    tables = [records_table(metadata, name, writer.table, writer.schema)]
-    tables += [c.table(writer.table, name, writer.schema, metadata) for c in companions if c.searched_by_finders]
-    return find_refs(conn, tables, finders, stored, key, writer.dialect)
+    versions = [c.table(writer.table, name, writer.schema, metadata) for c in companions if c.searched_by_finders]
+    provenance = SOURCES.table(writer.table, name, writer.schema, metadata) if SOURCES in companions else None
+    return find_refs(conn, records_table(metadata, name, writer.table, writer.schema), versions, finders, stored,
+                     key, writer.dialect, provenance=provenance)
 
 
 #: Why a record an erased one was merged or split into is left (ErasedRows.left).
@@ -398,14 +407,15 @@ def _stored_source_error(entry: Any) -> Any:
     return stored_source_error(source, code if isinstance(code, str) and code in SOURCE_ERROR_CODES else "unknown")
 
 
-def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str]) -> int:
-    """Replace ``refs`` in every audit row's ``error_message`` (of any table's runs); return how many changed."""
+def _scrub_audit_messages(conn: sa.Connection, audit: sa.Table, refs: list[str], present: Iterable[str]) -> int:
+    """Replace ``refs`` in every audit row's ``error_message`` and ``notes`` (of any table's runs; ``notes``
+    where the table has it, per ``present``); return how many texts changed."""
     changed = 0
-    rows = conn.execute(sa.select(audit.c.run_id, audit.c.error_message)
-                        .where(audit.c.error_message.is_not(None))).all()
-    for run_id, message in rows:
-        scrubbed = without_refs(message, refs)
-        if scrubbed != message:
-            conn.execute(audit.update().where(audit.c.run_id == run_id).values(error_message=scrubbed))
-            changed += 1
+    for column in ("error_message", *((NOTES_COLUMN,) if NOTES_COLUMN in present else ())):
+        rows = conn.execute(sa.select(audit.c.run_id, audit.c[column]).where(audit.c[column].is_not(None))).all()
+        for run_id, message in rows:
+            scrubbed = without_refs(message, refs)
+            if scrubbed != message:
+                conn.execute(audit.update().where(audit.c.run_id == run_id).values({column: scrubbed}))
+                changed += 1
     return changed

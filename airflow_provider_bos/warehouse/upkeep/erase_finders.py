@@ -16,9 +16,11 @@ stores it under its personal-data policy (``<table>_policy``):
 An external id ``SOURCE:ID`` matches a provenance entry whose ``source_identity`` is SOURCE and whose
 ``external_id`` is ID, both exactly; one of :attr:`Finders.typed_external_ids` (``TYPE:ID``, asked for
 explicitly) an entry of any source whose ``source_type`` is TYPE. Runs on request, under the erasure's
-lock. A hashed value is found by equality in SQL (the entries of ``sources`` expanded by the database,
-as for the provenance table; exact where a collation is not); only a request naming a kept field reads
-every row once, in batches.
+lock. A hashed email or phone is found by equality in SQL. An external id, kept or hashed, is found by
+the database (:mod:`.entry_search`: the records through ``<table>_sources`` and its entry index, the
+history by one pass over its ``sources``), and only the candidates' stored entries are read back and
+compared here, exactly as above. Only a request naming a kept email or phone reads every row once, in
+batches.
 
 :func:`find_quarantined` looks through ``<table>_rejects`` too: a run without a policy keeps each
 quarantined record whole (raw, whatever the table's policy became), so a person BOS only ever sent in a
@@ -45,6 +47,11 @@ from airflow_provider_bos.warehouse.dialects import WarehouseDialect
 from airflow_provider_bos.warehouse.run.transaction import execute
 from airflow_provider_bos.warehouse.tables.policy_store import effective_action
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
+from airflow_provider_bos.warehouse.upkeep.entry_search import (
+    EntryProbe,
+    provenance_candidates,
+    versions_candidates,
+)
 from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
 
 __all__ = ["Finders", "KeySource", "Quarantined", "find_quarantined", "find_refs", "refs_in", "reject_row_id"]
@@ -170,9 +177,15 @@ def _key_reader(key: KeySource, stored: PolicyFingerprint | None) -> Callable[[]
     return read
 
 
-def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders, stored: PolicyFingerprint | None,
-              key: KeySource, dialect: WarehouseDialect) -> set[str]:
-    """The record_refs of every row of ``tables`` (the records table, its history) a finder matches."""
+def find_refs(conn: sa.Connection, records: sa.Table, versions: Iterable[sa.Table], finders: Finders,
+              stored: PolicyFingerprint | None, key: KeySource, dialect: WarehouseDialect, *,
+              provenance: sa.Table | None = None) -> set[str]:
+    """The record_refs of every row of ``records`` and ``versions`` (its history) a finder matches.
+
+    ``provenance``: the records table's ``<table>_sources``, through whose entry index the records
+    that hold an external id are found (:mod:`.entry_search`); without it, or while it is empty
+    beside a filled records table (a table stored before it, not yet synced since), the records'
+    ``sources`` are searched as a version table's are."""
     read_key = _key_reader(key, stored)
     top = [_Wanted(field, values, _action(stored, field, f"--{field}"), read_key)
            for field, values in (("email", finders.emails), ("phone", finders.phones)) if values]
@@ -180,19 +193,17 @@ def find_refs(conn: sa.Connection, tables: Iterable[sa.Table], finders: Finders,
     if finders.external_ids or finders.typed_external_ids:
         action = _action(stored, EXTERNAL_ID, "--external-id" if finders.external_ids else "--external-id-of-type")
         external = {source: _Wanted(EXTERNAL_ID, ids, action, read_key) for source, ids in finders.ids_by_source()}
-    tables = list(tables)
+    tables = [records, *versions]
     found: set[str] = set()
-    # One policy action per field: the external ids are all hashed or all kept.
-    hashed_external, kept_external = (external, {}) if any(w.hashed for w in external.values()) else ({}, external)
     for table in tables:
         for wanted in top:
             if wanted.hashed:
                 found.update(_hashed_refs(conn, table, wanted))
-        for source, wanted in hashed_external.items():
-            found.update(_hashed_external_refs(conn, dialect, table, source, wanted))
+    if external:
+        found.update(_external_refs(conn, dialect, records, tables[1:], provenance, external))
     kept = [w for w in top if not w.hashed]
-    if kept or kept_external:
-        found.update(_scanned_refs(conn, tables, kept, kept_external))
+    if kept:
+        found.update(_scanned_refs(conn, tables, kept))
     return found
 
 
@@ -217,28 +228,53 @@ def _hashed_refs(conn: sa.Connection, table: sa.Table, wanted: _Wanted) -> set[s
     return refs_in(conn, table, wanted.field, wanted.forms)
 
 
-def _hashed_external_refs(conn: sa.Connection, d: WarehouseDialect, table: sa.Table, source: tuple[str, str],
-                          wanted: _Wanted) -> set[str]:
-    """The refs of the rows of ``table`` holding an entry whose ``source[0]`` (source_identity, or
-    source_type when asked for) is ``source[1]`` and whose (hashed) external_id is one of ``wanted``'s
-    forms, both compared exactly."""
-    column, name = source
-    return {row[0] for chunk in _chunks(wanted.forms)
-            for row in execute(conn, d.refs_with_external_id(table.name, table.schema, name, chunk, by=column))}
+def _external_refs(conn: sa.Connection, d: WarehouseDialect, records: sa.Table, versions: list[sa.Table],
+                   provenance: sa.Table | None, external: dict[tuple[str, str], _Wanted]) -> set[str]:
+    """The refs of the rows holding an entry of a wanted source whose external id (kept: exactly as
+    given; hashed: its keyed hash) a finder holds. The database names candidates (:mod:`.entry_search`:
+    the provenance table's index for the records table, one pass over each version table); each
+    candidate's stored ``sources`` are then compared here, exactly as a full read would."""
+    probes = [EntryProbe(by, source, tuple(wanted.forms)) for (by, source), wanted in external.items()]
+    found: set[str] = set()
+    searched = [records, *versions]
+    if provenance is not None and _complete(conn, d, records, provenance):
+        found |= _holding(conn, records, provenance_candidates(conn, d, provenance, probes), external)
+        searched = versions
+    for table in searched:
+        found |= _holding(conn, table, versions_candidates(conn, d, table, probes), external)
+    return found
 
 
-def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted],
-                  external: dict[tuple[str, str], _Wanted]) -> set[str]:
-    """The refs of the rows a kept value matches: every row read once, in batches, and compared in Python."""
-    columns = [w.field for w in top] + (["sources"] if external else [])
+def _complete(conn: sa.Connection, d: WarehouseDialect, records: sa.Table, provenance: sa.Table) -> bool:
+    """Whether ``provenance`` holds the records' entries: every record has one, so an empty provenance
+    table beside a filled records table is one made before it was kept (the next run fills it)."""
+    probe = d.probe_empty
+    if execute(conn, probe(d.table_ref(provenance.name, provenance.schema))).first() is not None:
+        return True
+    return execute(conn, probe(d.table_ref(records.name, records.schema))).first() is None
+
+
+def _holding(conn: sa.Connection, table: sa.Table, candidates: set[str],
+             external: Mapping[tuple[str, str], _Wanted]) -> set[str]:
+    """The refs among ``candidates`` one of whose rows in ``table`` holds a wanted entry (its stored
+    ``sources`` decoded and compared as :func:`_entries_hold` compares them)."""
+    json_columns = JsonColumns(table, ["sources"])
+    select = sa.select(table.c.record_ref, table.c.sources)
+    return {ref for chunk in _chunks(candidates)
+            for ref, sources in conn.execute(select.where(table.c.record_ref.in_(chunk)))
+            if _entries_hold(json_columns.value("sources", sources), external)}
+
+
+def _scanned_refs(conn: sa.Connection, tables: list[sa.Table], top: list[_Wanted]) -> set[str]:
+    """The refs of the rows a kept email or phone matches: every row read once, in batches, and
+    compared in Python (after the recipe's normalisation, which SQL does not have)."""
+    columns = [w.field for w in top]
     found: set[str] = set()
     for table in tables:
         key_columns = ("record_ref", "_bos_valid_from") if "_bos_valid_from" in table.c else ("record_ref",)
-        json_columns = JsonColumns(table, ["sources"])
         for rows in rows_in_batches(conn, table, columns, key=key_columns):
             for row in rows:
-                if any(w.holds(row[w.field]) for w in top) or (
-                        external and _entries_hold(json_columns.value("sources", row["sources"]), external)):
+                if any(w.holds(row[w.field]) for w in top):
                     found.add(row["record_ref"])
     return found
 

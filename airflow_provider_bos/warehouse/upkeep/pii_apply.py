@@ -7,9 +7,9 @@ dropped; what was hashed already stays as it is. It then stores the new policy's
 
 Why not in SQL: HMAC-SHA-256 is not available in SQLite, MariaDB or DuckDB SQL, and a key bound into
 SQL text would reach the server's statement logs. So the rows are read in batches, changed in
-Python with the same plan a run applies, and written back with their values bound (on DuckDB, where
-one ``UPDATE`` per row costs ~0.7 ms, through a staged file of the new values, in the stored form
-only, and one ``UPDATE ... FROM`` it). Each rewritten
+Python with the same plan a run applies, and written back in their stored form only
+(:mod:`.policy_rewrite`: on PostgreSQL ``COPY``'d into a temporary table, on DuckDB through a
+staged file, each applied by one ``UPDATE ... FROM``; elsewhere one bound ``UPDATE`` a row). Each rewritten
 row gets its content hash again (the function the writer uses), so the next sync under the policy
 finds it unchanged. Wire hashes: a table written without a policy holds each record's raw wire hash;
 it is keyed (under the key, as a run under a policy keys it) so the next re-run still skips
@@ -34,20 +34,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-import orjson
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
-from airflow_provider_bos.pii import PiiKey, PiiPlan, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint
-from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
+from airflow_provider_bos.pii import PiiKey, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint
 from airflow_provider_bos.warehouse.run.audit import SyncRunInfo, audit_insert, utcnow
 from airflow_provider_bos.warehouse.run.catalog import column_names
 from airflow_provider_bos.warehouse.run.promoted import refill_promoted
@@ -63,21 +58,9 @@ from airflow_provider_bos.warehouse.tables.policy_store import (
     store_policy,
     way_forward,
 )
-from airflow_provider_bos.warehouse.tables.records import (
-    CONTENT_FIELDS,
-    JSON_CONTENT_FIELDS,
-    parse_timestamp,
-    record_to_row,
-    stored_json_columns,
-    stored_record,
-)
-from airflow_provider_bos.warehouse.tables.schema import (
-    RECORD_COLUMNS,
-    WIRE_HASH_COLUMN,
-    records_table,
-)
+from airflow_provider_bos.warehouse.tables.schema import RECORD_COLUMNS, records_table
+from airflow_provider_bos.warehouse.upkeep.policy_rewrite import rewrite_rows
 from airflow_provider_bos.warehouse.upkeep.reclaim import reclaim_space
-from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
 from airflow_provider_bos.warehouse.writer import WarehouseWriter
 
 __all__ = ["PII_APPLY_TOOL_NAME", "PolicyApplied", "apply_stricter_policy", "delta_policy"]
@@ -86,9 +69,6 @@ log = logging.getLogger(__name__)
 
 #: The audit row's ``tool_name`` of a re-applied policy.
 PII_APPLY_TOOL_NAME = "airflow-provider-bos pii-apply"
-_BATCH = 1000
-# The columns a policy can change (record_ref and the _bos_* columns never change).
-_POLICY_COLUMNS = ("display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources")
 
 
 @dataclass
@@ -180,21 +160,23 @@ def apply_stricter_policy(
             wire_key = key if stored is None else None
             with contextlib.ExitStack() as files:
                 directory = files.enter_context(run_stage_directory()) if d.capabilities.updates_from_file else None
-                applied.records, applied.wire_hashes = _rewrite(
+                rewritten = [c for c in present if c.pii_apply is PolicyRewrite.ROWS]
+                done, *versions_done = rewrite_rows(
                     tx.conn, records, plan, d, key=("record_ref",), wire=(wire_key,) if d.wire_hash_column else None,
                     directory=directory,
+                    versions=[(c.table(writer.table, d.name, writer.schema, metadata), c.row_key) for c in rewritten],
                 )
-                for companion in present:
-                    if companion.pii_apply is PolicyRewrite.ROWS:
-                        rewritten, _ = _rewrite(tx.conn, companion.table(writer.table, d.name, writer.schema, metadata),
-                                                plan, d, key=companion.row_key, wire=None, directory=directory)
-                        setattr(applied, companion.suffix, rewritten)
+                applied.records, applied.wire_hashes = done.rows, done.wire_hashes
+                for companion, version_done in zip(rewritten, versions_done, strict=True):
+                    setattr(applied, companion.suffix, version_done.rows)
             # Promoted columns live in the records table and the tables of its rows' versions.
             versions = [c.name(writer.table) for c in present if c.pii_apply is PolicyRewrite.ROWS]
             configured: list[str] = []
+            rebuilt = "sources" in done.fields  # the provenance entries come from the sources alone
             for companion in present:
                 if companion.pii_apply is PolicyRewrite.REBUILT:  # from the rewritten records' JSON
-                    rebuild_provenance(tx, companion.name(writer.table))
+                    if rebuilt:
+                        rebuild_provenance(tx, companion.name(writer.table))
                 elif companion.pii_apply is PolicyRewrite.COLUMNS_REFILLED:  # from the rewritten attributes
                     configured = refill_promoted(tx, companion.table(writer.table, d.name, writer.schema, metadata),
                                                  versions[0] if versions else None, policy=new.text,
@@ -212,7 +194,7 @@ def apply_stricter_policy(
                         tx.exec(d.clear_columns(table_name, writer.schema, applied.cleared_columns))
             note = _note(stored, new, applied, writer.destination_table)
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
-                                 completeness=None, result_count=applied.records, error_message=note,
+                                 completeness=None, result_count=applied.records, notes=note,
                                  destination_table=writer.destination_table, present=writer.audit_columns))
             tx.conn.commit()
         except BaseException as exc:
@@ -224,160 +206,10 @@ def apply_stricter_policy(
     finally:
         tx.close()
     log.info("BOS pii-apply %s: %s", run.run_id, note)
-    changed = (PolicyRewrite.ROWS, PolicyRewrite.REBUILT, PolicyRewrite.RECORDS_EMPTIED)
+    changed = (PolicyRewrite.ROWS, *((PolicyRewrite.REBUILT,) if rebuilt else ()), PolicyRewrite.RECORDS_EMPTIED)
     tables = [writer.table, *(c.name(writer.table) for c in present if c.reclaimed and c.pii_apply in changed)]
     applied.reclaimed = reclaim_space(engine, d, tables, writer.schema)
     return applied
-
-
-def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.ColumnElement[Any]:
-    """A bound JSON text for ``column``: cast where the column's type is not text (PostgreSQL JSONB,
-    DuckDB JSON), parsed on Snowflake (a text bound to a VARIANT would be stored as a string, not the
-    object); MariaDB's JSON and SQLite's columns take the text as it is."""
-    value = sa.bindparam(name, type_=sa.Text())
-    if dialect_name == "snowflake":
-        return sa.func.parse_json(value)
-    return sa.cast(value, column.type) if dialect_name in ("postgresql", "duckdb") else value
-
-
-def _rewrite(
-    conn: sa.Connection, table: sa.Table, plan: PiiPlan, dialect: WarehouseDialect, *, key: tuple[str, ...],
-    wire: tuple[PiiKey | None] | None, directory: Path | None,
-) -> tuple[int, int]:
-    """Apply ``plan`` to every row of ``table``; with ``wire``, key each wire hash with its key (or
-    clear it, key ``None``). Returns (rows whose content changed, rows whose wire hash changed).
-
-    The new values go back with bound parameters, a batch at a time, or (``directory``, where the
-    dialect ``updates_from_file``) through staged files there and one ``UPDATE`` per file."""
-    written: _BoundUpdates | _FileUpdates = (
-        _FileUpdates(conn, table, dialect, key=key, wire=wire is not None, directory=directory)
-        if directory is not None else _BoundUpdates(conn, table, dialect.name, key=key, wire=wire is not None))
-    columns = [*CONTENT_FIELDS, "_bos_observed_at", *((WIRE_HASH_COLUMN,) if wire is not None else ())]
-    json_columns = stored_json_columns(table)
-    changed = rekeyed = 0
-    with written:
-        for rows in rows_in_batches(conn, table, columns, key=key, batch_size=_BATCH):
-            contents: list[dict[str, Any]] = []
-            wires: list[dict[str, Any]] = []
-            for row in rows:
-                ident = {f"k_{name}": row[name] for name in key}
-                wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0]) if wire is not None else None
-                record = stored_record(row, json_columns)
-                stored = plan.apply(record)
-                rekeyed += wire is not None and wire_hash != row[WIRE_HASH_COLUMN]  # changed, not just written
-                if stored != record:
-                    new_row = record_to_row(stored, default_observed_at=parse_timestamp(row["_bos_observed_at"]),
-                                            stored=True)
-                    contents.append({**ident, "display_name": new_row.display_name, "email": new_row.email,
-                                     "phone": new_row.phone, "lifecycle": new_row.lifecycle,
-                                     "identity_match": new_row.identity_match, "attributes": new_row.attributes,
-                                     "sources": new_row.sources, "record_hash": new_row.record_hash,
-                                     **({"wire_hash": wire_hash} if wire is not None else {})})
-                elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
-                    wires.append({**ident, "wire_hash": wire_hash})
-            written.add(contents, wires)
-            changed += len(contents)
-    return changed, rekeyed
-
-
-class _BoundUpdates:
-    """Rewritten rows written back a batch at a time: one ``UPDATE`` by key per row, values bound."""
-
-    def __init__(self, conn: sa.Connection, table: sa.Table, dialect_name: str, *, key: tuple[str, ...],
-                 wire: bool) -> None:
-        self.conn = conn
-        where = sa.and_(*(table.c[name] == sa.bindparam(f"k_{name}", type_=table.c[name].type) for name in key))
-        content = {name: (_json_value(dialect_name, table.c[name], name) if name in JSON_CONTENT_FIELDS
-                          else sa.bindparam(name, type_=sa.Text()))
-                   for name in _POLICY_COLUMNS}
-        self.update_content = sa.update(table).where(where).values(
-            **content, _bos_record_hash=sa.bindparam("record_hash", type_=sa.Text()),
-            **({WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())} if wire else {}),
-        )
-        self.update_wire = sa.update(table).where(where).values(
-            {WIRE_HASH_COLUMN: sa.bindparam("wire_hash", type_=sa.Text())})
-
-    def __enter__(self) -> _BoundUpdates:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def add(self, contents: list[dict[str, Any]], wires: list[dict[str, Any]]) -> None:
-        if contents:
-            self.conn.execute(self.update_content, contents)
-        if wires:
-            self.conn.execute(self.update_wire, wires)
-
-
-class _FileUpdates:
-    """Rewritten rows written to two NDJSON files (new content; new wire hash only) in ``directory``,
-    each applied by one ``UPDATE ... FROM`` the file when the table has been read (see
-    :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are removed after."""
-
-    def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
-                 key: tuple[str, ...], wire: bool, directory: Path) -> None:
-        self.conn, self.table, self.dialect, self.key = conn, table, dialect, key
-        content = (*_POLICY_COLUMNS, "_bos_record_hash")
-        self.columns = {"content": (*content, *((WIRE_HASH_COLUMN,) if wire else ())), "wire": (WIRE_HASH_COLUMN,)}
-        self.paths = {kind: directory / f"bos-pii-{table.name}-{kind}.ndjson" for kind in self.columns}
-        self.files = {kind: os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
-                      for kind, path in self.paths.items()}
-        self.longest = dict.fromkeys(self.columns, 0)
-        self.lines = dict.fromkeys(self.columns, 0)
-
-    def __enter__(self) -> _FileUpdates:
-        return self
-
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        try:
-            for out in self.files.values():
-                out.close()
-            if exc_type is None:
-                for kind, path in self.paths.items():
-                    if self.lines[kind]:
-                        self._apply(kind, path)
-        finally:
-            for path in self.paths.values():
-                path.unlink(missing_ok=True)
-
-    def add(self, contents: list[dict[str, Any]], wires: list[dict[str, Any]]) -> None:
-        self._write("content", [{**{f"k_{name}": _key_value(row[f"k_{name}"]) for name in self.key},
-                                 "display_name": row["display_name"], "email": row["email"], "phone": row["phone"],
-                                 **{name: None if row[name] is None else orjson.Fragment(row[name])
-                                    for name in ("lifecycle", "identity_match")},
-                                 "attributes": orjson.Fragment(row["attributes"]),
-                                 "sources": orjson.Fragment(row["sources"]), "_bos_record_hash": row["record_hash"],
-                                 **({WIRE_HASH_COLUMN: row["wire_hash"]} if "wire_hash" in row else {})}
-                                for row in contents])
-        self._write("wire", [{**{f"k_{name}": _key_value(row[f"k_{name}"]) for name in self.key},
-                              WIRE_HASH_COLUMN: row["wire_hash"]} for row in wires])
-
-    def _write(self, kind: str, rows: list[dict[str, Any]]) -> None:
-        if not rows:
-            return
-        lines = [orjson.dumps(row) + b"\n" for row in rows]
-        self.longest[kind] = max(self.longest[kind], *map(len, lines))
-        self.lines[kind] += len(lines)
-        self.files[kind].write(b"".join(lines))
-
-    def _apply(self, kind: str, path: Path) -> None:
-        update = self.dialect.update_from_file(self.table.name, self.table.schema, str(path), key=self.key,
-                                               columns=self.columns[kind], longest_line=self.longest[kind])
-        self.conn.exec_driver_sql(update.sql, update.params)
-
-
-def _key_value(value: Any) -> Any:
-    """A key column's value as the staged file holds it (a timestamp as ISO 8601 text)."""
-    return value.isoformat() if isinstance(value, datetime) else value
-
-
-def _new_wire_hash(stored: str | None, key: PiiKey | None) -> str | None:
-    """A raw wire hash keyed as a run under a policy keys it (:meth:`PiiKey.wire_hash_hex`); ``None``
-    without a key."""
-    if stored is None or key is None:
-        return None
-    return key.wire_hash_hex(stored)
 
 
 def _empty_quarantined_records(conn: sa.Connection, rejects: sa.Table) -> int:

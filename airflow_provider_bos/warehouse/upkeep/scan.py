@@ -3,7 +3,7 @@ the caller's statements run on the same connection)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -13,14 +13,20 @@ __all__ = ["rows_in_batches"]
 
 def rows_in_batches(
     conn: sa.Connection, table: sa.Table, columns: Sequence[str], *, key: Sequence[str], batch_size: int = 1000,
+    as_text: Collection[str] = (), within: tuple[Any, Any] = (None, None),
 ) -> Iterator[list[sa.RowMapping]]:
     """``columns`` (the ``key`` columns included) of every row of ``table``, ordered by ``key`` (one
-    column, or two: a record_ref and its version), ``batch_size`` rows at a time."""
-    selected = [table.c[name] for name in dict.fromkeys([*key, *columns])]
+    column, or two: a record_ref and its version), ``batch_size`` rows at a time; the columns named
+    in ``as_text`` (JSON ones) read as their text, undecoded. ``within``: only the rows whose first
+    key column is above the first bound and up to the second (``None``: unbounded)."""
+    selected = [sa.cast(table.c[name], sa.Text()).label(name) if name in as_text else table.c[name]
+                for name in dict.fromkeys([*key, *columns])]
     keys = [table.c[name] for name in key]
+    above, up_to = within
+    bounds = [*(() if above is None else (keys[0] > above,)), *(() if up_to is None else (keys[0] <= up_to,))]
     last: tuple[Any, ...] | None = None
     while True:
-        query = sa.select(*selected).order_by(*keys).limit(batch_size)
+        query = sa.select(*selected).where(*bounds).order_by(*keys).limit(batch_size)
         if last is not None:
             query = query.where(_after(keys, last))
         rows = list(conn.execute(query).mappings())

@@ -1,0 +1,112 @@
+"""The SQL of the upkeep commands' fast paths: an erasure's external-id look-ups, ``pii-apply``'s staged updates.
+
+Built here, beside the dialects, as :class:`Statement` objects (identifiers validated and quoted by the
+dialect, every value bound); :mod:`..upkeep.entry_search` and :mod:`..upkeep.policy_rewrite` decide
+which to run. Only values a row already stores (or a request names) are bound: a personal-data key
+never is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.statement import Statement
+
+__all__ = [
+    "contains_entries",
+    "copy_staged_updates",
+    "create_staged_updates",
+    "distinct_leading_values",
+    "drop_staged_updates",
+    "provenance_refs",
+    "update_from_staged",
+]
+
+
+def _marks(d: WarehouseDialect, count: int) -> str:
+    return ", ".join([d.placeholder] * count)
+
+
+def provenance_refs(d: WarehouseDialect, sources: str, schema: str | None, *, by: str, source: str,
+                    ids: Sequence[str], leading: Sequence[str] | None = None) -> Statement:
+    """The refs of ``sources``' entries whose ``by`` (source_identity or source_type) is ``source`` and
+    whose external_id is one of ``ids``.
+
+    ``leading``: the entry index's other leading column's values to look up (the source types, for a
+    request by source_identity; the identities of the type, for one by type), NULL always among them,
+    so the database looks up whole keys of the index (source_type, source_identity, external_id)
+    instead of filtering the table. ``None``: filter by the two columns alone."""
+    if by not in ("source_identity", "source_type"):  # pragma: no cover - a caller's typo
+        raise ValueError(by)
+    q, p = d.quote, d.placeholder
+    ref, external, column = q("record_ref"), q("external_id"), q(by)
+    table = d.table_ref(sources, schema)
+    if leading is None:
+        return Statement(f"SELECT DISTINCT s.{ref} FROM {table} s WHERE s.{column} = {p} "
+                         f"AND s.{external} IN ({_marks(d, len(ids))})", (source, *ids))
+    other = q("source_type" if by == "source_identity" else "source_identity")
+    others = (f"(s.{other} IN ({_marks(d, len(leading))}) OR s.{other} IS NULL)" if leading
+              else f"s.{other} IS NULL")
+    return Statement(f"SELECT DISTINCT s.{ref} FROM {table} s WHERE {others} AND s.{column} = {p} "
+                     f"AND s.{external} IN ({_marks(d, len(ids))})", (*leading, source, *ids))
+
+
+def distinct_leading_values(d: WarehouseDialect, sources: str, schema: str | None, *,
+                            source_type: str | None = None) -> Statement:
+    """The distinct non-NULL source types of ``sources`` (or, given ``source_type``, that type's
+    source identities), one index probe each: a loose index scan, written as a recursive query (the
+    entry index's leading columns; PostgreSQL before 18 has no skip scan)."""
+    q, p = d.quote, d.placeholder
+    col = f"s.{q('source_type' if source_type is None else 'source_identity')}"
+    table = d.table_ref(sources, schema)
+    prefix, params = (f"s.{q('source_type')} = {p} AND ", (source_type,)) if source_type is not None else ("", ())
+    return Statement(
+        f"WITH RECURSIVE v(x) AS ((SELECT {col} FROM {table} s WHERE {prefix}{col} IS NOT NULL "
+        f"ORDER BY {col} LIMIT 1) UNION ALL SELECT (SELECT {col} FROM {table} s WHERE {prefix}{col} > v.x "
+        f"ORDER BY {col} LIMIT 1) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL",
+        (*params, *params))
+
+
+def contains_entries(d: WarehouseDialect, table: str, schema: str | None, entries: Sequence[str]) -> Statement:
+    """The refs of the rows of ``table`` whose ``sources`` contain one of ``entries`` (each a JSON text,
+    bound): PostgreSQL's ``@>`` (an array of one entry object: typed, exact), DuckDB's
+    ``json_contains`` (the entry object, at any depth). One pass over the table, one test per entry."""
+    q, p = d.quote, d.placeholder
+    if d.name == "postgresql":
+        test = f"t.{q('sources')} @> CAST({p} AS JSONB)"
+    elif d.name == "duckdb":
+        test = f"JSON_CONTAINS(t.{q('sources')}, CAST({p} AS JSON))"
+    else:  # pragma: no cover - a caller's mistake: the others expand the entries instead
+        raise ValueError(d.name)
+    return Statement(f"SELECT DISTINCT t.{q('record_ref')} FROM {d.table_ref(table, schema)} t "
+                     f"WHERE {' OR '.join([test] * len(entries))}", tuple(entries))
+
+
+def create_staged_updates(d: WarehouseDialect, staged: str, *, key: Sequence[tuple[str, str]],
+                          columns: Sequence[str]) -> Statement:
+    """PostgreSQL: a temporary table (dropped at the commit) for rewritten rows: ``k_<column>`` of
+    each ``(column, SQL type)`` of ``key``, then ``columns`` as text."""
+    q = d.quote
+    defined = [*(f"{q(f'k_{name}')} {kind}" for name, kind in key), *(f"{q(c)} TEXT" for c in columns)]
+    return Statement(f"CREATE TEMPORARY TABLE {q(staged)} ({', '.join(defined)}) ON COMMIT DROP")
+
+
+def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, staged: str, *, key: Sequence[str],
+                       columns: Sequence[str], json_columns: Sequence[str]) -> Statement:
+    """PostgreSQL: one ``UPDATE`` of ``target``'s rows named by ``staged``'s key columns, setting
+    ``columns`` (those in ``json_columns`` parsed from their text)."""
+    q = d.quote
+    sets = ", ".join(f"{q(c)} = " + (f"CAST(s.{q(c)} AS JSONB)" if c in json_columns else f"s.{q(c)}")
+                     for c in columns)
+    match = " AND ".join(f"t.{q(name)} = s.{q(f'k_{name}')}" for name in key)
+    return Statement(f"UPDATE {d.table_ref(target, schema)} AS t SET {sets} FROM {q(staged)} s WHERE {match}")
+
+
+def drop_staged_updates(d: WarehouseDialect, staged: str) -> Statement:
+    return Statement(f"DROP TABLE IF EXISTS {d.quote(staged)}")
+
+
+def copy_staged_updates(d: WarehouseDialect, staged: str, names: Sequence[str]) -> str:
+    """PostgreSQL: the ``COPY ... FROM STDIN`` that fills ``staged``'s ``names``."""
+    return f"COPY {d.quote(staged)} ({', '.join(d.quote(n) for n in names)}) FROM STDIN"

@@ -1,0 +1,385 @@
+"""Rewriting a table's stored rows with a policy's plan (``pii-apply``): read, changed in Python, written back.
+
+The rows are read in key order a batch at a time (no cursor stays open), each changed by the plan a
+run applies and given its content hash again by the writer's own functions (the orjson path of
+:func:`~..tables.records.json_column_values` where it applies, :func:`~..tables.records.record_to_row`
+otherwise: the same texts and hash either way). HMAC-SHA-256 is done here, never in SQL: the key
+would reach the server's statement logs. What goes back is only the stored form, the cheapest way
+each database offers:
+
+* PostgreSQL: ``COPY`` into a temporary table keyed by the row's key, then one ``UPDATE ... FROM``
+  it per table (one statement per row cost a round trip and a plan each);
+* DuckDB (``updates_from_file``): a staged NDJSON file and one ``UPDATE ... FROM read_json`` per
+  table (one ``UPDATE`` per row costs ~0.7 ms there);
+* the others: one ``UPDATE`` by key per row, values bound, a batch per ``executemany``.
+
+On PostgreSQL and DuckDB the JSON columns are read as their text and decoded by msgspec (the drivers
+decode with :func:`json.loads`, several times slower; orjson would turn an integer beyond 64 bits into
+a float); a text msgspec refuses (a lone surrogate) is decoded by :func:`json.loads`, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import orjson
+import sqlalchemy as sa
+
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.pii import PiiKey, PiiPlan
+from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
+from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
+    copy_staged_updates,
+    create_staged_updates,
+    drop_staged_updates,
+    update_from_staged,
+)
+from airflow_provider_bos.warehouse.run.transaction import execute
+from airflow_provider_bos.warehouse.tables.records import (
+    CONTENT_FIELDS,
+    JSON_CONTENT_FIELDS,
+    json_column_values,
+    parse_timestamp,
+    record_to_row,
+    row_fields,
+)
+from airflow_provider_bos.warehouse.tables.schema import WIRE_HASH_COLUMN, records_table
+from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
+from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
+
+__all__ = ["Rewritten", "rewrite_rows"]
+
+#: Rows read (and held) at a time.
+BATCH = 5000
+# The columns a policy can change (record_ref and the _bos_* columns never change).
+_POLICY_COLUMNS = ("display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources")
+# The JSON columns the databases below hand back as their text when asked to (CAST AS TEXT).
+_TEXT_JSON_DIALECTS = ("postgresql", "duckdb")
+
+
+@dataclass
+class Rewritten:
+    """What one table's rewrite changed."""
+
+    #: Rows whose content changed.
+    rows: int = 0
+    #: Rows whose wire hash changed (keyed, or cleared).
+    wire_hashes: int = 0
+    #: The columns whose value changed in at least one row (of any table rewritten alongside).
+    fields: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Target:
+    table: sa.Table
+    key: tuple[str, ...]
+    written: _Updates
+    #: The wire hash's key (``None``: clear it); ``None`` for a table without wire hashes.
+    wire: tuple[PiiKey | None] | None
+    done: Rewritten = field(default_factory=Rewritten)
+
+
+def rewrite_rows(
+    conn: sa.Connection, table: sa.Table, plan: PiiPlan, dialect: WarehouseDialect, *, key: tuple[str, ...],
+    wire: tuple[PiiKey | None] | None, directory: Path | None,
+    versions: Sequence[tuple[sa.Table, tuple[str, ...]]] = (),
+) -> list[Rewritten]:
+    """Apply ``plan`` to every row of ``table`` (keyed by ``key``: its record_ref) and of each table of
+    ``versions`` (``(table, key)``: the history, keyed by record_ref first); with ``wire``, key each
+    wire hash of ``table`` with its key (or clear it, key ``None``). Returns what changed in each
+    table, ``table``'s first.
+
+    The versions are read alongside: after each batch of ``table``, the versions of the refs it
+    covered. A version whose content is a row's of the batch (the current version always is) takes
+    that row's new values without being transformed again; memory holds one batch.
+
+    ``directory``: where the DuckDB path stages its files (where the dialect ``updates_from_file``)."""
+    if any(version_key[0] != key[0] for _, version_key in versions):  # pragma: no cover - a caller's mistake
+        raise ValueError("each version table is keyed by the records table's key first")
+    main = _Target(table, key, _updates(conn, table, dialect, key=key, wire=wire is not None, directory=directory),
+                   wire)
+    others = [_Target(t, k, _updates(conn, t, dialect, key=k, wire=False, directory=directory), None)
+              for t, k in versions]
+    as_text = _as_text(dialect)
+    with contextlib.ExitStack() as stack:
+        for target in (main, *others):
+            stack.enter_context(target.written)
+        rewrite = _Rewrite(plan, dialect)
+        above: Any = None
+        batches = rows_in_batches(conn, table, _columns(main), key=key, batch_size=BATCH, as_text=as_text)
+        for rows in (*batches, None):  # None: the versions after the last row's ref (or of an empty table)
+            memo: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+            up_to = None
+            if rows is not None:
+                rewrite.batch(main, rows, memo)
+                up_to = rows[-1][key[0]]
+            for other in others:
+                for version_rows in rows_in_batches(conn, other.table, _columns(other), key=other.key,
+                                                    batch_size=BATCH, as_text=as_text, within=(above, up_to)):
+                    rewrite.batch(other, version_rows, memo)
+            above = up_to
+        for target in (main, *others):  # before the updates are applied, as the block is left
+            target.written.fields = target.done.fields = frozenset(rewrite.fields)
+    return [target.done for target in (main, *others)]
+
+
+def _as_text(dialect: WarehouseDialect) -> tuple[str, ...]:
+    """The columns read as their text: the JSON ones where orjson decodes them, and on DuckDB the
+    observation time too (its driver converts each timestamp through pytz; the text is ISO 8601)."""
+    if dialect.name not in _TEXT_JSON_DIALECTS:
+        return ()
+    return (*JSON_CONTENT_FIELDS, *(("_bos_observed_at",) if dialect.name == "duckdb" else ()))
+
+
+def _columns(target: _Target) -> list[str]:
+    return [*CONTENT_FIELDS, "_bos_observed_at", *((WIRE_HASH_COLUMN,) if target.wire is not None else ())]
+
+
+def _updates(conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *, key: tuple[str, ...], wire: bool,
+             directory: Path | None) -> _Updates:
+    if dialect.name == "postgresql":
+        return _CopyUpdates(conn, table, dialect, key=key, wire=wire)
+    if directory is not None:
+        return _FileUpdates(conn, table, dialect, key=key, wire=wire, directory=directory)
+    return _BoundUpdates(conn, table, dialect.name, key=key, wire=wire)
+
+
+class _Rewrite:
+    """The plan applied to a batch of rows, their new values handed to the target's updates."""
+
+    def __init__(self, plan: PiiPlan, dialect: WarehouseDialect) -> None:
+        self.plan = plan
+        self.decode = _decoder(dialect)
+        self.fields: set[str] = set()
+
+    def batch(self, target: _Target, rows: list[sa.RowMapping],
+              memo: dict[tuple[Any, ...], tuple[Any, ...] | None]) -> None:
+        """``memo``: the new values (None: unchanged) by a row's stored content, as read."""
+        wire = target.wire
+        contents: list[tuple[Any, ...]] = []
+        wires: list[tuple[Any, ...]] = []
+        for row in rows:
+            ident = tuple(row[name] for name in target.key)
+            content = (*(row[name] for name in CONTENT_FIELDS), row["_bos_observed_at"])
+            try:
+                values = memo[content] if content in memo else memo.setdefault(content, self._new_values(row))
+            except TypeError:  # a JSON column handed back decoded (MySQL): not a key, so transformed again
+                values = self._new_values(row)
+            wire_hash = None
+            if wire is not None:
+                wire_hash = _new_wire_hash(row[WIRE_HASH_COLUMN], wire[0])
+                target.done.wire_hashes += wire_hash != row[WIRE_HASH_COLUMN]  # changed, not just written
+            if values is not None:
+                contents.append((*ident, *values, *((wire_hash,) if wire is not None else ())))
+            elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
+                wires.append((*ident, wire_hash))
+        target.written.add(contents, wires)
+        target.done.rows += len(contents)
+
+    def _new_values(self, row: sa.RowMapping) -> tuple[Any, ...] | None:
+        """The row's new :data:`_POLICY_COLUMNS` values and content hash; None if the plan changes nothing."""
+        record = self.decode(row)
+        stored = self.plan.apply(record)
+        if stored == record:
+            return None
+        self.fields.update(name for name in _POLICY_COLUMNS if stored.get(name) != record.get(name))
+        return _stored_values(stored, parse_timestamp(row["_bos_observed_at"]))
+
+
+def _decoder(dialect: WarehouseDialect) -> Callable[[Mapping[Any, Any]], dict[str, Any]]:
+    """A read row's content as the record that was stored."""
+    if dialect.name not in _TEXT_JSON_DIALECTS:
+        # The records table and its history hand back their JSON columns alike.
+        json_columns = JsonColumns(records_table(sa.MetaData(), dialect.name), JSON_CONTENT_FIELDS)
+        return lambda row: json_columns.row(row, CONTENT_FIELDS)
+    json_fields = frozenset(JSON_CONTENT_FIELDS)
+    return lambda row: {name: _loads(row[name]) if name in json_fields else row[name] for name in CONTENT_FIELDS}
+
+
+_decode_exactly = msgspec.json.Decoder().decode
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return _decode_exactly(text)  # exact beyond 64 bits, where orjson silently gives a float
+    except (msgspec.DecodeError, RecursionError):  # a lone surrogate, deeper than msgspec reads: as before
+        return json.loads(text)
+
+
+def _stored_values(stored: dict[str, Any], observed: datetime) -> tuple[Any, ...]:
+    """``stored``'s :data:`_POLICY_COLUMNS` values and content hash, as the writer stores them."""
+    try:
+        values = json_column_values(stored, observed)
+    except BosWarehouseError:  # what only a read's record is refused for (an entry too long): see below
+        values = None
+    if values is not None:
+        _, display_name, email, phone, lifecycle, identity_match, attributes, sources, _, record_hash = (
+            row_fields(stored, values))
+        return display_name, email, phone, lifecycle, identity_match, attributes, sources, record_hash
+    row = record_to_row(stored, default_observed_at=observed, stored=True)
+    return (row.display_name, row.email, row.phone, row.lifecycle, row.identity_match, row.attributes, row.sources,
+            row.record_hash)
+
+
+def _new_wire_hash(stored: str | None, key: PiiKey | None) -> str | None:
+    """A raw wire hash keyed as a run under a policy keys it (:meth:`PiiKey.wire_hash_hex`); ``None``
+    without a key."""
+    if stored is None or key is None:
+        return None
+    return key.wire_hash_hex(stored)
+
+
+class _Updates:
+    """Rewritten rows, each a tuple: its key values, then (content) :data:`_POLICY_COLUMNS`, the
+    content hash and, with ``wire``, the wire hash; or (wire) the wire hash only."""
+
+    def __init__(self, table: sa.Table, *, key: tuple[str, ...], wire: bool) -> None:
+        self.table, self.key = table, key
+        #: The content columns that changed in some row (set once every row was read).
+        self.fields: frozenset[str] = frozenset(_POLICY_COLUMNS)
+        self.columns = {"content": (*_POLICY_COLUMNS, "_bos_record_hash", *((WIRE_HASH_COLUMN,) if wire else ())),
+                        "wire": (WIRE_HASH_COLUMN,)}
+
+    def __enter__(self) -> _Updates:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        pass
+
+    def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
+        raise NotImplementedError
+
+
+class _BoundUpdates(_Updates):
+    """Written back a batch at a time: one ``UPDATE`` by key per row, values bound."""
+
+    def __init__(self, conn: sa.Connection, table: sa.Table, dialect_name: str, *, key: tuple[str, ...],
+                 wire: bool) -> None:
+        super().__init__(table, key=key, wire=wire)
+        self.conn = conn
+        where = sa.and_(*(table.c[name] == sa.bindparam(f"k_{name}", type_=table.c[name].type) for name in key))
+        self.statements = {
+            kind: sa.update(table).where(where).values(
+                {name: (_json_value(dialect_name, table.c[name], name) if name in JSON_CONTENT_FIELDS
+                        else sa.bindparam(name, type_=sa.Text())) for name in columns})
+            for kind, columns in self.columns.items()}
+
+    def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
+        names = [f"k_{name}" for name in self.key]
+        for kind, rows in (("content", contents), ("wire", wires)):
+            if rows:
+                fields = (*names, *self.columns[kind])
+                self.conn.execute(self.statements[kind], [dict(zip(fields, row, strict=True)) for row in rows])
+
+
+def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.ColumnElement[Any]:
+    """A bound JSON text for ``column``: cast where the column's type is not text (PostgreSQL JSONB,
+    DuckDB JSON), parsed on Snowflake (a text bound to a VARIANT would be stored as a string, not the
+    object); MariaDB's JSON and SQLite's columns take the text as it is."""
+    value = sa.bindparam(name, type_=sa.Text())
+    if dialect_name == "snowflake":
+        return sa.func.parse_json(value)
+    return sa.cast(value, column.type) if dialect_name in ("postgresql", "duckdb") else value
+
+
+class _CopyUpdates(_Updates):
+    """PostgreSQL: each batch ``COPY``'d into a temporary table (dropped at the commit), applied by one
+    ``UPDATE ... FROM`` it when the table has been read."""
+
+    def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
+                 key: tuple[str, ...], wire: bool) -> None:
+        super().__init__(table, key=key, wire=wire)
+        self.conn, self.dialect = conn, dialect
+        suffix = uuid.uuid4().hex[:12]
+        self.staged = {kind: f"bos_pii_{suffix}_{kind}" for kind in self.columns}
+        self.lines = dict.fromkeys(self.columns, 0)
+        typed = [(name, "TIMESTAMPTZ" if name == "_bos_valid_from" else "TEXT") for name in key]
+        for kind, columns in self.columns.items():
+            execute(conn, create_staged_updates(dialect, self.staged[kind], key=typed, columns=columns))
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            return  # the transaction is rolled back: the temporary tables go with it
+        for kind, columns in self.columns.items():
+            if self.lines[kind]:
+                # A column no row changed is not set again: jsonb holds the value, not the text, so
+                # its rows would be written the same, at the cost of parsing every one.
+                changed = [c for c in columns if c not in _POLICY_COLUMNS or c in self.fields]
+                execute(self.conn, update_from_staged(self.dialect, self.table.name, self.table.schema,
+                                                      self.staged[kind], key=self.key, columns=changed,
+                                                      json_columns=JSON_CONTENT_FIELDS))
+            execute(self.conn, drop_staged_updates(self.dialect, self.staged[kind]))
+
+    def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
+        driver: Any = self.conn.connection.driver_connection
+        for kind, rows in (("content", contents), ("wire", wires)):
+            if not rows:
+                continue
+            names = [*(f"k_{name}" for name in self.key), *self.columns[kind]]
+            with driver.cursor() as cursor, cursor.copy(
+                    copy_staged_updates(self.dialect, self.staged[kind], names)) as copy:
+                for row in rows:
+                    copy.write_row(row)
+            self.lines[kind] += len(rows)
+
+
+class _FileUpdates(_Updates):
+    """DuckDB: rewritten rows written to two NDJSON files (new content; new wire hash only) in
+    ``directory``, each applied by one ``UPDATE ... FROM`` the file when the table has been read (see
+    :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are removed after."""
+
+    def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
+                 key: tuple[str, ...], wire: bool, directory: Path) -> None:
+        super().__init__(table, key=key, wire=wire)
+        self.conn, self.dialect = conn, dialect
+        self.paths = {kind: directory / f"bos-pii-{table.name}-{kind}.ndjson" for kind in self.columns}
+        self.files = {kind: os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
+                      for kind, path in self.paths.items()}
+        self.longest = dict.fromkeys(self.columns, 0)
+        self.lines = dict.fromkeys(self.columns, 0)
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            for out in self.files.values():
+                out.close()
+            if exc_type is None:
+                for kind, path in self.paths.items():
+                    if self.lines[kind]:
+                        update = self.dialect.update_from_file(
+                            self.table.name, self.table.schema, str(path), key=self.key,
+                            columns=self.columns[kind], longest_line=self.longest[kind])
+                        self.conn.exec_driver_sql(update.sql, update.params)
+        finally:
+            for path in self.paths.values():
+                path.unlink(missing_ok=True)
+
+    def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
+        keys = tuple(f"k_{name}" for name in self.key)
+        for kind, rows in (("content", contents), ("wire", wires)):
+            if not rows:
+                continue
+            fields = (*keys, *self.columns[kind])
+            lines = [orjson.dumps({name: _file_value(name, value) for name, value in zip(fields, row, strict=True)})
+                     + b"\n" for row in rows]
+            self.longest[kind] = max(self.longest[kind], *map(len, lines))
+            self.lines[kind] += len(lines)
+            self.files[kind].write(b"".join(lines))
+
+
+def _file_value(name: str, value: Any) -> Any:
+    """A value as the staged file holds it: a JSON column's text as the JSON itself, a timestamp as ISO
+    8601 text."""
+    if name in JSON_CONTENT_FIELDS:
+        return None if value is None else orjson.Fragment(value)
+    return value.isoformat() if isinstance(value, datetime) else value
