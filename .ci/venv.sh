@@ -1,7 +1,8 @@
 # Sourced by .ci/test, .ci/demo, .ci/lint, .ci/docs, .ci/package and .ci/run: one place that knows how
 # the project venv is made. VENV defaults to .venv in the repo; the install is pinned by .ci/constraints.txt.
 VENV="${BOS_VENV:-$PWD/.venv}"
-# Another pin set and extra for a venv of its own (the Snowflake tests: .ci/constraints-snowflake.txt).
+# Another pin set and extra for a venv of its own (the Snowflake tests: .ci/constraints-snowflake.txt;
+# the oldest supported Airflow: .ci/constraints-airflow-3.1.txt).
 CONSTRAINTS="${BOS_CONSTRAINTS:-.ci/constraints.txt}"
 EXTRAS="${BOS_EXTRAS:-test}"
 PYTHON="${PYTHON:-python3}"
@@ -33,7 +34,11 @@ wheelhouse_add() {
   [ -n "${BOS_WHEELHOUSE:-}" ] || return 0
   local python=$1; shift
   mkdir -p "$BOS_WHEELHOUSE"
-  "$python" -m pip --disable-pip-version-check download --quiet --dest "$BOS_WHEELHOUSE" \
+  # .ci/run builds venvs side by side: their downloads take turns, so no pip installs a wheel that
+  # another is still writing.
+  local lock=()
+  command -v flock > /dev/null && lock=(flock "$BOS_WHEELHOUSE/.lock")
+  "${lock[@]}" "$python" -m pip --disable-pip-version-check download --quiet --dest "$BOS_WHEELHOUSE" \
     --find-links "$BOS_WHEELHOUSE" "$@"
 }
 

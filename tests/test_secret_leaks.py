@@ -104,15 +104,16 @@ def fernet_key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     ``airflow.models.crypto.get_fernet`` is cached per process, and whether an earlier test saw an
     airflow.cfg with a key depends on test order: clear the cache on the way in and out.
     """
-    from airflow.models.crypto import get_fernet
     from cryptography.fernet import Fernet
+
+    from tests.airflow_names import forget_fernet
 
     key = Fernet.generate_key().decode()
     monkeypatch.setenv("AIRFLOW__CORE__FERNET_KEY", key)
-    get_fernet.cache_clear()
+    forget_fernet()
     yield key
     monkeypatch.undo()
-    get_fernet.cache_clear()
+    forget_fernet()
 
 
 def _metadata_rows(dag_run: Any) -> tuple[list[Any], list[Any]]:
@@ -132,7 +133,7 @@ def _metadata_rows(dag_run: Any) -> tuple[list[Any], list[Any]]:
 
 def _run_dag(dags_folder: Path, dag_id: str, filename: str, monkeypatch: pytest.MonkeyPatch, **env: str) -> Any:
     """dag.test() of a DAG file in the session dags folder (tests/airflow/dags is copied there)."""
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_names import DagBag
 
     with monkeypatch.context() as m:
         for key, value in env.items():

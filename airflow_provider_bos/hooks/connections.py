@@ -91,7 +91,8 @@ def airflow_connection(conn_id: str) -> Any | None:
     in the UI or by ``connect --save-connection`` is found as well.
     """
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_provider_bos.airflow_compat import AirflowNotFoundException
 
     try:
         return BaseHook.get_connection(conn_id)

@@ -150,20 +150,18 @@ def _timestamp(value: Any) -> datetime | None:
 
 def _timetable(dag: Mapping[str, Any], data: Mapping[str, Any]) -> Any:
     """The DAG's timetable, decoded from its serialized form (None when it cannot be)."""
+    from airflow_provider_bos.airflow_compat import dag_from_serialized, decode_timetable
+
     encoded = dag.get("timetable")
     if not isinstance(encoded, Mapping):
         return None
     try:
-        from airflow.serialization.decoders import decode_timetable
-
         return decode_timetable(dict(encoded))
     except Exception:  # a custom timetable this module cannot decode alone: try the whole DAG
         log.debug("BOS sync health: DAG %r: its timetable alone could not be decoded.", dag.get("dag_id"),
                   exc_info=True)
     try:
-        from airflow.serialization.serialized_objects import DagSerialization
-
-        return DagSerialization.from_dict(dict(data)).timetable
+        return dag_from_serialized(dict(data)).timetable
     except Exception:  # the DAG is shown without a schedule; the log says why
         log.warning("BOS sync health: the schedule of DAG %r could not be read.", dag.get("dag_id"), exc_info=True)
         return None

@@ -35,8 +35,8 @@ STATEMENT_TIMEOUT_S = 20.0
 def destination_engine(conn_id: str) -> sa.Engine:
     """A read-only engine on the destination that Airflow connection ``conn_id`` names (dispose it)."""
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
 
+    from airflow_provider_bos.airflow_compat import AirflowNotFoundException
     from airflow_provider_bos.hooks.connections import (
         duckdb_database,
         engine_for_connection,

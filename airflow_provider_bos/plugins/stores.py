@@ -87,8 +87,8 @@ def require_store_allowed(target: ConnectTarget) -> None:
 
 def _connection_url(conn_id: str) -> URL:
     from airflow.sdk import BaseHook
-    from airflow.sdk.exceptions import AirflowNotFoundException
 
+    from airflow_provider_bos.airflow_compat import AirflowNotFoundException
     from airflow_provider_bos.hooks.connections import url_from_connection
 
     try:

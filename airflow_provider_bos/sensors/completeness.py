@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_provider_bos.airflow_compat import AirflowFailException, AirflowSkipException
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.sensors.verdict import (
     NO_COVERAGE,

@@ -14,7 +14,10 @@ from pathlib import Path
 
 def main(argv: list[str]) -> int:
     dags_folder, filename, dag_id = argv
-    from airflow.dag_processing.dagbag import DagBag
+    try:
+        from airflow.dag_processing.dagbag import DagBag
+    except ImportError:  # Airflow 3.1
+        from airflow.models.dagbag import DagBag
 
     bag = DagBag(dag_folder=str(Path(dags_folder) / filename))
     if bag.import_errors:

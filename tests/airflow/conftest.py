@@ -60,7 +60,7 @@ def bos_airflow(airflow_db: Path, bos_server: Any, warehouse_url: str, unique_ta
 
 def load_dag(dags_folder: Path, filename: str, dag_id: str) -> Any:
     """Parse one DAG file of the session dags folder the way Airflow does (DagBag)."""
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_names import DagBag
 
     bag = DagBag(dag_folder=str(dags_folder / filename))
     assert not bag.import_errors, bag.import_errors
@@ -76,6 +76,9 @@ def run_dag(airflow_db: Path) -> Callable[..., Any]:
             os.environ[key] = value
         try:
             dag = load_dag(airflow_db, filename, dag_id)
+            # dag.test() of a DAG with a deadline fails once its run succeeds on Airflow 3.3
+            # (apache/airflow#73428); the daily DAG's deadline is tested in test_deadline_alert.py.
+            dag.deadline = None
             return dag.test()
         finally:
             for key in env:

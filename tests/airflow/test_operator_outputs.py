@@ -46,6 +46,17 @@ class _Accessor:
         self.added.append((asset, extra or {}))
 
 
+class _OutletEvents(defaultdict[Any, _Accessor]):
+    """``outlet_events`` as a task gets it: keyed by the alias's name (an ``AssetAlias`` is not
+    hashable on Airflow 3.1)."""
+
+    def __init__(self) -> None:
+        super().__init__(_Accessor)
+
+    def __getitem__(self, key: Any) -> _Accessor:
+        return super().__getitem__(getattr(key, "name", key))
+
+
 def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None:
     bos_airflow["server"].set_scenario(load_scenario("identity_merge"))
     operator = BosFederatedReadOperator(
@@ -55,7 +66,7 @@ def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None
     xcoms: dict[str, Any] = {}
     ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1",
                          xcom_push=lambda key, value: xcoms.__setitem__(key, value))  # noqa: PLW0108 - called with keywords
-    outlet_events: defaultdict[Any, _Accessor] = defaultdict(_Accessor)
+    outlet_events = _OutletEvents()
 
     summary = operator.execute({"ti": ti, "outlet_events": outlet_events})
 
@@ -90,7 +101,7 @@ def test_openlineage_facets_mark_what_the_policy_did_to_each_column_promoted_one
                            "fte": {"path": "attributes.employment.fte", "type": "number"}},
     )
     ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1", xcom_push=lambda key, value: None)
-    operator.execute({"ti": ti, "outlet_events": defaultdict(_Accessor)})
+    operator.execute({"ti": ti, "outlet_events": _OutletEvents()})
 
     [output] = operator.get_openlineage_facets_on_complete(None).outputs
     fields = {f.name: f for f in output.facets["schema"].fields}

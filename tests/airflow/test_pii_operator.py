@@ -39,7 +39,7 @@ def test_a_wrong_policy_fails_when_the_dag_is_parsed(policy: Any, says: str) -> 
 
 
 def test_a_wrong_policy_is_a_dag_import_error(tmp_path) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_names import DagBag
 
     dag_file = tmp_path / "bad_policy.py"
     dag_file.write_text(

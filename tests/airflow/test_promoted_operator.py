@@ -34,7 +34,7 @@ def test_a_wrong_mapping_fails_when_the_dag_is_parsed(kwargs: dict[str, Any], sa
 
 
 def test_a_wrong_mapping_is_a_dag_import_error(tmp_path) -> None:
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_names import DagBag
 
     dag_file = tmp_path / "bad_columns.py"
     dag_file.write_text(

@@ -16,6 +16,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from airflow_provider_bos.airflow_compat import airflow_version
 from airflow_provider_bos.get_provider_info import get_provider_info
 
 
@@ -60,6 +61,8 @@ def test_airflow_providers_hooks_shows_bos_connection_type() -> None:
     assert hook.connection_id_attribute_name == "bos_conn_id"
 
 
+@pytest.mark.skipif(airflow_version() < (3, 2), reason="Airflow 3.1 builds connection forms from hook methods; "
+                    "the provider info's conn-fields are read from Airflow 3.2 on (docs/deployment.md)")
 def test_connection_form_fields_are_declared() -> None:
     widgets = {name for name, widget in _providers_manager().connection_form_widgets.items()
                if widget.hook_class_name == "airflow_provider_bos.hooks.bos.BosHook"}

@@ -56,6 +56,17 @@ class _Accessor:
         self.added.append((asset, extra or {}))
 
 
+class _OutletEvents(defaultdict[Any, _Accessor]):
+    """``outlet_events`` as a task gets it: keyed by the alias's name (an ``AssetAlias`` is not
+    hashable on Airflow 3.1)."""
+
+    def __init__(self) -> None:
+        super().__init__(_Accessor)
+
+    def __getitem__(self, key: Any) -> _Accessor:
+        return super().__getitem__(getattr(key, "name", key))
+
+
 @pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
 def test_the_counts_reach_xcom_the_log_the_asset_event_and_lineage(bos_airflow, caplog, capsys) -> None:
     server = bos_airflow["server"]
@@ -65,7 +76,7 @@ def test_the_counts_reach_xcom_the_log_the_asset_event_and_lineage(bos_airflow, 
 
     def execute() -> tuple[dict[str, Any], Any]:
         ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1", xcom_push=lambda key, value: None)
-        events: defaultdict[Any, _Accessor] = defaultdict(_Accessor)
+        events = _OutletEvents()
         return operator.execute({"ti": ti, "outlet_events": events}), events
 
     execute()

@@ -9,8 +9,8 @@ from typing import Any
 from unittest import mock
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from airflow_provider_bos.airflow_compat import AirflowFailException, AirflowSkipException
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 from airflow_provider_bos.sensors.verdict import LOW_COVERAGE, NO_COVERAGE, PARTIAL, PASS, TOO_FEW, judge

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
 
+from airflow_provider_bos.airflow_compat import AirflowFailException
 from airflow_provider_bos.sensors.completeness import BosCompletenessSensor
 
 RUN_IDS = ["run-a", "run-b", "run-c"]  # what reads with map indexes 0, 1, 2 published

@@ -165,7 +165,7 @@ def test_builtin_json_files_are_the_builtin_scenarios() -> None:
     files = sorted(SCENARIO_DIR.glob("*.json"))
     assert {f.stem for f in files} == set(BUILTIN_SCENARIOS) == {
         "complete", "partial", "identity_merge", "all_errors", "empty", "large", "silent_final", "resume_mid_final",
-        "people_over_time", "whole_contract",
+        "people_over_time", "whole_contract", "mass_leave",
     }
     for f in files:
         assert Scenario.model_validate_json(f.read_text(encoding="utf-8")) == BUILTIN_SCENARIOS[f.stem]

@@ -97,11 +97,11 @@ def shared_fernet_key(process_fernet_key: str) -> Iterator[str]:
     unreadable here (and the CLI here writes rows the page cannot compare). ``get_fernet`` caches
     its Fernet: cleared on the way in and out, so no later test reads with this module's key.
     """
-    from airflow.models.crypto import get_fernet
+    from tests.airflow_names import forget_fernet
 
     previous = os.environ.get("AIRFLOW__CORE__FERNET_KEY")
     os.environ["AIRFLOW__CORE__FERNET_KEY"] = process_fernet_key
-    get_fernet.cache_clear()
+    forget_fernet()
     try:
         yield process_fernet_key
     finally:
@@ -109,7 +109,7 @@ def shared_fernet_key(process_fernet_key: str) -> Iterator[str]:
             os.environ.pop("AIRFLOW__CORE__FERNET_KEY", None)
         else:
             os.environ["AIRFLOW__CORE__FERNET_KEY"] = previous
-        get_fernet.cache_clear()
+        forget_fernet()
 
 
 @pytest.fixture(scope="module")

@@ -35,12 +35,13 @@ def sync_dag_file(dags_folder: Path, name: str, source: str) -> Path:
     """Write a DAG file into the session's dags folder and store its DAGs (serialized) as the DAG
     processor would; ``dag.test()`` elsewhere re-syncs the whole folder, so the file parses on its own."""
     from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.dag_processing.dagbag import BundleDagBag, sync_bag_to_db
+
+    from tests.airflow_names import bundle_dag_bag, sync_bag_to_db
 
     path = dags_folder / name
     path.write_text(source)
     DagBundlesManager().sync_bundles_to_db()
-    bag = BundleDagBag(dag_folder=str(path), bundle_path=dags_folder, bundle_name="dags-folder")
+    bag = bundle_dag_bag(path, dags_folder, "dags-folder")
     assert not bag.import_errors, bag.import_errors
     sync_bag_to_db(bag, "dags-folder", None)
     return path

@@ -23,6 +23,8 @@ from pagefixtures import (
     delete_connections,
 )
 
+from airflow_provider_bos.airflow_compat import airflow_version
+
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(300)]
 
 
@@ -69,6 +71,8 @@ def test_callbacks_that_match_no_pending_sign_in_register_no_secret(password_pag
     assert (_masker_patterns(), redaction.known_secret_count()) == before
 
 
+@pytest.mark.skipif(airflow_version() < (3, 2), reason="Airflow 3.1 has no http.access log; its access log is "
+                    "uvicorn's, outside the app (docs/security.md says what to do there)")
 def test_the_access_log_line_of_a_callback_carries_no_query_value(password_page, admin) -> None:
     from structlog.testing import capture_logs
 
@@ -102,6 +106,8 @@ def test_every_response_forbids_framing_and_carries_a_strict_csp(password_page, 
 # --- CSRF without a session cookie -----------------------------------------------------------------
 
 
+@pytest.mark.skipif(airflow_version() < (3, 2), reason="Airflow 3.1's all-admins mode gives no user to a request "
+                    "without the UI's token cookie: the page sends it to the login")
 def test_connect_works_in_all_admins_mode_without_a_cookie(
     airflow_db, tmp_path, bos_server, monkeypatch
 ) -> None:

@@ -24,11 +24,19 @@ def test_hash_is_sha256_of_the_canonical_content_json():
 
 @pytest.mark.parametrize(
     "value",
-    [{"b": 1, "a": [1.0, 1e16, -0.0, 2**70, "ü😀\u2028\n\"", None, True, {}]}, [], "x", 7, 1.5, None,
-     {"k": [{"b": 2, "a": 1}]}],
+    [{"b": 1, "a": [1.0, 1e15, 1.5e-7, 2**70, "ü😀\u2028\n\"", "1e+16 -0.0", None, True, {}]}, [], "x", 7, 1.5,
+     None, {"k": [{"b": 2, "a": 1}]}],
 )
 def test_canonical_json_is_sorted_compact_stdlib_json(value):
     assert canonical_json(value) == json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_canonical_json_spells_a_number_as_every_engine_hands_it_back():
+    """docs/personal-data.md: 1e+16 as PostgreSQL's jsonb writes it back, -0.0 as 0.0; a string that
+    only looks like one keeps its text."""
+    value = {"b": [1e16, -0.0, -1.5e300, 2.5e-7], "a": "1e+16 -0.0"}
+    assert canonical_json(value) == (
+        '{"a":"1e+16 -0.0","b":[10000000000000000,0.0,-15' + "0" * 299 + ',2.5e-07]}')
 
 
 def test_model_and_dict_give_the_same_row():
