@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from afhelpers import task_states
+from outlet_events import OutletEvents
 
 from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
 from airflow_provider_bos.testing.scenario import load_scenario
@@ -38,25 +38,6 @@ def test_asset_event_for_the_destination_table_carries_counts(bos_airflow, run_d
     assert extra["inserted"] == 350 and extra["result_count"] == 350
 
 
-class _Accessor:
-    def __init__(self) -> None:
-        self.added: list[tuple[Any, dict]] = []
-
-    def add(self, asset: Any, extra: dict | None = None) -> None:
-        self.added.append((asset, extra or {}))
-
-
-class _OutletEvents(defaultdict[Any, _Accessor]):
-    """``outlet_events`` as a task gets it: keyed by the alias's name (an ``AssetAlias`` is not
-    hashable on Airflow 3.1)."""
-
-    def __init__(self) -> None:
-        super().__init__(_Accessor)
-
-    def __getitem__(self, key: Any) -> _Accessor:
-        return super().__getitem__(getattr(key, "name", key))
-
-
 def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None:
     bos_airflow["server"].set_scenario(load_scenario("identity_merge"))
     operator = BosFederatedReadOperator(
@@ -66,7 +47,7 @@ def test_openlineage_facets_name_the_bos_read_and_the_table(bos_airflow) -> None
     xcoms: dict[str, Any] = {}
     ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1",
                          xcom_push=lambda key, value: xcoms.__setitem__(key, value))  # noqa: PLW0108 - called with keywords
-    outlet_events = _OutletEvents()
+    outlet_events = OutletEvents()
 
     summary = operator.execute({"ti": ti, "outlet_events": outlet_events})
 
@@ -101,7 +82,7 @@ def test_openlineage_facets_mark_what_the_policy_did_to_each_column_promoted_one
                            "fte": {"path": "attributes.employment.fte", "type": "number"}},
     )
     ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1", xcom_push=lambda key, value: None)
-    operator.execute({"ti": ti, "outlet_events": _OutletEvents()})
+    operator.execute({"ti": ti, "outlet_events": OutletEvents()})
 
     [output] = operator.get_openlineage_facets_on_complete(None).outputs
     fields = {f.name: f for f in output.facets["schema"].fields}

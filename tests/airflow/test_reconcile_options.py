@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from outlet_events import OutletEvents
 
 from airflow_provider_bos.exceptions import BosConfigurationError
 from airflow_provider_bos.operators.federated_read import BosFederatedReadOperator
@@ -48,25 +48,6 @@ def test_the_verdict_counts_retired_and_superseded_rows() -> None:
     assert judge({**run, "retired": None, "superseded": None}, max_retired=0).outcome == PASS  # an older row
 
 
-class _Accessor:
-    def __init__(self) -> None:
-        self.added: list[tuple[Any, dict]] = []
-
-    def add(self, asset: Any, extra: dict | None = None) -> None:
-        self.added.append((asset, extra or {}))
-
-
-class _OutletEvents(defaultdict[Any, _Accessor]):
-    """``outlet_events`` as a task gets it: keyed by the alias's name (an ``AssetAlias`` is not
-    hashable on Airflow 3.1)."""
-
-    def __init__(self) -> None:
-        super().__init__(_Accessor)
-
-    def __getitem__(self, key: Any) -> _Accessor:
-        return super().__getitem__(getattr(key, "name", key))
-
-
 @pytest.mark.parametrize("warehouse_url", ["sqlite"], indirect=True)
 def test_the_counts_reach_xcom_the_log_the_asset_event_and_lineage(bos_airflow, caplog, capsys) -> None:
     server = bos_airflow["server"]
@@ -76,7 +57,7 @@ def test_the_counts_reach_xcom_the_log_the_asset_event_and_lineage(bos_airflow, 
 
     def execute() -> tuple[dict[str, Any], Any]:
         ti = SimpleNamespace(dag_id="d", task_id="sync", run_id="r1", xcom_push=lambda key, value: None)
-        events = _OutletEvents()
+        events = OutletEvents()
         return operator.execute({"ti": ti, "outlet_events": events}), events
 
     execute()
