@@ -49,7 +49,6 @@ from airflow_provider_bos.warehouse.tables.companions import (
     COMPANIONS,
     HISTORY,
     LINEAGE,
-    PENDING_RETIREMENTS,
     POLICY,
     REJECTS,
     SOURCES,
@@ -512,9 +511,10 @@ class WarehouseWriter:
             policy = self.ensure_policy_table() if options.pii is not None else self._present_policy_table(look=False)
         except sa.exc.SQLAlchemyError as exc:
             raise BosWarehouseError(f"Could not inspect {self.policy_destination}: {db_detail(exc)}") from exc
-        history = self.ensure_history_table().name if options.reconcile.history else None
-        if options.reconcile.on_retire_guard == "ask" and options.reconcile.sync_mode == "full":
-            self.ensure_companion(PENDING_RETIREMENTS)  # where a guarded retirement is held
+        for companion in COMPANIONS:  # what this run's options ask for (the history, held retirements, ...)
+            if companion.created.asked_by(options):
+                self.ensure_companion(companion)
+        history = HISTORY.name(self.table) if options.reconcile.history else None
         promoted = self._ensure_promoted_columns(options)
         life = Lifecycle(options.reconcile, self.audit_table, LINEAGE.name(self.table), history,
                          SOURCES.name(self.table), frozenset(self.audit_columns))

@@ -84,3 +84,19 @@ def test_pii_apply_leaves_no_raw_email_in_any_companion(make_writer, engine) -> 
                 continue
             text = repr(conn.exec_driver_sql(f"SELECT * FROM {name}").all())
             assert "example.org" not in text, name
+
+
+def test_a_new_companion_a_run_asks_for_is_made_without_a_line_of_the_writer(make_writer, engine,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A companion declared in the registry, made by runs with history=True, is made by such a run: the
+    writer asks every companion whether the run's options want it (its ``created``)."""
+    from airflow_provider_bos.warehouse import writer as writer_module
+    from airflow_provider_bos.warehouse.tables.companions import HISTORY, Created
+
+    extra = dataclasses.replace(HISTORY, suffix="audit_trail", kind="audit trail table", created=Created.HISTORY)
+    monkeypatch.setattr(writer_module, "COMPANIONS", (*COMPANIONS, extra))
+    writer = make_writer()
+    write(writer, [make_record(1)])
+    assert not sa.inspect(engine).has_table(extra.name(writer.table))  # a run without history asks for none
+    write(writer, [make_record(2)], reconcile=ReconcileOptions(history=True))
+    assert sa.inspect(engine).has_table(extra.name(writer.table))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -33,6 +34,19 @@ class Created(enum.StrEnum):
     POLICY = "by the first run under a personal-data policy (and by pii-apply)"
     PROMOTED = "by the first run with attribute_columns"
     RETIRE_GUARD = "by the first run with on_retire_guard='ask'"
+
+    def asked_by(self, options: Any) -> bool:
+        """Whether a run with these ``WriteOptions`` makes the table before its load (the writer asks
+        every companion; those made with the records table, under a policy or for promoted columns
+        are made where those are)."""
+        reconcile = options.reconcile
+        if self is Created.HISTORY:
+            return bool(reconcile.history)
+        if self is Created.QUARANTINE:
+            return bool(options.invalid_records == "quarantine")
+        if self is Created.RETIRE_GUARD:
+            return bool(reconcile.on_retire_guard == "ask" and reconcile.sync_mode == "full")
+        return False
 
 
 class RunPart(enum.StrEnum):
