@@ -90,20 +90,6 @@ def _require_server(name: str, host: str, port: int) -> None:
     pytest.skip(f"{message} (start it to run these tests; CI runs them).")
 
 
-@pytest.fixture(autouse=True)
-def fresh_secret_registry(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test starts with the secret registry a task process starts with: empty. The registry is
-    process-wide and bounded (``redaction.MAX_SECRETS``); thousands of secrets minted by earlier tests on
-    the same worker would otherwise stop a later test's secrets from reaching Airflow's masker."""
-    from collections import OrderedDict
-
-    from airflow_provider_bos import redaction
-
-    monkeypatch.setattr(redaction, "_known", OrderedDict())
-    monkeypatch.setattr(redaction, "_forwarded", 0)
-    monkeypatch.setattr(redaction, "_warned", False)
-
-
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """SQLAlchemy URL of the local PostgreSQL test database (psycopg 3)."""

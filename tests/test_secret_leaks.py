@@ -50,6 +50,21 @@ SCENARIO = Scenario(
 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_secret_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This module's tests start with the secret registry a task process starts with: empty. The
+    registry is process-wide and forwards at most ``redaction.MAX_SECRETS`` values to Airflow's masker;
+    the secrets earlier tests on the same worker minted would otherwise keep these from reaching it.
+    (Only here: reset for every test, the masker, which keeps every value, would grow without bound.)"""
+    from collections import OrderedDict
+
+    from airflow_provider_bos import redaction
+
+    monkeypatch.setattr(redaction, "_known", OrderedDict())
+    monkeypatch.setattr(redaction, "_forwarded", 0)
+    monkeypatch.setattr(redaction, "_warned", False)
+
+
 class SecretCollector:
     """Every secret value minted during the test, by kind."""
 
