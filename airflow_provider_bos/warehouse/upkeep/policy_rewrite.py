@@ -24,6 +24,7 @@ import contextlib
 import json
 import os
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -240,7 +241,7 @@ def _new_wire_hash(stored: str | None, key: PiiKey | None) -> str | None:
     return key.wire_hash_hex(stored)
 
 
-class _Updates:
+class _Updates(ABC):
     """Rewritten rows, each a tuple: its key values, then (content) :data:`_POLICY_COLUMNS`, the
     content hash and, with ``wire``, the wire hash; or (wire) the wire hash only."""
 
@@ -254,11 +255,12 @@ class _Updates:
     def __enter__(self) -> _Updates:
         return self
 
-    def __exit__(self, exc_type: object, *exc: object) -> None:
-        pass
+    def __exit__(self, exc_type: object, *exc: object) -> None:  # nothing kept back by default
+        return None
 
+    @abstractmethod
     def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
-        raise NotImplementedError
+        """Write back (or keep for :meth:`__exit__`) a batch of rewritten rows."""
 
 
 class _BoundUpdates(_Updates):

@@ -25,7 +25,6 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseE
 from airflow_provider_bos.warehouse.dialects import dialect_for
 from airflow_provider_bos.warehouse.dialects import retirements as sql
 from airflow_provider_bos.warehouse.run.audit import SyncRunInfo, audit_insert, utcnow
-from airflow_provider_bos.warehouse.run.audit_fields import with_note
 from airflow_provider_bos.warehouse.run.history import record_history
 from airflow_provider_bos.warehouse.run.reconcile import Lifecycle, retire_listed
 from airflow_provider_bos.warehouse.run.transaction import RunTransaction, db_detail
@@ -220,7 +219,7 @@ def _decide(engine: sa.Engine, *, table: str, schema: str | None, audit_table: s
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, decision_run, status="complete",
                                  finished_at=utcnow(), counts={"retired": decision.retired},
                                  destination_table=writer.destination_table, present=writer.audit_columns,
-                                 scope=holder.scope, **with_note({"error_message": None}, decision.note)))
+                                 scope=holder.scope, notes=decision.note))
             tx.conn.commit()
         except BaseException as exc:
             tx.rollback()
