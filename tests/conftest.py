@@ -90,6 +90,18 @@ def _require_server(name: str, host: str, port: int) -> None:
     pytest.skip(f"{message} (start it to run these tests; CI runs them).")
 
 
+@pytest.fixture()
+def stage_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The temporary directory of this test's processes (TMPDIR), where staging lives by default: its
+    own, so files other test workers stage meanwhile are not seen."""
+    base = tmp_path / "tmp"
+    base.mkdir()
+    monkeypatch.setenv("TMPDIR", str(base))
+    monkeypatch.delenv("BOS_STAGE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    return base
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
     """SQLAlchemy URL of the local PostgreSQL test database (psycopg 3)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -19,17 +18,6 @@ _COMMON = {"deadline": None, "derandomize": True, "database": None, "print_blob"
                                      HealthCheck.function_scoped_fixture]}
 settings.register_profile("bos-model", max_examples=15, stateful_step_count=8, **_COMMON)
 settings.register_profile("bos-model-full", max_examples=8, stateful_step_count=8, **_COMMON)
-
-
-@pytest.fixture()
-def stage_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary directory of this test (TMPDIR), where staged files go by default."""
-    base = tmp_path / "tmp"
-    base.mkdir()
-    monkeypatch.setenv("TMPDIR", str(base))
-    monkeypatch.delenv("BOS_STAGE_DIR", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(base))
-    return base
 
 
 @pytest.fixture()

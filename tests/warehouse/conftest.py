@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,18 +50,6 @@ def make_writer(engine: sa.Engine, unique_table: str) -> Iterator[Callable[..., 
 @pytest.fixture()
 def writer(make_writer: Callable[..., WarehouseWriter]) -> WarehouseWriter:
     return make_writer()
-
-@pytest.fixture()
-def stage_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The temporary directory of this test's processes (TMPDIR), where staging lives by default: its
-    own, so files other test workers stage meanwhile are not seen."""
-    base = tmp_path / "tmp"
-    base.mkdir()
-    monkeypatch.setenv("TMPDIR", str(base))
-    monkeypatch.delenv("BOS_STAGE_DIR", raising=False)
-    monkeypatch.setattr(tempfile, "tempdir", str(base))
-    return base
-
 
 @pytest.fixture()
 def sf_engine(snowflake_url: str) -> Iterator[sa.Engine]:
