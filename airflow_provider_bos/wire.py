@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosResultError
 from airflow_provider_bos.pii.fingerprint import PolicyFingerprint
+from airflow_provider_bos.timestamps import parse_timestamp
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.tables.attribute_columns import AttributeColumns
@@ -52,6 +53,7 @@ __all__ = [
     "WriteCounts",
     "WriteOptions",
     "check_record",
+    "latest_stamp",
     "wire_hash",
 ]
 
@@ -63,14 +65,15 @@ _STAMP_KEY = b'"observed_at":"'
 _SPACED_CLOSE = re.compile(rb"[ \t\r\n]\]")
 
 
-def wire_hash(element: bytes | bytearray) -> str:
+def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None = None) -> str:
     """The wire hash of a record's exact JSON bytes: SHA-256 with every provenance stamp blanked.
 
     Only the ``observed_at`` values of the entries of the record's ``sources`` array are blanked (an
     attribute of that name is content). The array is found in C calls, no parse: the record names
     "sources" once, compactly (``"sources":[{``), and the array's end is the first ``}]`` after it
     (a ``}]`` inside a string only ends the masked span early). Anything else is hashed as sent,
-    which only costs the shortcut, never a missed change.
+    which only costs the shortcut, never a missed change. ``stamps``: given, it receives the
+    blanked stamps' bytes (none where nothing was blanked), for :func:`latest_stamp`.
     """
     start = element.find(_SOURCES_START)
     if start < 0 or element.count(_SOURCES_KEY) != 1:
@@ -86,12 +89,41 @@ def wire_hash(element: bytes | bytearray) -> str:
         value = stamp + len(_STAMP_KEY)
         close = element.find(b'"', value, end)
         if close < 0 or element[close - 1] == 0x5C:  # an escape inside a stamp: not one of BOS's
+            if stamps is not None:
+                stamps.clear()
             return sha256(element).hexdigest()
         digest.update(element[kept:value])
+        if stamps is not None:
+            stamps.append(element[value:close])
         kept = close
         stamp = element.find(_STAMP_KEY, close, end)
     digest.update(element[kept:])
     return digest.hexdigest()
+
+
+_PARSED_STAMPS: dict[bytes, datetime] = {}  # a result shares a few observation times: each is parsed once
+
+
+def latest_stamp(stamps: list[bytes | bytearray]) -> datetime | None:
+    """The latest of the stamps :func:`wire_hash` blanked in a record: its observation time.
+
+    None where it blanked none (another shape, an escaped stamp): the bytes, stamps included, are
+    then those of the stored row they match, whose observation time is exact.
+
+    :raises ValueError: a stamp that is not an ISO 8601 timestamp.
+    """
+    parsed = _PARSED_STAMPS
+    latest: datetime | None = None
+    for raw in stamps:
+        key = raw if type(raw) is bytes else bytes(raw)  # a cut from the scanner's bytearray
+        observed = parsed.get(key)
+        if observed is None:
+            observed = parse_timestamp(key.decode("utf-8"))
+            if len(parsed) < 4096:
+                parsed[key] = observed
+        if latest is None or observed > latest:
+            latest = observed
+    return latest
 
 
 class WireRecord(dict[str, Any]):
@@ -147,16 +179,21 @@ class KnownRecord:
     here to write).
     """
 
-    __slots__ = ("record_ref", "wire_hash", "matched", "handle")
+    __slots__ = ("record_ref", "wire_hash", "matched", "handle", "observed_at")
 
     def __init__(
         self, record_ref: str, wire_hash: str, matched: KnownWireHashes | None = None, handle: object = None,
+        observed_at: datetime | None = None,
     ) -> None:
         self.record_ref = record_ref
         self.wire_hash = wire_hash
         #: The :class:`KnownWireHashes` it was matched in, and the opaque handle its ``match`` gave.
         self.matched = matched
         self.handle = handle
+        #: Its own latest provenance stamp (:func:`latest_stamp`; the wire hash leaves stamps out, so
+        #: the stored row's may be older): a duplicate ``record_ref`` is resolved by it. None: the
+        #: stored row's.
+        self.observed_at = observed_at
 
     def __repr__(self) -> str:
         return f"KnownRecord({self.record_ref!r}, {self.wire_hash[:12]}...)"

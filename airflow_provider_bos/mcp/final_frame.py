@@ -73,10 +73,17 @@ from airflow_provider_bos.mcp.json_bytes import (
     text_end,
 )
 from airflow_provider_bos.mcp.jsonrpc import loads
-from airflow_provider_bos.wire import KnownRecord, KnownWireHashes, WireRecord, check_record
+from airflow_provider_bos.wire import (
+    KnownRecord,
+    KnownWireHashes,
+    WireRecord,
+    check_record,
+    latest_stamp,
+)
 from airflow_provider_bos.wire import wire_hash as masked_wire_hash
 
-__all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record", "value_bound"]
+__all__ = ["FinalFrameScanner", "KnownRecord", "WireRecord", "DEFAULT_MAX_VALUE_BYTES", "check_record", "known_record",
+           "value_bound"]
 
 DEFAULT_MAX_VALUE_BYTES = 64 * 1024 * 1024
 
@@ -134,10 +141,13 @@ class _Node:
     key: str | None = None
 
 
-def _known_record(
-    piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object
+def known_record(
+    piece: bytes | bytearray, wire_hash: str, known: KnownWireHashes, handle: object,
+    stamps: list[bytes | bytearray] | None = None,
 ) -> KnownRecord | None:
-    """A KnownRecord for a record's exact bytes if its record_ref (the first key) is readable undecoded."""
+    """A KnownRecord for a record's exact bytes if its record_ref (the first key) and its stamps are
+    readable undecoded (a stamp that is no timestamp: the record is decoded, and refused as such).
+    ``stamps``: those :func:`~airflow_provider_bos.wire.wire_hash` gave along with ``wire_hash``."""
     if not piece.startswith(_REF_PREFIX):
         return None
     start = len(_REF_PREFIX)
@@ -158,7 +168,14 @@ def _known_record(
             ref = raw_ref.decode("utf-8")
         except UnicodeDecodeError:
             return None
-    return KnownRecord(ref, wire_hash, known, handle)
+    try:
+        if stamps is None:
+            stamps = []
+            masked_wire_hash(piece, stamps)
+        observed = latest_stamp(stamps)
+    except ValueError:  # includes UnicodeDecodeError
+        return None
+    return KnownRecord(ref, wire_hash, known, handle, observed)
 
 
 class FinalFrameScanner:
@@ -534,6 +551,7 @@ class FinalFrameScanner:
         known = self.known
         # An empty set (a first sync) is not asked: 200k lookups that cannot hit cost ~0.3 s.
         match = known.match if known else None
+        stamps: list[bytes | bytearray] = []  # the stamps of the piece just hashed (a claim's observation time)
         pos = start = self._pos
         cut = 0
         while True:
@@ -541,11 +559,14 @@ class FinalFrameScanner:
             if j < 0:
                 break
             piece = buf[pos : j + 1]
-            wire_hash = masked_wire_hash(piece)
-            if match is not None:
+            if match is None:
+                wire_hash = masked_wire_hash(piece)
+            else:
+                stamps.clear()
+                wire_hash = masked_wire_hash(piece, stamps)
                 handle = match(wire_hash)
                 if handle is not None and known is not None:
-                    claim = _known_record(piece, wire_hash, known, handle)
+                    claim = known_record(piece, wire_hash, known, handle, stamps)
                     if claim is not None:
                         out.append(claim)
                         self.known_records += 1
@@ -574,7 +595,7 @@ class FinalFrameScanner:
         wire_hash = masked_wire_hash(raw)
         known = self.known
         handle = known.match(wire_hash) if known else None
-        claim = _known_record(raw, wire_hash, known, handle) if known and handle is not None else None
+        claim = known_record(raw, wire_hash, known, handle) if known and handle is not None else None
         if claim is not None:
             self.known_records += 1
             self._out.append(claim)

@@ -170,7 +170,8 @@ class PolicyRun:
                             "keyed wire hashes; the run is stopped (nothing is written)."
                         )
                     matched = cast(KeyedMatch, record.handle)  # what this run's matcher gave the read
-                    yield known_record(record.record_ref, matched.keyed_wire_hash, matcher.stored, matched.handle)
+                    yield known_record(record.record_ref, matched.keyed_wire_hash, matcher.stored, matched.handle,
+                                       record.observed_at)
                 elif isinstance(record, dict):
                     try:
                         plain = apply(record)  # a record built another way: no wire hash to key

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -206,3 +207,36 @@ def test_an_empty_set_of_stored_hashes_is_not_asked_and_a_stored_one_is() -> Non
     out, scanner = scan(data, 64, _CountingHashes([sha(elements[7])]))
     assert _CountingHashes.asked == len(recs)
     assert scanner.known_records == 1 and type(out[7]) is KnownRecord
+
+
+def test_a_claim_carries_its_own_latest_stamp() -> None:
+    """The wire hash leaves stamps out, so a claim matched by a record stored days ago may carry newer
+    stamps: duplicates of one record_ref are resolved by them, so the claim hands them over, the
+    latest of its entries' (offsets taken into account)."""
+    stored = {"record_ref": "p1", "sources": [
+        {"source_type": "hr", "observed_at": "2026-10-01T00:00:00Z"},
+        {"source_type": "crm", "observed_at": "2026-10-01T00:00:00Z"}]}
+    today = {"record_ref": "p1", "sources": [
+        {"source_type": "hr", "observed_at": "2026-10-03T01:00:00+02:00"},  # 23:00 UTC on the 2nd
+        {"source_type": "crm", "observed_at": "2026-10-02T23:30:00Z"}]}
+    known = WireHashSet([sha(json.dumps(stored, separators=(",", ":")).encode())])
+    data, _ = frame([today], (",", ":"))
+
+    (claim,), _ = scan(data, 9, known)
+
+    assert type(claim) is KnownRecord
+    assert claim.observed_at == datetime(2026, 10, 2, 23, 30, tzinfo=UTC)
+
+
+def test_a_claim_whose_stamp_is_no_timestamp_is_decoded_instead() -> None:
+    """Its bytes match a stored record but for a stamp the writer would refuse: it comes through
+    decoded, so the writer refuses it as it refuses any such record (not counted unchanged)."""
+    stored = {"record_ref": "p1", "sources": [{"source_type": "hr", "observed_at": "2026-10-01T00:00:00Z"}]}
+    bad = {"record_ref": "p1", "sources": [{"source_type": "hr", "observed_at": "yesterday"}]}
+    known = WireHashSet([sha(json.dumps(stored, separators=(",", ":")).encode())])
+    data, elements = frame([bad], (",", ":"))
+    assert sha(elements[0]) in known
+
+    (record,), _ = scan(data, 64, known)
+
+    assert type(record) is WireRecord and record == bad

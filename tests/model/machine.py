@@ -34,6 +34,7 @@ from hypothesis.errors import InvalidArgument
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from airflow_provider_bos.exceptions import BosConfigurationError
+from airflow_provider_bos.mcp.final_frame import known_record
 from airflow_provider_bos.models import SourceErrorEntry
 from airflow_provider_bos.pii import PiiKey, PiiPolicy
 from airflow_provider_bos.pii.keyed_hash import RECIPE_VERSION
@@ -42,7 +43,7 @@ from airflow_provider_bos.sync import run_sync
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.warehouse.upkeep.erase import erase_records
 from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
-from airflow_provider_bos.wire import KnownRecord, ReconcileOptions, WireRecord, wire_hash
+from airflow_provider_bos.wire import ReconcileOptions, WireRecord, wire_hash
 from tests.model.model import (
     COUNT_NAMES,
     JSON_FIELDS,
@@ -182,9 +183,10 @@ class ScriptedRead:
         for piece in self._pieces:
             raw = wire_hash(piece)
             handle = self.known.match(raw) if self.known is not None and len(self.known) else None
-            if handle is not None:
+            claim = known_record(piece, raw, self.known, handle) if handle is not None else None
+            if claim is not None:  # the claim the scanner hands out (with the piece's own stamp)
                 self.known_records += 1
-                yield KnownRecord(json.loads(piece)["record_ref"], raw, self.known, handle)
+                yield claim
                 continue
             record = WireRecord(json.loads(piece))
             record.wire_hash = raw

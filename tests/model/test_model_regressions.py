@@ -67,14 +67,12 @@ def test_a_hard_deleted_leaver_has_its_history_version_closed(machine: TablesMac
 
 # --- writer: duplicate refs when the later copy arrives byte-identical to the stored row ------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="open writer defect: a later duplicate arriving as a claim loses to the earlier decoded copy")
 def test_the_last_of_two_copies_wins_when_it_is_the_stored_one(machine: TablesMachine) -> None:
     """docs/warehouse.md: duplicate ``record_ref``s of one result are resolved "latest observed_at, then
     last occurrence". Day 2 sends the person changed (email ``""``) and then, with the same stamps,
     exactly as stored on day 1: the later copy wins, so the row is unchanged. The later copy arrives
-    byte-identical to the stored row (a claim, not decoded), and the writer keeps the earlier, changed
-    copy instead (``updated``, email ``""``). Without the claim (bytes differing) it is right."""
+    byte-identical to the stored row but for its stamps (a claim, not decoded): the dedupe must judge
+    it by its own stamps, not the stored row's older ones."""
     machine.first_day(people=(person("piiX1", email=MISSING),), fraction=0.5, deletions="soft")
     machine.tables_are_the_model()
     machine.full_day(Day(events=(Change(0, "email", ""),), duplicate=Change(0, "email", MISSING)))

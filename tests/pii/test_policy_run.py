@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_bos.exceptions import BosFinalFrameRestarted
+from airflow_provider_bos.mcp.final_frame import known_record
 from airflow_provider_bos.pii import PiiKey, PiiPolicy, PiiPolicyMismatch, PolicyFingerprint, hash_value
 from airflow_provider_bos.pii.stream import KeyedMatch, KeyedWireHashes, PolicyRun
 from airflow_provider_bos.sync import run_sync
@@ -80,9 +81,10 @@ class _Read:
         for piece in self._pieces:
             raw = wire_hash(piece)
             handle = self.known.match(raw) if self.known else None
-            if handle is not None:
+            claim = known_record(piece, raw, self.known, handle) if handle is not None else None
+            if claim is not None:  # the claim the scanner hands out
                 self.known_records += 1
-                yield KnownRecord(json.loads(piece)["record_ref"], raw, self.known, handle)
+                yield claim
                 continue
             record = WireRecord(json.loads(piece))
             record.wire_hash = raw

@@ -67,7 +67,8 @@ STAGE_COLUMNS = (
     WIRE_HASH_COLUMN,
     "_bos_seq",
 )
-_KNOWN_NULLS = (None,) * (len(STAGE_COLUMNS) - 3)  # all but record_ref, the wire hash and _bos_seq
+# A known row's content columns (its key, observed_at, wire hash and _bos_seq are set).
+_KNOWN_CONTENT_NULLS = (None,) * (STAGE_COLUMNS.index("_bos_observed_at") - 1)
 # Document staging (PostgreSQL with COPY): the key, the guards and the hashed document; the content
 # columns are derived from the document in SQL, and only for the rows actually written.
 DOCUMENT_STAGE_COLUMNS = (
@@ -346,9 +347,10 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
                 f"{self._hash_differs(f'{t}.{w}', f'{s}.{w}')}))")
 
     @staticmethod
-    def known_value(record_ref: str, wire_hash: str, seq: int) -> tuple[Any, ...]:
-        """The column-staged tuple of a known row (:data:`STAGE_COLUMNS` order)."""
-        return (record_ref, *_KNOWN_NULLS, wire_hash, seq)
+    def known_value(record_ref: str, wire_hash: str, seq: int, observed_at: Any = None) -> tuple[Any, ...]:
+        """The column-staged tuple of a known row (:data:`STAGE_COLUMNS` order); ``observed_at``: its
+        claim's own stamp, bound (None: the stored row's, see :meth:`dedupe`)."""
+        return (record_ref, *_KNOWN_CONTENT_NULLS, observed_at, None, wire_hash, seq)
 
     # --- known records -----------------------------------------------------------------------
 
@@ -388,9 +390,11 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
 
     def stage_claims(
         self, stage: str, target: str, schema: str | None, prefixes: Sequence[str], seqs: Sequence[int],
+        observed: Sequence[datetime | None],
     ) -> Statement | None:
         """Stage, as known rows, the stored rows whose wire hash starts with one of ``prefixes``
-        (``seqs``: the position in the read of each one's claim); None where
+        (``seqs`` and ``observed``: the position in the read of each one's claim and its own stamp,
+        None for the stored row's, see :meth:`dedupe`); None where
         :meth:`stored_wire_state` is None (claims are never kept out of staging there)."""
         return None
 
@@ -398,7 +402,8 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         """Copy the winner of each ``record_ref`` from ``src`` into ``dst``.
 
         Winner: latest ``_bos_observed_at``; on a tie, the last occurrence (highest ``_bos_seq``).
-        A known row's observed_at is the stored row's (same bytes, same content).
+        A known row carries its claim's own stamp (the wire hash leaves stamps out, so the stored
+        row's may be older); where it has none, the stored row's (the same bytes, stamps included).
         ``src`` is read once (MySQL cannot reopen a temporary table within one statement).
         """
         q = self.quote

@@ -184,15 +184,16 @@ class DuckDbDialect(WarehouseDialect):
                          f"WHERE {self._current('t')}")
 
     def stage_claims(self, stage: str, target: str, schema: str | None, prefixes: Sequence[str],
-                     seqs: Sequence[int]) -> Statement | None:
+                     seqs: Sequence[int], observed: Sequence[datetime | None]) -> Statement | None:
         q, p = self.quote, self.placeholder
-        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
+        ref, w, obs = q("record_ref"), q(WIRE_HASH_COLUMN), q("_bos_observed_at")
         return Statement(
-            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
-            f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
-            f"JOIN (SELECT UNNEST(CAST({p} AS VARCHAR[])) AS prefix, UNNEST(CAST({p} AS BIGINT[])) AS seq) c "
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}, {obs}) "
+            f"SELECT t.{ref}, t.{w}, c.seq, c.observed FROM {self.table_ref(target, schema)} t "
+            f"JOIN (SELECT UNNEST(CAST({p} AS VARCHAR[])) AS prefix, UNNEST(CAST({p} AS BIGINT[])) AS seq, "
+            f"UNNEST(CAST({p} AS TIMESTAMPTZ[])) AS observed) c "
             f"ON SUBSTR(t.{w}, 1, 16) = c.prefix WHERE t.{w} IS NOT NULL AND {self._current('t')}",
-            (list(prefixes), list(seqs)),
+            (list(prefixes), list(seqs), list(observed)),
         )
 
     def collect_unreturned(

@@ -139,16 +139,18 @@ class PostgresDialect(WarehouseDialect):
 
     def stage_claims(
         self, stage: str, target: str, schema: str | None, prefixes: Sequence[str], seqs: Sequence[int],
+        observed: Sequence[datetime | None],
     ) -> Statement | None:
-        q = self.quote
-        ref, w = q("record_ref"), q(WIRE_HASH_COLUMN)
+        q, p = self.quote, self.placeholder
+        ref, w, obs = q("record_ref"), q(WIRE_HASH_COLUMN), q("_bos_observed_at")
         return Statement(
-            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}) "
-            f"SELECT t.{ref}, t.{w}, c.seq FROM {self.table_ref(target, schema)} t "
-            f"JOIN UNNEST(CAST({self.placeholder} AS TEXT[]), CAST({self.placeholder} AS BIGINT[])) AS c(prefix, seq) "
+            f"INSERT INTO {self.stage_ref(stage, schema)} ({ref}, {w}, {q('_bos_seq')}, {obs}) "
+            f"SELECT t.{ref}, t.{w}, c.seq, c.observed FROM {self.table_ref(target, schema)} t "
+            f"JOIN UNNEST(CAST({p} AS TEXT[]), CAST({p} AS BIGINT[]), CAST({p} AS TIMESTAMPTZ[])) "
+            "AS c(prefix, seq, observed) "
             f'ON SUBSTR(t.{w}, 1, 16) COLLATE "C" = c.prefix '  # bytewise: cheap to sort
             f"WHERE t.{w} IS NOT NULL AND {self._current('t')}",
-            (list(prefixes), list(seqs)),
+            (list(prefixes), list(seqs), list(observed)),
         )
 
     def collect_unreturned(

@@ -97,8 +97,8 @@ class SnowflakeDialect(WarehouseDialect):
         return Statement(f"CREATE TEMPORARY TABLE IF NOT EXISTS {self.stage_ref(stage, schema)} ({cols})")
 
     def dedupe(self, src: str, dst: str, schema: str | None, target: str) -> Statement:
-        # A known row's observed_at is the stored row's: a join, not a correlated subquery (which
-        # Snowflake does not evaluate inside a window's ORDER BY).
+        # A known row without its claim's own stamp takes the stored row's: a join, not a correlated
+        # subquery (which Snowflake does not evaluate inside a window's ORDER BY).
         q = self.quote
         cols = [c for c in self.stage_columns if c != "_bos_seq"]
         col_list = ", ".join(q(c) for c in cols)

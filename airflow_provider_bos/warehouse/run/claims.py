@@ -19,6 +19,7 @@ from array import array
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Iterable
+from datetime import datetime
 from itertools import accumulate, islice
 from typing import cast
 
@@ -153,15 +154,17 @@ class KeptClaims:
     """A run's KnownRecord claims kept out of staging: which stored rows were claimed, and when.
 
     A claim names a stored row by the position of its wire-hash prefix in the :class:`WireHashSet`
-    the read matched it in (``hits``: 1 byte per stored row; ``last_seq``: where in the read it last
-    came, for the dedupe's tie-break if it must be staged after all). A key also staged in the same
-    run is found in SQL (see :func:`_claims_apart`).
+    the read matched it in (``hits``: 1 byte per stored row). If it must be staged after all, the
+    dedupe takes the claim of that row it would pick among its copies: the latest ``observed_at``,
+    then the last in the read (``observed``, ``last_seq``). A key also staged in the same run is
+    found in SQL (see :func:`_claims_apart`).
     """
 
     def __init__(self, known: WireHashSet) -> None:
         self.known = known
         self.hits = bytearray(len(known))
         self.last_seq = array("q", bytes(8 * len(known)))
+        self.observed: list[datetime | None] = [None] * len(known)
         #: Claims kept, and how many of them repeated an earlier one (the same bytes again).
         self.count = self.repeats = 0
         #: The claims were staged as known rows after all (:func:`stage_kept_claims`).
@@ -174,11 +177,17 @@ class KeptClaims:
         if claim.matched is not self.known:
             return False
         position = cast(int, claim.handle)  # matched by this set: its own row position
+        observed = claim.observed_at
         if self.hits[position]:
             self.repeats += 1
+            earlier = self.observed[position]
+            if observed is not None and earlier is not None and observed < earlier:
+                self.count += 1  # an earlier observation of the same bytes: the dedupe keeps the other
+                return True
         else:
             self.hits[position] = 1
         self.last_seq[position] = seq
+        self.observed[position] = observed
         self.count += 1
         return True
 
@@ -217,10 +226,11 @@ def stage_kept_claims(tx: RunTransaction, kept: KeptClaims) -> None:
     if kept.staged:
         return
     kept.staged = True
-    prefixes, seqs = kept.known.prefixes, kept.last_seq
+    prefixes, seqs, observed = kept.known.prefixes, kept.last_seq, kept.observed
     positions = [i for i, hit in enumerate(kept.hits) if hit]
     statement = tx.dialect.stage_claims(
         tx.stage, tx.table, tx.schema, [f"{prefixes[i]:016x}" for i in positions], [seqs[i] for i in positions],
+        [observed[i] for i in positions],
     )
     assert statement is not None  # kept only where the dialect has a state token (kept_claims)
     found = tx.exec(statement).rowcount

@@ -68,10 +68,11 @@ def _line(parts: tuple[bytes, ...], observed: bytes, record_hash: str, wire_hash
     ))
 
 
-def _known_line(record_ref: str, wire_hash: str, seq: int) -> bytes:
+def _known_line(record_ref: str, wire_hash: str, seq: int, observed_at: datetime | None) -> bytes:
     k = _KEYS
-    return b"".join((b"{", k[0], orjson.dumps(record_ref), b",", k[10], b'"%b"' % wire_hash.encode("ascii"),
-                     b",", k[11], b"%d}\n" % seq))
+    observed = b"" if observed_at is None else b"".join((k[8], b'"%b",' % observed_at.isoformat().encode("ascii")))
+    return b"".join((b"{", k[0], orjson.dumps(record_ref), b",", observed, k[10],
+                     b'"%b"' % wire_hash.encode("ascii"), b",", k[11], b"%d}\n" % seq))
 
 
 def _keyed_lines(
@@ -84,7 +85,7 @@ def _keyed_lines(
     for seq, record, values in encoded(records, column_values, default_obs, rejects):
         if values is None:
             if keep is None or not keep(record, seq):
-                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq), True
+                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq, record.observed_at), True
             continue
         ref, parts, observed, record_hash, _ = values
         stamp = stamps.get(observed)

@@ -166,14 +166,15 @@ def _documents(
 ) -> Iterator[tuple[Any, ...]]:
     """Document-staged tuples: (record_ref, document as UTF-8 bytes, observed_at, hash, wire hash, seq).
 
-    A known record: (record_ref, None, None, None, wire hash, seq), unless ``kept`` keeps it.
+    A known record: (record_ref, None, its own observed_at or None, None, wire hash, seq), unless
+    ``kept`` keeps it.
     """
     keep = kept.keep if kept is not None else None
     for seq, record, values in encoded(records, document_values, default_obs, rejects):
         if values is not None:
             yield (*values, getattr(record, "wire_hash", None), seq)
         elif keep is None or not keep(record, seq):
-            yield (record.record_ref, None, None, None, record.wire_hash, seq)
+            yield (record.record_ref, None, record.observed_at, None, record.wire_hash, seq)
 
 
 def _unpadded_row_values(record: Any, default_obs: datetime | None) -> tuple[Any, ...]:
@@ -197,7 +198,9 @@ def _rows(
     encode = _unpadded_row_values if tx.dialect.capabilities.keys_ignore_trailing_spaces else row_values
     for seq, record, fields in encoded(records, encode, default_obs, rejects):
         if fields is None:
-            yield known_value(record.record_ref, record.wire_hash, seq)
+            observed = record.observed_at
+            yield known_value(record.record_ref, record.wire_hash, seq,
+                              None if observed is None else bind_ts(observed))
         else:
             yield (*fields[:8], bind_ts(fields[8]), fields[9], getattr(record, "wire_hash", None), seq)
 

@@ -40,13 +40,14 @@ def copy_document_lines(rows: Iterable[tuple[Any, ...]]) -> Iterator[bytes]:
 
     The document is JSON from a serialiser: it never holds a raw tab, newline or carriage return
     (JSON escapes them), so only its backslashes need doubling. A known row (no document) has
-    ``\\N`` (NULL) for the document, observed_at and hash.
+    ``\\N`` (NULL) for the document and hash, and its claim's own stamp (or NULL) for observed_at.
     """
     stamps: dict[datetime, bytes] = {}
     for ref, document, observed, record_hash, wire_hash, seq in rows:
         wire = b"\\N" if wire_hash is None else wire_hash.encode("ascii")
         if document is None:
-            yield b"%b\t\\N\t\\N\t\\N\t%b\t%d\n" % (_copy_text(ref.encode("utf-8")), wire, seq)
+            stamp = _NULL if observed is None else stamps.get(observed) or _stamp(stamps, observed)
+            yield b"%b\t\\N\t%b\t\\N\t%b\t%d\n" % (_copy_text(ref.encode("utf-8")), stamp, wire, seq)
             continue
         stamp = stamps.get(observed) or _stamp(stamps, observed)
         if b"\\" in document:

@@ -32,8 +32,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from functools import lru_cache
+from datetime import datetime
 from hashlib import sha256
 from typing import Any
 
@@ -42,6 +41,7 @@ import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.json_numbers import may_be_respelt, numbers_by_value
+from airflow_provider_bos.timestamps import parse_timestamp
 from airflow_provider_bos.warehouse.tables.schema import RECORD_COLUMNS
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
 from airflow_provider_bos.wire import RefusedRecord
@@ -144,26 +144,6 @@ def _encoded(value: Any) -> str:
 def hash_arguments(arguments: Mapping[str, Any] | None) -> str:
     """SHA-256 hex of the canonical JSON of a read's arguments (for the audit table)."""
     return hashlib.sha256(canonical_json(dict(arguments or {})).encode("utf-8")).hexdigest()
-
-
-@lru_cache(maxsize=4096)
-def _parse_timestamp_cached(text: str) -> datetime:
-    parsed = datetime.fromisoformat(text.strip())
-    if parsed.tzinfo is None:  # a timestamp without offset is taken as UTC
-        return parsed.replace(tzinfo=UTC)
-    return parsed.astimezone(UTC)
-
-
-def parse_timestamp(value: str | datetime) -> datetime:
-    """Parse an ISO 8601 timestamp (``Z`` or offset; naive means UTC) into an aware UTC datetime.
-
-    :raises ValueError: if the text is not an ISO 8601 timestamp.
-    """
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    if not isinstance(value, str):
-        raise ValueError(f"not a timestamp: {type(value).__name__}")
-    return _parse_timestamp_cached(value)
 
 
 @dataclass(frozen=True, slots=True)
