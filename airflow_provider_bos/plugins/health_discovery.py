@@ -13,8 +13,8 @@ its outlets, not its other arguments, so:
   health_destinations`` lists the same connection and table with another audit table.
 
 A sensor task (``BosCompletenessSensor``, or any sensor whose serialized fields carry
-``sync_task_id`` and ``min_coverage``) gives its read's coverage thresholds when ``min_coverage``
-is serialized; ``BosCompletenessSensor`` itself does not serialize it, so by default there are none.
+``sync_task_id`` and ``min_coverage``) gives its read's coverage thresholds: ``min_coverage`` is
+one of ``BosCompletenessSensor``'s template fields, so it is serialized with the DAG.
 
 **The setting** ``[bos] health_destinations``: ``conn_id:table[:audit_table]`` entries (``table``
 may be ``schema.table``), separated by commas or whitespace. A listed destination that no DAG
