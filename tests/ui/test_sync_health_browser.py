@@ -154,6 +154,34 @@ def record_values(scenario: Any) -> list[str]:
     return sorted(values)
 
 
+def _charts_match_the_audit_rows(page: Any, rows: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """A table page's timeline (7 days), counts and coverage, point by point against ``rows`` (its
+    audit rows); returns the coverage points."""
+    days = {a["data-day"]: a for a in _attrs(page, "svg.timeline g.day")}
+    assert len(days) == 7
+    for day, attrs in days.items():
+        on_day = [r for r in rows if _utc(r["finished_at"]).date().isoformat() == day]
+        for status in ("complete", "partial", "failed"):
+            assert int(attrs[f"data-{status}"]) == sum(r["status"] == status for r in on_day), (day, status)
+    assert sum(int(a[f"data-{s}"]) for a in days.values() for s in ("complete", "partial", "failed")) == len(rows)
+
+    bars = _attrs(page, "svg.counts rect.bar")
+    assert len(bars) == len(COLUMNS) * len(rows)
+    for bar in bars:
+        [row] = [r for r in rows if r["run_id"] == bar["data-run-id"]]
+        assert bar["data-value"] == str(row[bar["data-series"]]), bar
+
+    points = _attrs(page, "svg.coverage circle.point")
+    assert {p["data-column"] for p in points} == {"display_name", "email", "phone"}
+    assert len(points) == 3 * len(rows)
+    for point in points:
+        [row] = [r for r in rows if r["run_id"] == point["data-run-id"]]
+        coverage = _decoded(row["coverage"])
+        assert int(point["data-records"]) == coverage["records"]
+        assert int(point["data-filled"]) == coverage["columns"][point["data-column"]]
+    return points
+
+
 def _attrs(page: Any, selector: str) -> list[dict[str, str]]:
     return page.eval_on_selector_all(
         selector, "els => els.map(e => Object.fromEntries([...e.attributes].map(a => [a.name, a.value])))")
@@ -198,26 +226,7 @@ def test_sync_health_in_the_browser(health_server, synced, browser_as, artifacts
     rows = [r for r in synced["rows"] if r["destination_table"] == "health_people"]
     assert len(rows) == 4
 
-    days = {a["data-day"]: a for a in _attrs(page, "svg.timeline g.day")}
-    assert len(days) == 7
-    for day, attrs in days.items():
-        on_day = [r for r in rows if _utc(r["finished_at"]).date().isoformat() == day]
-        for status in ("complete", "partial", "failed"):
-            assert int(attrs[f"data-{status}"]) == sum(r["status"] == status for r in on_day), (day, status)
-
-    bars = _attrs(page, "svg.counts rect.bar")
-    assert len(bars) == len(COLUMNS) * len(rows)
-    for bar in bars:
-        [row] = [r for r in rows if r["run_id"] == bar["data-run-id"]]
-        assert bar["data-value"] == str(row[bar["data-series"]]), bar
-
-    points = _attrs(page, "svg.coverage circle.point")
-    assert {p["data-column"] for p in points} == {"display_name", "email", "phone"}
-    for point in points:
-        [row] = [r for r in rows if r["run_id"] == point["data-run-id"]]
-        coverage = _decoded(row["coverage"])
-        assert int(point["data-records"]) == coverage["records"]
-        assert int(point["data-filled"]) == coverage["columns"][point["data-column"]]
+    points = _charts_match_the_audit_rows(page, rows)
     email = sorted((p for p in points if p["data-column"] == "email"), key=lambda p: p["data-run-id"])
     assert sorted(int(p["data-filled"]) > 0 for p in email) == [False, False, True, True]  # the field went empty
     [threshold] = _attrs(page, "svg.coverage line.threshold")
@@ -237,6 +246,21 @@ def test_sync_health_in_the_browser(health_server, synced, browser_as, artifacts
     page.screenshot(path=str(artifacts / "health-table-dark.png"), full_page=True)
     page.emulate_media(color_scheme="light")
     table_url = page.url
+
+    # The teams table's charts, point by point against its own audit rows (no threshold, no failure).
+    page.goto(f"{base}/bos/health/?window=7")
+    page.locator('tr[data-table="health_teams"] a[data-key]').click()
+    page.wait_for_url(re.compile(r"/bos/health/tables/\w+\?window=7$"))
+    pages.append(page.content())
+    teams = [r for r in synced["rows"] if r["destination_table"] == "health_teams"]
+    assert len(teams) == 3
+    _charts_match_the_audit_rows(page, teams)
+    assert _attrs(page, "svg.coverage line.threshold") == []
+    assert page.locator("table.sources [data-code]").count() == 0
+    [bar] = _attrs(page, "svg.rowsbar")
+    total, current = synced["counts"]["health_teams"]
+    assert (int(bar["data-current"]), int(bar["data-retired"])) == (current, total - current)
+    page.goto(table_url)
 
     # One run on click: the partial day's email point opens the run in words.
     partial = next(r for r in rows if r["status"] == "partial")
