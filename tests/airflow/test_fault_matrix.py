@@ -41,6 +41,7 @@ from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.testing.scenario import FaultSpec, Scenario, large_scenario
 from airflow_provider_bos.warehouse import AuditReader, SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.wire import WriteOptions
+from tests.fake_bos import CRM, URL, FakeBos
 
 pytestmark = pytest.mark.airflow
 
@@ -398,10 +399,6 @@ def test_a_final_source_error_code_outside_the_contract_fails_and_is_quoted_nowh
 
 # --- records without record_ref, duplicate record_refs (session level, MockTransport) -----------------
 
-URL = "https://bos.example/mcp/apps/bos/platform"
-EXT = "bos/source-results/v1"
-CAPS = {"tools": {}, "experimental": {EXT: {"pageSize": 100, "maxConcurrentSources": 8, "contractUri": "x"}}}
-CRM = {"source_type": "crm", "source_identity": "crm-eu"}
 
 
 def _record(ref: str | None, *, observed_at: str, name: str) -> dict[str, Any]:
@@ -416,45 +413,9 @@ def _record(ref: str | None, *, observed_at: str, name: str) -> dict[str, Any]:
     return rec
 
 
-class _FakeBos:
-    """Answers a 2025-era session; the federated read streams one page then the given final records."""
-
-    def __init__(self, final_records_: list[dict[str, Any]]) -> None:
-        self.final_records = final_records_
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "DELETE":
-            return httpx.Response(200)
-        body = json.loads(request.content)
-        method, rid = body.get("method"), body.get("id")
-        if method == "initialize":
-            return _ok(rid, {"protocolVersion": "2025-11-25", "capabilities": CAPS,
-                             "serverInfo": {"name": "fake", "version": "1"}}, {"mcp-session-id": "s1"})
-        if method == "notifications/initialized":
-            return httpx.Response(202)
-        if method == "tools/list":
-            return _ok(rid, {"tools": [{"name": "search_people", "inputSchema": {"type": "object"}}]})
-        assert method == "tools/call", method
-        structured = {"result": self.final_records,
-                      "metadata": {"completeness": "complete", "result_count": len(self.final_records),
-                                   "observed_at": "2026-10-08T12:00:00Z"}}
-        final = {"jsonrpc": "2.0", "id": rid, "result": {
-            "content": [{"type": "text", "text": json.dumps(structured)}], "structuredContent": structured,
-            "isError": False}}
-        note = {"jsonrpc": "2.0", "method": "notifications/bos/source_result",
-                "params": {"requestId": rid, "sequence": 1, "pageIndex": 0, "source": CRM, "records": [],
-                           "status": "complete"}}
-        payload = b"".join(b"event: message\ndata: " + json.dumps(m).encode() + b"\n\n" for m in (note, final))
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=payload)
-
-
-def _ok(rid: Any, result: dict, headers: dict | None = None) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": rid, "result": result}, headers=headers)
-
-
 def _read_and_write(final: list[dict[str, Any]], engine: sa.Engine, table: str, audit: str) -> Any:
     """What the operator does, minus Airflow: federated_read, then write_run of the final records."""
-    session = McpSession(URL, http_client=httpx.Client(transport=httpx.MockTransport(_FakeBos(final))),
+    session = McpSession(URL, http_client=httpx.Client(transport=httpx.MockTransport(FakeBos(final))),
                          era="2025-11-25", retry=RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0,
                                                              backoff_max_s=0))
     writer = WarehouseWriter(engine, table=table, audit_table=audit)

@@ -10,7 +10,6 @@ and SQLite's rows).
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any
 
@@ -21,11 +20,8 @@ from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.sync import run_sync
 from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
 from airflow_provider_bos.wire import ReconcileOptions
+from tests.fake_bos import CRM, URL, FakeBos
 
-URL = "https://bos.example/mcp/apps/bos/platform"
-EXT = "bos/source-results/v1"
-CAPS = {"tools": {}, "experimental": {EXT: {"pageSize": 100, "maxConcurrentSources": 8, "contractUri": "x"}}}
-CRM = {"source_type": "crm", "source_identity": "crm-eu"}
 DAY1, DAY2, DAY2_LATER = "2026-10-01T12:00:00Z", "2026-10-02T12:00:00Z", "2026-10-02T13:00:00Z"
 
 
@@ -36,43 +32,8 @@ def person(n: int, *, name: str | None = None, observed_at: str) -> dict[str, An
                          "capabilities": ["read"], "version": None}]}
 
 
-class FakeBos:
-    """A 2025-era BOS whose read streams one page notification, then the given final records."""
-
-    def __init__(self, records: list[dict[str, Any]]) -> None:
-        self.records = records
-
-    def __call__(self, request: httpx.Request) -> httpx.Response:
-        if request.method == "DELETE":
-            return httpx.Response(200)
-        body = json.loads(request.content)
-        method, rid = body.get("method"), body.get("id")
-        if method == "initialize":
-            return httpx.Response(200, headers={"mcp-session-id": "s1"}, json={"jsonrpc": "2.0", "id": rid, "result": {
-                "protocolVersion": "2025-11-25", "capabilities": CAPS, "serverInfo": {"name": "fake", "version": "1"}}})
-        if method == "notifications/initialized":
-            return httpx.Response(202)
-        if method == "tools/list":
-            return httpx.Response(200, json={"jsonrpc": "2.0", "id": rid, "result": {
-                "tools": [{"name": "search_people", "inputSchema": {"type": "object"}}]}})
-        structured = {"result": self.records, "metadata": {"completeness": "complete",
-                                                           "result_count": len(self.records), "observed_at": DAY2}}
-        final = {"jsonrpc": "2.0", "id": rid, "result": {
-            "content": [{"type": "text", "text": json.dumps(structured)}], "structuredContent": structured,
-            "isError": False}}
-        page = {"jsonrpc": "2.0", "method": "notifications/bos/source_result",
-                "params": {"requestId": rid, "sequence": 1, "pageIndex": 0, "source": CRM, "records": [],
-                           "status": "complete"}}
-        # Compact, as BOS sends it: the form whose records the scanner can claim undecoded.
-        payload = b"".join(b"event: message\ndata: " + json.dumps(m, separators=(",", ":")).encode() + b"\n\n"
-                           for m in (page, final))
-        # In small chunks, as a network delivers a frame: the records are cut as they arrive.
-        chunks = [payload[i:i + 64] for i in range(0, len(payload), 64)]
-        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(chunks))
-
-
 def sync(writer: WarehouseWriter, records: list[dict[str, Any]]) -> Any:
-    client = httpx.Client(transport=httpx.MockTransport(FakeBos(records)))
+    client = httpx.Client(transport=httpx.MockTransport(FakeBos(records, observed_at=DAY2)))
     retry = RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0, backoff_max_s=0)
     with client, McpSession(URL, http_client=client, era="2025-11-25", retry=retry,
                             stream_threshold_bytes=256) as session:
