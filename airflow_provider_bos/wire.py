@@ -101,9 +101,6 @@ def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None
     return digest.hexdigest()
 
 
-_PARSED_STAMPS: dict[bytes, datetime] = {}  # a result shares a few observation times: each is parsed once
-
-
 def latest_stamp(stamps: list[bytes | bytearray]) -> datetime | None:
     """The latest of the stamps :func:`wire_hash` blanked in a record: its observation time.
 
@@ -112,15 +109,9 @@ def latest_stamp(stamps: list[bytes | bytearray]) -> datetime | None:
 
     :raises ValueError: a stamp that is not an ISO 8601 timestamp.
     """
-    parsed = _PARSED_STAMPS
     latest: datetime | None = None
     for raw in stamps:
-        key = raw if type(raw) is bytes else bytes(raw)  # a cut from the scanner's bytearray
-        observed = parsed.get(key)
-        if observed is None:
-            observed = parse_timestamp(key.decode("utf-8"))
-            if len(parsed) < 4096:
-                parsed[key] = observed
+        observed = parse_timestamp(raw.decode("utf-8"))  # cached: a result shares a few stamps
         if latest is None or observed > latest:
             latest = observed
     return latest

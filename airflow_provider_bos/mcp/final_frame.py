@@ -592,10 +592,11 @@ class FinalFrameScanner:
 
     def _emit_one(self, raw: bytes) -> None:
         """One exactly delimited element (the first, the last, any the cuts missed)."""
-        wire_hash = masked_wire_hash(raw)
+        stamps: list[bytes | bytearray] = []
+        wire_hash = masked_wire_hash(raw, stamps)
         known = self.known
         handle = known.match(wire_hash) if known else None
-        claim = known_record(raw, wire_hash, known, handle) if known and handle is not None else None
+        claim = known_record(raw, wire_hash, known, handle, stamps) if known and handle is not None else None
         if claim is not None:
             self.known_records += 1
             self._out.append(claim)

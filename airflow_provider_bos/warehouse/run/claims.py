@@ -177,17 +177,15 @@ class KeptClaims:
         if claim.matched is not self.known:
             return False
         position = cast(int, claim.handle)  # matched by this set: its own row position
-        observed = claim.observed_at
+        observed, earlier = claim.observed_at, self.observed[position]
         if self.hits[position]:
             self.repeats += 1
-            earlier = self.observed[position]
-            if observed is not None and earlier is not None and observed < earlier:
-                self.count += 1  # an earlier observation of the same bytes: the dedupe keeps the other
-                return True
         else:
             self.hits[position] = 1
-        self.last_seq[position] = seq
-        self.observed[position] = observed
+        # An earlier observation of the same bytes than one already kept: the dedupe keeps the other.
+        if observed is None or earlier is None or observed >= earlier:
+            self.last_seq[position] = seq
+            self.observed[position] = observed
         self.count += 1
         return True
 

@@ -68,11 +68,22 @@ def _line(parts: tuple[bytes, ...], observed: bytes, record_hash: str, wire_hash
     ))
 
 
-def _known_line(record_ref: str, wire_hash: str, seq: int, observed_at: datetime | None) -> bytes:
+def _known_line(record_ref: str, wire_hash: str, seq: int, stamp: bytes | None) -> bytes:
+    """A claim's line: its key, its own stamp (``stamp``, JSON; None: the stored row's), wire hash, position."""
     k = _KEYS
-    observed = b"" if observed_at is None else b"".join((k[8], b'"%b",' % observed_at.isoformat().encode("ascii")))
+    observed = b"" if stamp is None else b"".join((k[8], stamp, b","))
     return b"".join((b"{", k[0], orjson.dumps(record_ref), b",", observed, k[10],
                      b'"%b"' % wire_hash.encode("ascii"), b",", k[11], b"%d}\n" % seq))
+
+
+def _json_stamp(stamps: dict[datetime, bytes], observed: datetime) -> bytes:
+    """``observed`` as a JSON string, remembered in ``stamps`` (a result shares a few thousand at most)."""
+    stamp = stamps.get(observed)
+    if stamp is None:
+        stamp = b'"%b"' % observed.isoformat().encode("ascii")
+        if len(stamps) < 4096:
+            stamps[observed] = stamp
+    return stamp
 
 
 def _keyed_lines(
@@ -85,14 +96,12 @@ def _keyed_lines(
     for seq, record, values in encoded(records, column_values, default_obs, rejects):
         if values is None:
             if keep is None or not keep(record, seq):
-                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq, record.observed_at), True
+                observed = record.observed_at
+                stamp = None if observed is None else _json_stamp(stamps, observed)
+                yield record.record_ref, _known_line(record.record_ref, record.wire_hash, seq, stamp), True
             continue
         ref, parts, observed, record_hash, _ = values
-        stamp = stamps.get(observed)
-        if stamp is None:
-            stamp = b'"%b"' % observed.isoformat().encode("ascii")
-            if len(stamps) < 4096:
-                stamps[observed] = stamp
+        stamp = _json_stamp(stamps, observed)
         yield ref, _line(parts, stamp, record_hash, getattr(record, "wire_hash", None), seq), False
 
 
