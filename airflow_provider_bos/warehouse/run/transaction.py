@@ -8,6 +8,8 @@ builds, in order, on one connection, and knows the run's two staging tables.
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
@@ -329,6 +331,19 @@ class RunTransaction:
             self.conn.commit()
         except sa.exc.SQLAlchemyError:
             self.conn.invalidate()
+
+    @contextmanager
+    def committed(self, refused: str) -> Iterator[None]:
+        """Commit what the block wrote; on any error roll back first. A database's refusal is raised as
+        :class:`BosWarehouseError`: ``refused`` (what failed, and that nothing was written), its detail."""
+        try:
+            yield
+            self.conn.commit()
+        except BaseException as exc:
+            self.rollback()
+            if isinstance(exc, sa.exc.SQLAlchemyError):
+                raise BosWarehouseError(f"{refused}: {db_detail(exc)}") from exc
+            raise
 
     def rollback(self) -> None:
         try:

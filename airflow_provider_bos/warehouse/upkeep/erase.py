@@ -187,7 +187,8 @@ def erase_records(
     tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
                         lock_timeout_s=lock_timeout_s, guard_index=None)
     try:
-        try:
+        with tx.committed(f"Erasing from {writer.destination_table} failed and was rolled back "
+                          f"(nothing was deleted)"):
             tx.begin()
             tx.lock()
             unnamed: list[tuple[str, Any]] = []
@@ -233,13 +234,6 @@ def erase_records(
                                  completeness=None, result_count=len(refs),
                                  notes=note, destination_table=writer.destination_table,
                                  present=writer.audit_columns))
-            tx.conn.commit()
-        except BaseException as exc:
-            tx.rollback()
-            if isinstance(exc, sa.exc.SQLAlchemyError):
-                raise BosWarehouseError(f"Erasing from {writer.destination_table} failed and was rolled back "
-                                        f"(nothing was deleted): {db_detail(exc)}") from exc
-            raise
     finally:
         tx.close()
     log.info("BOS erasure %s: %s", run.run_id, note)

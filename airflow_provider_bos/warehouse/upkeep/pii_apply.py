@@ -142,7 +142,8 @@ def apply_stricter_policy(
     tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=run.run_id,
                         lock_timeout_s=lock_timeout_s, guard_index=None)
     try:
-        try:
+        with tx.committed(f"Applying the policy to {writer.destination_table} failed and was rolled "
+                          f"back (nothing changed)"):
             tx.begin()
             tx.lock()
             stored_text = read_stored_policy(tx.conn, policy_table)
@@ -196,13 +197,6 @@ def apply_stricter_policy(
             tx.exec(audit_insert(d, writer.audit_table, writer.schema, run, status="complete", finished_at=utcnow(),
                                  completeness=None, result_count=applied.records, notes=note,
                                  destination_table=writer.destination_table, present=writer.audit_columns))
-            tx.conn.commit()
-        except BaseException as exc:
-            tx.rollback()
-            if isinstance(exc, sa.exc.SQLAlchemyError):
-                raise BosWarehouseError(f"Applying the policy to {writer.destination_table} failed and was rolled "
-                                        f"back (nothing changed): {db_detail(exc)}") from exc
-            raise
     finally:
         tx.close()
     log.info("BOS pii-apply %s: %s", run.run_id, note)

@@ -194,7 +194,8 @@ def _decide(engine: sa.Engine, *, table: str, schema: str | None, audit_table: s
     tx = RunTransaction(engine, d, table=writer.table, schema=writer.schema, run_id=decision_run.run_id,
                         lock_timeout_s=lock_timeout_s, guard_index=None)
     try:
-        try:
+        with tx.committed(f"Deciding the retirements held in {writer.destination_table} failed and "
+                          f"was rolled back (nothing was retired)"):
             tx.begin()
             tx.lock()  # no run writes the table between the check and the retirement
             head: Any = (0, None, None)
@@ -220,13 +221,6 @@ def _decide(engine: sa.Engine, *, table: str, schema: str | None, audit_table: s
                                  finished_at=utcnow(), counts={"retired": decision.retired},
                                  destination_table=writer.destination_table, present=writer.audit_columns,
                                  scope=holder.scope, notes=decision.note))
-            tx.conn.commit()
-        except BaseException as exc:
-            tx.rollback()
-            if isinstance(exc, sa.exc.SQLAlchemyError):
-                raise BosWarehouseError(f"Deciding the retirements held in {writer.destination_table} failed and "
-                                        f"was rolled back (nothing was retired): {db_detail(exc)}") from exc
-            raise
         if d.capabilities.ddl_commits:
             tx.drop_committed_staging()
     finally:
