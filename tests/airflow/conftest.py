@@ -71,6 +71,8 @@ def load_dag(dags_folder: Path, filename: str, dag_id: str) -> Any:
 def run_dag(airflow_db: Path) -> Callable[..., Any]:
     """Run a DAG from the session dags folder with dag.test(); returns the DagRun."""
 
+    from tests.airflow_names import dag_test_hears_hitl_answers
+
     def run(dag_id: str, filename: str = "bos_test_sync.py", **env: str) -> Any:
         for key, value in env.items():
             os.environ[key] = value
@@ -79,7 +81,8 @@ def run_dag(airflow_db: Path) -> Callable[..., Any]:
             # dag.test() of a DAG with a deadline fails once its run succeeds on Airflow 3.3
             # (apache/airflow#73428); the daily DAG's deadline is tested in test_deadline_alert.py.
             dag.deadline = None
-            return dag.test()
+            with dag_test_hears_hitl_answers():
+                return dag.test()
         finally:
             for key in env:
                 os.environ.pop(key, None)

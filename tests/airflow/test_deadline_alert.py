@@ -23,7 +23,7 @@ pytestmark = pytest.mark.airflow
 
 
 def _daily_dag(alerts: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    from airflow.dag_processing.dagbag import DagBag
+    from tests.airflow_names import DagBag
 
     monkeypatch.setenv("BOS_ALERTS_FILE", str(alerts))
     bag = DagBag(dag_folder=str(REPO_DAGS / "bos_sync_people_daily.py"))
@@ -33,11 +33,10 @@ def _daily_dag(alerts: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
 def _stored_deadline(dag: Any) -> Any:
     """The deadline as the scheduler reads it from the serialized DAG."""
-    from airflow.serialization.decoders import decode_deadline_alert
-    from airflow.serialization.serialized_objects import DagSerialization
+    from tests.airflow_names import stored_deadline_alerts
 
-    (encoded,) = DagSerialization.to_dict(dag)["dag"]["deadline"]
-    return decode_deadline_alert(encoded)
+    (deadline,) = stored_deadline_alerts(dag)
+    return deadline
 
 
 def test_the_daily_dag_declares_a_deadline_that_alerts_through_the_notifier(airflow_db, tmp_path,
@@ -61,8 +60,7 @@ def test_the_daily_dag_declares_a_deadline_that_alerts_through_the_notifier(airf
 
 
 def test_a_missed_deadline_appends_an_alert_as_the_triggerer_runs_it(airflow_db, tmp_path, monkeypatch) -> None:
-    from airflow.models.callback import CallbackState
-    from airflow.triggers.callback import PAYLOAD_STATUS_KEY, CallbackTrigger
+    from tests.airflow_names import deadline_callback_trigger
 
     alerts = tmp_path / "alerts" / "alerts.jsonl"
     callback = _stored_deadline(_daily_dag(alerts, monkeypatch)).callback
@@ -73,14 +71,14 @@ def test_a_missed_deadline_appends_an_alert_as_the_triggerer_runs_it(airflow_db,
                     "state": "running"},
         "deadline": {"id": "0195d1a0-0000-7000-8000-000000000001", "deadline_time": deadline_time},
     }
-    trigger = CallbackTrigger(callback_path=callback.path, callback_kwargs={**callback.kwargs, "context": context})
+    trigger, status_key, succeeded = deadline_callback_trigger(callback.path, {**callback.kwargs, "context": context})
 
     async def events() -> list[Any]:
         return [event async for event in trigger.run()]
 
-    states = [event.payload[PAYLOAD_STATUS_KEY] for event in asyncio.run(events())]
+    states = [event.payload[status_key] for event in asyncio.run(events())]
 
-    assert states == [CallbackState.RUNNING, CallbackState.SUCCESS]
+    assert states == succeeded
     (line,) = alerts.read_text(encoding="utf-8").splitlines()
     alert = json.loads(line)
     assert alert["outcome"] == "deadline_missed"
