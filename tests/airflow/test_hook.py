@@ -174,3 +174,15 @@ def test_test_connection_reports_a_missing_token_store_connection(bos_server, bo
     monkeypatch.setenv("AIRFLOW_CONN_BOS_DEFAULT", json.dumps(conn))
     ok, message = BosHook().test_connection()  # an answer for the UI's Test button, not an exception
     assert not ok and "'no_such_store' does not exist" in message
+
+
+def test_the_token_store_is_refused_on_duckdb(tmp_path, monkeypatch) -> None:
+    db_path = tmp_path / "warehouse.duckdb"
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DUCK_TOKENS", json.dumps({"conn_type": "duckdb", "host": str(db_path)}))
+    monkeypatch.setenv("AIRFLOW_CONN_BOS_DUCK", json.dumps({
+        "conn_type": "bos", "host": "https://bos.invalid/mcp", "password": "refresh-token",
+        "extra": {"auth_type": "oauth", "client_id": "c", "token_store_conn_id": "bos_duck_tokens"},
+    }))
+    with pytest.raises(BosConfigurationError, match="token store cannot be a DuckDB database"):
+        BosHook("bos_duck")._token_store()
+    assert not db_path.exists()  # refused before the file was opened

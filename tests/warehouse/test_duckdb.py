@@ -255,19 +255,3 @@ def test_writers_of_one_table_in_one_process_take_turns(db_path):
     assert results == [UpsertCounts(inserted=2)]
     assert AuditReader(second.engine, table="people_runs").get_run(run.run_id) is None
     assert write(second, [make_record(1), make_record(3)]) == UpsertCounts(inserted=1, unchanged=1)
-
-
-def test_the_token_store_is_refused_on_duckdb(db_path, monkeypatch):
-    import json
-
-    from airflow_provider_bos.exceptions import BosConfigurationError
-    from airflow_provider_bos.hooks.bos import BosHook
-
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_DUCK_TOKENS", json.dumps({"conn_type": "duckdb", "host": str(db_path)}))
-    monkeypatch.setenv("AIRFLOW_CONN_BOS_DUCK", json.dumps({
-        "conn_type": "bos", "host": "https://bos.invalid/mcp", "password": "refresh-token",
-        "extra": {"auth_type": "oauth", "client_id": "c", "token_store_conn_id": "bos_duck_tokens"},
-    }))
-    with pytest.raises(BosConfigurationError, match="token store cannot be a DuckDB database"):
-        BosHook("bos_duck")._token_store()
-    assert not db_path.exists()  # refused before the file was opened

@@ -1,0 +1,107 @@
+"""The oldest supported Airflow's venv differs from the project venv only in Airflow and the web stack
+Airflow pins, and the writer's tests reach none of it.
+
+CI runs a part of the fast tier on Airflow 3.1 too (.ci/run). ``tests/warehouse`` and ``tests/model``
+(the writer and the model of its tables) need never run there: nothing they import, directly or
+through the package, imports Airflow or its web stack, and every library they use is pinned to the
+same version in both files, so on 3.1 they would run the same code on the same libraries again.
+One exception, said here: some of them read from the reference server (``airflow_provider_bos.testing``,
+on Starlette, whose version differs) as their BOS; on 3.1 the end-to-end tests CI runs there read
+from that server too. Imports are read from the source with ``ast`` (inside functions too).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: What Airflow 3.1 needs at other versions than .ci/constraints.txt pins (the header of
+#: .ci/constraints-airflow-3.1.txt says why each).
+AIRFLOW_STACK = frozenset({
+    "apache-airflow", "apache-airflow-core", "apache-airflow-task-sdk", "aiosqlite", "alembic", "cadwyn",
+    "fastapi", "sse-starlette", "starlette", "universal-pathlib",
+})
+#: What only Airflow 3.1 itself requires.
+ONLY_AIRFLOW_31 = frozenset({"sqlalchemy-jsonfield", "sqlalchemy-utils"})
+#: The directories that need not run again on Airflow 3.1.
+NOT_RUN_AGAIN = ("tests/warehouse", "tests/model")
+#: The reference server, whose Starlette those tests may reach (see above).
+REFERENCE_SERVER = ROOT / "airflow_provider_bos" / "testing"
+
+
+def _pins(name: str) -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for text in (ROOT / ".ci" / name).read_text().splitlines():
+        line = text.split("#", 1)[0].strip()
+        if line:
+            package, version = line.split("==")
+            pins[re.sub(r"[-_.]+", "-", package).lower()] = version
+    return pins
+
+
+def test_the_oldest_airflows_pins_differ_only_in_airflows_stack() -> None:
+    newest, oldest = _pins("constraints.txt"), _pins("constraints-airflow-3.1.txt")
+    assert oldest["apache-airflow"].startswith("3.1.")
+    differing = {name for name in set(newest) & set(oldest) if newest[name] != oldest[name]}
+    assert differing <= AIRFLOW_STACK, sorted(differing - AIRFLOW_STACK)
+    assert set(oldest) - set(newest) <= ONLY_AIRFLOW_31, sorted(set(oldest) - set(newest) - ONLY_AIRFLOW_31)
+
+
+#: The top-level modules of what differs between the two pin sets.
+STACK_MODULES = frozenset({"airflow", "fastapi", "starlette", "sse_starlette", "cadwyn", "alembic", "aiosqlite",
+                           "upath"})
+#: Our own modules, read as source: the package and the tests' helpers.
+OURS = ("airflow_provider_bos", "tests", "bench")
+
+
+def _imports(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _source(module: str) -> Path | None:
+    """The file of one of our modules (None: a third-party module, or a name inside a module)."""
+    base = ROOT.joinpath(*module.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def test_the_tests_not_run_again_on_the_oldest_airflow_reach_none_of_its_stack() -> None:
+    start = [path for folder in NOT_RUN_AGAIN for path in (ROOT / folder).rglob("*.py")]
+    seen: dict[Path, Path | None] = dict.fromkeys(start)  # each file: the file that imported it
+    queue = list(start)
+    reaching: list[str] = []
+    while queue:
+        path = queue.pop()
+        for module in sorted(_imports(path)):
+            if module.split(".")[0] == "starlette" and path.is_relative_to(REFERENCE_SERVER):
+                continue
+            if module.split(".")[0] in STACK_MODULES:
+                chain, at = [], path
+                while at is not None:
+                    chain.append(str(at.relative_to(ROOT)))
+                    at = seen[at]
+                reaching.append(f"{module} from {' <- '.join(chain)}")
+                continue
+            if module.split(".")[0] not in OURS:
+                continue
+            # Each package on the way is imported too (its __init__).
+            parts = module.split(".")
+            for depth in range(1, len(parts) + 1):
+                source = _source(".".join(parts[:depth]))
+                if source is not None and source not in seen:
+                    seen[source] = path
+                    queue.append(source)
+    assert reaching == []
+    # Nor do they take the fixtures that set up Airflow.
+    assert [str(p.relative_to(ROOT)) for p in start if re.search(r"\b(airflow_db|run_dag)\b", p.read_text())] == []
