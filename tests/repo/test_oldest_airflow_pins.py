@@ -12,9 +12,10 @@ from that server too. Imports are read from the source with ``ast`` (inside func
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
+
+from tests.repo.source_imports import imports
 
 ROOT = Path(__file__).resolve().parents[2]
 #: What Airflow 3.1 needs at other versions than .ci/constraints.txt pins (the header of
@@ -56,17 +57,6 @@ STACK_MODULES = frozenset({"airflow", "fastapi", "starlette", "sse_starlette", "
 OURS = ("airflow_provider_bos", "tests", "bench")
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
-
-
 def _source(module: str) -> Path | None:
     """The file of one of our modules (None: a third-party module, or a name inside a module)."""
     base = ROOT.joinpath(*module.split("."))
@@ -83,7 +73,7 @@ def test_the_tests_not_run_again_on_the_oldest_airflow_reach_none_of_its_stack()
     reaching: list[str] = []
     while queue:
         path = queue.pop()
-        for module in sorted(_imports(path)):
+        for module in sorted(imports(path)):
             if module.split(".")[0] == "starlette" and path.is_relative_to(REFERENCE_SERVER):
                 continue
             if module.split(".")[0] in STACK_MODULES:

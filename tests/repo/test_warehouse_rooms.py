@@ -6,8 +6,9 @@ functions too.
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
+
+from tests.repo.source_imports import imports
 
 PACKAGE = Path(__file__).resolve().parents[2] / "airflow_provider_bos" / "warehouse"
 PREFIX = "airflow_provider_bos.warehouse"
@@ -29,17 +30,6 @@ def _room(module: str) -> str | None:
     return module[len(PREFIX) + 1:].split(".")[0]
 
 
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-            found.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return found
-
-
 def test_every_module_of_the_warehouse_is_in_a_room() -> None:
     top = sorted(p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or (p.is_dir() and p.name != "__pycache__"))
     assert top == ["__init__.py", "dialects", "run", "tables", "upkeep", "writer.py"]
@@ -52,7 +42,7 @@ def test_rooms_import_only_the_rooms_below_them() -> None:
         room = relative.parts[0].removesuffix(".py")
         if room == "__init__":
             continue  # the package's public face re-exports from every room
-        for module in sorted(_imports(path)):
+        for module in sorted(imports(path)):
             if module == PREFIX:  # the package's public face imports every room: from a room, a way back up
                 wrong.append(f"{relative} ({room}) imports {PREFIX} itself")
                 continue
