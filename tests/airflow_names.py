@@ -48,11 +48,12 @@ def bundle_dag_bag(dag_file: Path, bundle_path: Path, bundle_name: str) -> Bundl
 def dag_test_hears_hitl_answers() -> Iterator[None]:
     """Let ``dag.test()`` on Airflow 3.1 see a Human-in-the-loop answer given through the API.
 
-    From 3.2 a waiting HITL task is parked in ``awaiting_input`` and ``dag.test()`` resumes it once an
-    answer is recorded. Airflow 3.1 defers it to ``HITLTrigger`` and runs that trigger in-process,
-    through a test supervisor that has no answer for the trigger's ``GetHITLDetailResponse`` request
-    (the triggerer of a deployment answers it: ``airflow.jobs.triggerer_job_runner``). Here the test
-    supervisor answers it as the triggerer does; nothing of the provider is changed.
+    On Airflow 3.3 a waiting HITL task is parked in ``awaiting_input`` and ``dag.test()`` resumes it
+    once an answer is recorded (apache/airflow#68492). Airflow 3.1 defers it to ``HITLTrigger`` and
+    runs that trigger in-process, through a test supervisor that has no answer for the trigger's
+    ``GetHITLDetailResponse`` request (the triggerer of a deployment answers it:
+    ``airflow.jobs.triggerer_job_runner``). Here the test supervisor answers it as the triggerer
+    does; nothing of the provider is changed.
     """
     from airflow.utils.state import TaskInstanceState
 
