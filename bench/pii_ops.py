@@ -55,9 +55,8 @@ from airflow_provider_bos.warehouse.tables.companions import COMPANIONS
 from airflow_provider_bos.warehouse.tables.schema import companion_table_name, records_table
 from airflow_provider_bos.warehouse.upkeep.erase import ErasedRows, erase_records
 from airflow_provider_bos.warehouse.upkeep.pii_apply import PolicyApplied, apply_stricter_policy, delta_policy
-from airflow_provider_bos.warehouse.upkeep.policy_rewrite import BATCH, _as_text, _columns, _Rewrite, _Target
+from airflow_provider_bos.warehouse.upkeep.policy_rewrite import _Target, rewrite_targets
 from airflow_provider_bos.warehouse.upkeep.reclaim import reclaim_space
-from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
 from airflow_provider_bos.wire import ReconcileOptions, WireRecord, WriteOptions, wire_hash
 from bench.data import ScenarioParams, iter_final_records
 from bench.ours import _BENCH_PII_KEY, BENCH_PII_POLICY
@@ -232,8 +231,6 @@ def check_erased(engine: sa.Engine, table: str, label: str, erased: ErasedRows, 
 class _Discarded:
     """Where the floor's new values go: nowhere."""
 
-    fields: frozenset[str] = frozenset()
-
     def add(self, contents: list[tuple[object, ...]], wires: list[tuple[object, ...]]) -> None:
         return None
 
@@ -242,26 +239,13 @@ def pii_apply_floor(engine: sa.Engine, table: str, key: PiiKey) -> int:
     """pii-apply's reads and per-row work on ``table`` and its history, nothing written: rows changed."""
     writer = WarehouseWriter(engine, table=table, audit_table=companion_table_name(table, "runs"))
     metadata, dialect = sa.MetaData(), writer.dialect.name
-    records = records_table(metadata, dialect, table)
-    (history,) = [c.table(table, dialect, None, metadata) for c in COMPANIONS if c.suffix == "history"]
+    (history,) = [c for c in COMPANIONS if c.suffix == "history"]
     plan = delta_policy(None, PiiPolicy.parse(BENCH_PII_POLICY).fingerprint(key)).plan(key)
-    rewrite = _Rewrite(plan, writer.dialect)
-    main = _Target(records, ("record_ref",), _Discarded(), (key,))  # type: ignore[arg-type]
-    versions = _Target(history, ("record_ref", "_bos_valid_from"), _Discarded(), None)  # type: ignore[arg-type]
-    as_text = _as_text(writer.dialect)
-    above = None
+    main = _Target(records_table(metadata, dialect, table), ("record_ref",), _Discarded(), (key,))  # type: ignore[arg-type]
+    versions = _Target(history.table(table, dialect, None, metadata), history.row_key, _Discarded(),  # type: ignore[arg-type]
+                       None)
     with engine.connect() as conn:
-        for rows in (*rows_in_batches(conn, records, _columns(main), key=main.key, batch_size=BATCH,
-                                      as_text=as_text), None):
-            memo: dict[tuple[object, ...], tuple[object, ...] | None] = {}
-            up_to = None
-            if rows is not None:
-                rewrite.batch(main, rows, memo)
-                up_to = rows[-1]["record_ref"]
-            for version_rows in rows_in_batches(conn, history, _columns(versions), key=versions.key,
-                                                batch_size=BATCH, as_text=as_text, within=(above, up_to)):
-                rewrite.batch(versions, version_rows, memo)
-            above = up_to
+        rewrite_targets(conn, main, [versions], plan, writer.dialect)
     return main.done.rows + versions.done.rows
 
 

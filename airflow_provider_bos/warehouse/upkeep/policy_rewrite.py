@@ -21,6 +21,7 @@ a float); a text msgspec refuses (a lone surrogate) is decoded by :func:`json.lo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import uuid
@@ -57,7 +58,7 @@ from airflow_provider_bos.warehouse.tables.schema import WIRE_HASH_COLUMN, recor
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
 from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
 
-__all__ = ["Rewritten", "rewrite_rows"]
+__all__ = ["Rewritten", "rewrite_rows", "rewrite_targets"]
 
 #: Rows read (and held) at a time.
 BATCH = 5000
@@ -110,27 +111,37 @@ def rewrite_rows(
                    wire)
     others = [_Target(t, k, _updates(conn, t, dialect, key=k, wire=False, directory=directory), None)
               for t, k in versions]
-    as_text = _as_text(dialect)
     with contextlib.ExitStack() as stack:
         for target in (main, *others):
             stack.enter_context(target.written)
-        rewrite = _Rewrite(plan, dialect)
-        above: Any = None
-        batches = rows_in_batches(conn, table, _columns(main), key=key, batch_size=BATCH, as_text=as_text)
-        for rows in (*batches, None):  # None: the versions after the last row's ref (or of an empty table)
-            memo: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-            up_to = None
-            if rows is not None:
-                rewrite.batch(main, rows, memo)
-                up_to = rows[-1][key[0]]
-            for other in others:
-                for version_rows in rows_in_batches(conn, other.table, _columns(other), key=other.key,
-                                                    batch_size=BATCH, as_text=as_text, within=(above, up_to)):
-                    rewrite.batch(other, version_rows, memo)
-            above = up_to
+        fields = rewrite_targets(conn, main, others, plan, dialect)
         for target in (main, *others):  # before the updates are applied, as the block is left
-            target.written.fields = target.done.fields = frozenset(rewrite.fields)
+            target.written.fields = target.done.fields = fields
     return [target.done for target in (main, *others)]
+
+
+def rewrite_targets(conn: sa.Connection, main: _Target, others: Sequence[_Target], plan: PiiPlan,
+                    dialect: WarehouseDialect) -> frozenset[str]:
+    """Read ``main``'s rows a batch at a time and, after each batch, each of ``others``' versions of the
+    refs it covered; apply ``plan`` to each row and hand its new values to its target's ``written``.
+    Returns the columns some row changed. Memory holds one batch (and its versions)."""
+    rewrite = _Rewrite(plan, dialect)
+    as_text = _as_text(dialect)
+    above: Any = None
+    batches = rows_in_batches(conn, main.table, _columns(main), key=main.key, batch_size=BATCH, as_text=as_text)
+    # None: the versions after the last row's ref (or of an empty table).
+    for rows in itertools.chain(batches, (None,)):
+        memo: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+        up_to = None
+        if rows is not None:
+            rewrite.batch(main, rows, memo)
+            up_to = rows[-1][main.key[0]]
+        for other in others:
+            for version_rows in rows_in_batches(conn, other.table, _columns(other), key=other.key,
+                                                batch_size=BATCH, as_text=as_text, within=(above, up_to)):
+                rewrite.batch(other, version_rows, memo)
+        above = up_to
+    return frozenset(rewrite.fields)
 
 
 def _as_text(dialect: WarehouseDialect) -> tuple[str, ...]:
