@@ -231,7 +231,12 @@ def check_erased(engine: sa.Engine, table: str, label: str, erased: ErasedRows, 
 class _Discarded:
     """Where the floor's new values go: nowhere."""
 
+    runs_statements = False
+
     def add(self, contents: list[tuple[object, ...]], wires: list[tuple[object, ...]]) -> None:
+        return None
+
+    def apply_staged(self, fields: frozenset[str], within: tuple[object, object]) -> None:
         return None
 
 

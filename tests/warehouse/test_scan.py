@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 
-from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
+from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches, rows_in_one_pass
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 3, 7, 100])
@@ -32,3 +32,35 @@ def test_every_row_of_a_two_column_key_comes_once_in_key_order(engine, batch_siz
         assert [r["n"] for b in batches for r in b] == in_key_order
     finally:
         table.drop(engine)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 100])
+def test_two_tables_in_one_pass_come_once_each_ordered_by_ref_the_first_tables_row_first(
+        engine, batch_size: int) -> None:
+    """``rows_in_one_pass`` (DuckDB's pii-apply reads): a ref's row of the first table, then its versions;
+    a column a table lacks is absent from its rows; a column read as text comes as text."""
+    metadata = sa.MetaData()
+    rows_table = sa.Table("scan_rows_test", metadata, sa.Column("record_ref", sa.String(64), primary_key=True),
+                          sa.Column("wire", sa.String(64)))
+    versions = sa.Table("scan_versions_test", metadata,
+                        sa.Column("record_ref", sa.String(64), primary_key=True),
+                        sa.Column("_bos_valid_from", sa.DateTime(timezone=True), primary_key=True),
+                        sa.Column("n", sa.Integer))
+    start = datetime(2026, 10, 1, tzinfo=UTC)
+    metadata.create_all(engine)
+    try:
+        with engine.begin() as conn:
+            conn.execute(rows_table.insert(), [{"record_ref": ref, "wire": f"w-{ref}"} for ref in ("c", "a", "d")])
+            conn.execute(versions.insert(), [{"record_ref": ref, "_bos_valid_from": start + timedelta(days=d), "n": i}
+                                             for i, (ref, d) in enumerate([("b", 0), ("a", 1), ("c", 0), ("a", 0)])])
+        with engine.connect() as conn:
+            read = list(rows_in_one_pass(conn, [(rows_table, ["record_ref", "wire"]),
+                                                (versions, ["record_ref", "_bos_valid_from", "n"])],
+                                         order_by="record_ref", batch_size=batch_size, as_text=("n",)))
+        assert [(part, row["record_ref"]) for part, row in read] == [
+            (0, "a"), (1, "a"), (1, "a"), (1, "b"), (0, "c"), (1, "c"), (0, "d")]
+        assert [row for part, row in read if part == 0] == [{"record_ref": ref, "wire": f"w-{ref}"} for ref in "acd"]
+        assert sorted(row["n"] for part, row in read if part == 1) == ["0", "1", "2", "3"]
+        assert all(set(row) == {"record_ref", "_bos_valid_from", "n"} for part, row in read if part == 1)
+    finally:
+        metadata.drop_all(engine)

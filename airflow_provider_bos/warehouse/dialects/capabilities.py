@@ -49,6 +49,11 @@ class DialectCapabilities:
     #: Rows rewritten in place (``pii-apply``) go back through a staged file and one ``UPDATE ... FROM``
     #: (DuckDB: one ``UPDATE`` per row costs it ~0.7 ms, which grows with the transaction's changes).
     updates_from_file: bool = False
+    #: ``pii-apply`` reads a table and its versions in one query ordered by record_ref (DuckDB: a batch
+    #: ordered by key is a scan of the whole table, having no index range scan: one sort of both
+    #: tables cost a quarter of the batches at 200k rows). Only where nothing else runs on the
+    #: connection until the last row is read (the staged file's updates).
+    reads_in_one_pass: bool = False
     #: Keys compare ignoring trailing spaces (MySQL/MariaDB's ``PAD SPACE`` collations): a record_ref
     #: ending in a space would be another ref's key, so it is refused and only ever quarantined.
     keys_ignore_trailing_spaces: bool = False

@@ -63,7 +63,8 @@ class DuckDbDialect(WarehouseDialect):
     # taken at the transaction's first statement: this process's lock of the table
     # (:meth:`process_lock`) is taken before it, so the counts see the previous writer's commit.
     capabilities = DialectCapabilities(load_method=LoadMethod.FILE, lock_before_staging=True, updates_from_file=True,
-                                       wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
+                                       reads_in_one_pass=True, wire_hash_prefixes_aggregated=True,
+                                       wire_state_counts_current=True)
 
     @classmethod
     def _placeholder(cls, paramstyle: str) -> str:

@@ -9,6 +9,7 @@ never is.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.statement import Statement
@@ -19,6 +20,7 @@ __all__ = [
     "create_staged_updates",
     "distinct_leading_values",
     "drop_staged_updates",
+    "empty_staged_updates",
     "provenance_refs",
     "update_from_staged",
 ]
@@ -93,18 +95,31 @@ def create_staged_updates(d: WarehouseDialect, staged: str, *, key: Sequence[tup
 
 
 def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, staged: str, *, key: Sequence[str],
-                       columns: Sequence[str], json_columns: Sequence[str]) -> Statement:
+                       columns: Sequence[str], json_columns: Sequence[str],
+                       within: tuple[Any, Any] = (None, None)) -> Statement:
     """PostgreSQL: one ``UPDATE`` of ``target``'s rows named by ``staged``'s key columns, setting
-    ``columns`` (those in ``json_columns`` parsed from their text)."""
-    q = d.quote
+    ``columns`` (those in ``json_columns`` parsed from their text). ``within``: the bounds of the staged
+    rows' first key column (above, up to; ``None`` unbounded), so that a batch's update reads its range
+    of the target through the key's index instead of the whole table."""
+    q, p = d.quote, d.placeholder
     sets = ", ".join(f"{q(c)} = " + (f"CAST(s.{q(c)} AS JSONB)" if c in json_columns else f"s.{q(c)}")
                      for c in columns)
-    match = " AND ".join(f"t.{q(name)} = s.{q(f'k_{name}')}" for name in key)
-    return Statement(f"UPDATE {d.table_ref(target, schema)} AS t SET {sets} FROM {q(staged)} s WHERE {match}")
+    match = [f"t.{q(name)} = s.{q(f'k_{name}')}" for name in key]
+    bounds = [(f"t.{q(key[0])} {op} {p}", value) for op, value in zip((">", "<="), within, strict=True)
+              if value is not None]
+    match.extend(test for test, _ in bounds)
+    params = tuple(value for _, value in bounds)
+    return Statement(f"UPDATE {d.table_ref(target, schema)} AS t SET {sets} FROM {q(staged)} s "
+                     f"WHERE {' AND '.join(match)}", params)
 
 
 def drop_staged_updates(d: WarehouseDialect, staged: str) -> Statement:
     return Statement(f"DROP TABLE IF EXISTS {d.quote(staged)}")
+
+
+def empty_staged_updates(d: WarehouseDialect, staged: str) -> Statement:
+    """PostgreSQL: the staged rows removed once applied (a new file: no dead rows for the next batch's join)."""
+    return Statement(f"TRUNCATE {d.quote(staged)}")
 
 
 def copy_staged_updates(d: WarehouseDialect, staged: str, names: Sequence[str]) -> str:

@@ -1,14 +1,18 @@
 """Rewriting a table's stored rows with a policy's plan (``pii-apply``): read, changed in Python, written back.
 
-The rows are read in key order a batch at a time (no cursor stays open), each changed by the plan a
-run applies and given its content hash again by the writer's own functions (the orjson path of
-:func:`~..tables.records.json_column_values` where it applies, :func:`~..tables.records.record_to_row`
-otherwise: the same texts and hash either way). HMAC-SHA-256 is done here, never in SQL: the key
-would reach the server's statement logs. What goes back is only the stored form, the cheapest way
-each database offers:
+The rows are read in key order a round at a time (a batch of the table's rows and the versions of
+their refs), each changed by the plan a run applies and given its content hash again by the writer's
+own functions (the orjson path of :func:`~..tables.records.json_column_values` where it applies,
+:func:`~..tables.records.record_to_row` otherwise: the same texts and hash either way). HMAC-SHA-256
+is done here, never in SQL: the key would reach the server's statement logs. The rounds are read by
+key ranges (no cursor stays open), or on DuckDB (``reads_in_one_pass``) cut from one ordered query,
+a range there being a scan of the whole table. What goes back is only the stored form, the cheapest
+way each database offers:
 
-* PostgreSQL: ``COPY`` into a temporary table keyed by the row's key, then one ``UPDATE ... FROM``
-  it per table (one statement per row cost a round trip and a plan each);
+* PostgreSQL: each round ``COPY``'d into a temporary table keyed by the row's key, then one
+  ``UPDATE ... FROM`` it per table, bounded by the round's refs so it reads them through the key's
+  index, run while the next round is changed here (one statement per row cost a round trip and a
+  plan each; the update is the server's work, the change this process's: two cores);
 * DuckDB (``updates_from_file``): a staged NDJSON file and one ``UPDATE ... FROM read_json`` per
   table (one ``UPDATE`` per row costs ~0.7 ms there);
 * the others: one ``UPDATE`` by key per row, values bound, a batch per ``executemany``.
@@ -26,7 +30,8 @@ import json
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +48,7 @@ from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
     copy_staged_updates,
     create_staged_updates,
     drop_staged_updates,
+    empty_staged_updates,
     update_from_staged,
 )
 from airflow_provider_bos.warehouse.run.transaction import execute
@@ -56,7 +62,7 @@ from airflow_provider_bos.warehouse.tables.records import (
 )
 from airflow_provider_bos.warehouse.tables.schema import WIRE_HASH_COLUMN, records_table
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
-from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches
+from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches, rows_in_one_pass
 
 __all__ = ["Rewritten", "rewrite_rows", "rewrite_targets"]
 
@@ -122,26 +128,84 @@ def rewrite_rows(
 
 def rewrite_targets(conn: sa.Connection, main: _Target, others: Sequence[_Target], plan: PiiPlan,
                     dialect: WarehouseDialect) -> frozenset[str]:
-    """Read ``main``'s rows a batch at a time and, after each batch, each of ``others``' versions of the
-    refs it covered; apply ``plan`` to each row and hand its new values to its target's ``written``.
-    Returns the columns some row changed. Memory holds one batch (and its versions)."""
+    """Read ``main``'s rows a batch at a time and, with each batch, each of ``others``' versions of the
+    refs it covered (a round); apply ``plan`` to each row and hand its new values to its target's
+    ``written``. Returns the columns some row changed. Memory holds one round.
+
+    While a round is changed here, the connection is free: the previous round's updates are applied
+    meanwhile (:meth:`_Updates.apply_staged`, on a thread that waits for the server), so the
+    database's work and this process's overlap on two cores."""
     rewrite = _Rewrite(plan, dialect)
+    targets = (main, *others)
+    staged_range: tuple[Any, Any] = (None, None)
+    if dialect.capabilities.reads_in_one_pass and not any(t.written.runs_statements for t in targets):
+        rounds = _rounds_in_one_pass(conn, main, others, dialect)
+    else:
+        rounds = _rounds_by_key(conn, main, others, dialect)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-pii-apply") as server:
+        for within, round_rows in rounds:
+            applied = server.submit(_apply_staged, targets, frozenset(rewrite.fields), staged_range)
+            memo: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
+            changed = [(target, rewrite.batch(target, target_rows, memo)) for target, target_rows in round_rows]
+            applied.result()
+            for target, (contents, wires) in changed:
+                target.written.add(contents, wires)
+            staged_range = within
+    return frozenset(rewrite.fields)
+
+
+#: A round: the bounds of its refs (above, up to; ``None`` unbounded) and its rows by target.
+_Round = tuple[tuple[Any, Any], list[tuple[_Target, Sequence[Mapping[Any, Any]]]]]
+
+
+def _rounds_by_key(conn: sa.Connection, main: _Target, others: Sequence[_Target],
+                   dialect: WarehouseDialect) -> Iterator[_Round]:
+    """Rounds read by key ranges, each read when the previous round is done with (no cursor stays open)."""
     as_text = _as_text(dialect)
     above: Any = None
     batches = rows_in_batches(conn, main.table, _columns(main), key=main.key, batch_size=BATCH, as_text=as_text)
     # None: the versions after the last row's ref (or of an empty table).
     for rows in itertools.chain(batches, (None,)):
-        memo: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
-        up_to = None
-        if rows is not None:
-            rewrite.batch(main, rows, memo)
-            up_to = rows[-1][main.key[0]]
+        round_rows: list[tuple[_Target, Sequence[Mapping[Any, Any]]]] = [] if rows is None else [(main, rows)]
+        up_to = None if rows is None else rows[-1][main.key[0]]
         for other in others:
-            for version_rows in rows_in_batches(conn, other.table, _columns(other), key=other.key,
-                                                batch_size=BATCH, as_text=as_text, within=(above, up_to)):
-                rewrite.batch(other, version_rows, memo)
+            round_rows.extend((other, version_rows) for version_rows in rows_in_batches(
+                conn, other.table, _columns(other), key=other.key, batch_size=BATCH, as_text=as_text,
+                within=(above, up_to)))
+        yield (above, up_to), round_rows
         above = up_to
-    return frozenset(rewrite.fields)
+
+
+def _rounds_in_one_pass(conn: sa.Connection, main: _Target, others: Sequence[_Target],
+                        dialect: WarehouseDialect) -> Iterator[_Round]:
+    """The same rounds, cut from one query over every target ordered by ref (the capability
+    ``reads_in_one_pass``); a version's other key columns read as text too (a timestamp's text is
+    what the staged file holds)."""
+    targets = (main, *others)
+    as_text = (*_as_text(dialect), *(name for other in others for name in other.key[1:]))
+    ref = main.key[0]
+    rows = rows_in_one_pass(conn, [(t.table, [*t.key, *_columns(t)]) for t in targets], order_by=ref,
+                            batch_size=BATCH, as_text=as_text)
+    by_target: list[list[Mapping[Any, Any]]] = [[] for _ in targets]
+    above: Any = None
+    up_to: Any = None
+    mains = 0
+    for index, row in rows:
+        if mains == BATCH and row[ref] != up_to:  # the first row past the round's last ref
+            yield (above, up_to), [(t, r) for t, r in zip(targets, by_target, strict=True) if r]
+            by_target, above, mains = [[] for _ in targets], up_to, 0
+        if index == 0:
+            mains += 1
+            up_to = row[ref]
+        by_target[index].append(row)
+    if mains < BATCH:  # the last round ends the table (None: nothing above it is left)
+        up_to = None
+    yield (above, up_to), [(t, r) for t, r in zip(targets, by_target, strict=True) if r]
+
+
+def _apply_staged(targets: Sequence[_Target], fields: frozenset[str], within: tuple[Any, Any]) -> None:
+    for target in targets:
+        target.written.apply_staged(fields, within)
 
 
 def _as_text(dialect: WarehouseDialect) -> tuple[str, ...]:
@@ -165,6 +229,9 @@ def _updates(conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
     return _BoundUpdates(conn, table, dialect.name, key=key, wire=wire)
 
 
+_Row = tuple[Any, ...]
+
+
 class _Rewrite:
     """The plan applied to a batch of rows, their new values handed to the target's updates."""
 
@@ -173,9 +240,10 @@ class _Rewrite:
         self.decode = _decoder(dialect)
         self.fields: set[str] = set()
 
-    def batch(self, target: _Target, rows: list[sa.RowMapping],
-              memo: dict[tuple[Any, ...], tuple[Any, ...] | None]) -> None:
-        """``memo``: the new values (None: unchanged) by a row's stored content, as read."""
+    def batch(self, target: _Target, rows: Sequence[Mapping[Any, Any]],
+              memo: dict[tuple[Any, ...], tuple[Any, ...] | None]) -> tuple[list[_Row], list[_Row]]:
+        """The rows' new values for ``target.written`` (changed content; changed wire hash only).
+        ``memo``: the new values (None: unchanged) by a row's stored content, as read."""
         wire = target.wire
         contents: list[tuple[Any, ...]] = []
         wires: list[tuple[Any, ...]] = []
@@ -194,10 +262,10 @@ class _Rewrite:
                 contents.append((*ident, *values, *((wire_hash,) if wire is not None else ())))
             elif wire is not None and wire_hash != row[WIRE_HASH_COLUMN]:
                 wires.append((*ident, wire_hash))
-        target.written.add(contents, wires)
         target.done.rows += len(contents)
+        return contents, wires
 
-    def _new_values(self, row: sa.RowMapping) -> tuple[Any, ...] | None:
+    def _new_values(self, row: Mapping[Any, Any]) -> tuple[Any, ...] | None:
         """The row's new :data:`_POLICY_COLUMNS` values and content hash; None if the plan changes nothing."""
         record = self.decode(row)
         stored = self.plan.apply(record)
@@ -263,6 +331,9 @@ class _Updates(ABC):
         self.columns = {"content": (*_POLICY_COLUMNS, "_bos_record_hash", *((WIRE_HASH_COLUMN,) if wire else ())),
                         "wire": (WIRE_HASH_COLUMN,)}
 
+    #: :meth:`add` and :meth:`apply_staged` run statements on the connection (a read may not stay open).
+    runs_statements = True
+
     def __enter__(self) -> _Updates:
         return self
 
@@ -271,7 +342,13 @@ class _Updates(ABC):
 
     @abstractmethod
     def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
-        """Write back (or keep for :meth:`__exit__`) a batch of rewritten rows."""
+        """Write back (or stage for :meth:`apply_staged` or :meth:`__exit__`) a batch of rewritten rows."""
+
+    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any] = (None, None)) -> None:
+        """Apply what :meth:`add` staged (``fields``: the content columns some staged row changed;
+        ``within``: bounds of the staged rows' first key column, above and up to, ``None`` unbounded); run
+        while nothing else uses the connection. Nothing to do by default."""
+        return None
 
 
 class _BoundUpdates(_Updates):
@@ -307,8 +384,9 @@ def _json_value(dialect_name: str, column: sa.Column[Any], name: str) -> sa.Colu
 
 
 class _CopyUpdates(_Updates):
-    """PostgreSQL: each batch ``COPY``'d into a temporary table (dropped at the commit), applied by one
-    ``UPDATE ... FROM`` it when the table has been read."""
+    """PostgreSQL: each batch ``COPY``'d into a temporary table (dropped at the commit) and applied by
+    one ``UPDATE ... FROM`` it (:meth:`apply_staged`, while the next batch is changed), which is then
+    emptied for the next."""
 
     def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
                  key: tuple[str, ...], wire: bool) -> None:
@@ -316,6 +394,7 @@ class _CopyUpdates(_Updates):
         self.conn, self.dialect = conn, dialect
         suffix = uuid.uuid4().hex[:12]
         self.staged = {kind: f"bos_pii_{suffix}_{kind}" for kind in self.columns}
+        #: Rows staged and not applied yet.
         self.lines = dict.fromkeys(self.columns, 0)
         typed = [(name, "TIMESTAMPTZ" if name == "_bos_valid_from" else "TEXT") for name in key]
         for kind, columns in self.columns.items():
@@ -324,15 +403,22 @@ class _CopyUpdates(_Updates):
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is not None:
             return  # the transaction is rolled back: the temporary tables go with it
-        for kind, columns in self.columns.items():
-            if self.lines[kind]:
-                # A column no row changed is not set again: jsonb holds the value, not the text, so
-                # its rows would be written the same, at the cost of parsing every one.
-                changed = [c for c in columns if c not in _POLICY_COLUMNS or c in self.fields]
-                execute(self.conn, update_from_staged(self.dialect, self.table.name, self.table.schema,
-                                                      self.staged[kind], key=self.key, columns=changed,
-                                                      json_columns=JSON_CONTENT_FIELDS))
+        self.apply_staged(self.fields)
+        for kind in self.columns:
             execute(self.conn, drop_staged_updates(self.dialect, self.staged[kind]))
+
+    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any] = (None, None)) -> None:
+        for kind, columns in self.columns.items():
+            if not self.lines[kind]:
+                continue
+            # A column no row changed is not set again: jsonb holds the value, not the text, so
+            # its rows would be written the same, at the cost of parsing every one.
+            changed = [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
+            execute(self.conn, update_from_staged(self.dialect, self.table.name, self.table.schema,
+                                                  self.staged[kind], key=self.key, columns=changed,
+                                                  json_columns=JSON_CONTENT_FIELDS, within=within))
+            execute(self.conn, empty_staged_updates(self.dialect, self.staged[kind]))
+            self.lines[kind] = 0
 
     def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
         driver: Any = self.conn.connection.driver_connection
@@ -351,6 +437,8 @@ class _FileUpdates(_Updates):
     """DuckDB: rewritten rows written to two NDJSON files (new content; new wire hash only) in
     ``directory``, each applied by one ``UPDATE ... FROM`` the file when the table has been read (see
     :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are removed after."""
+
+    runs_statements = False
 
     def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
                  key: tuple[str, ...], wire: bool, directory: Path) -> None:

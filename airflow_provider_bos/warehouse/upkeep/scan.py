@@ -1,5 +1,5 @@
-"""Every row of a table, a batch at a time, in key order (keyset pagination: no cursor stays open while
-the caller's statements run on the same connection)."""
+"""Every row of a table in key order: a batch at a time by keyset pagination (no cursor stays open while
+the caller's statements run on the same connection), or several tables' rows in one ordered pass."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["rows_in_batches"]
+__all__ = ["rows_in_batches", "rows_in_one_pass"]
 
 
 def rows_in_batches(
@@ -44,3 +44,31 @@ def _after(keys: Sequence[sa.Column[Any]], last: tuple[Any, ...]) -> sa.ColumnEl
     if not rest:
         return later
     return sa.and_(first >= last[0], sa.or_(later, sa.and_(first == last[0], _after(rest, last[1:]))))
+
+
+def rows_in_one_pass(
+    conn: sa.Connection, parts: Sequence[tuple[sa.Table, Sequence[str]]], *, order_by: str, batch_size: int = 1000,
+    as_text: Collection[str] = (),
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The rows of every table of ``parts`` (``(table, columns)``), as ``(index of its part, its columns)``,
+    from one query ordered by the column ``order_by`` that every table has, a part's rows before the
+    next part's at the same value; fetched ``batch_size`` at a time. The columns named in ``as_text``
+    are read as their text. The query's result stays open until the last row: nothing else may run on
+    ``conn`` meanwhile."""
+    names = list(dict.fromkeys(name for _, columns in parts for name in columns))
+    types: dict[str, sa.types.TypeEngine[Any]] = {}
+    for table, columns in parts:
+        for name in columns:
+            types.setdefault(name, sa.Text() if name in as_text else table.c[name].type)
+    selects = [
+        sa.select(sa.literal(index).label("_part"), *(
+            ((sa.cast(table.c[name], sa.Text()) if name in as_text else table.c[name]) if name in columns
+             else sa.cast(sa.null(), types[name])).label(name) for name in names))
+        for index, (table, columns) in enumerate(parts)]
+    every = sa.union_all(*selects).subquery()
+    query = sa.select(every).order_by(every.c[order_by], every.c["_part"])
+    wanted = [[(names.index(name) + 1, name) for name in columns] for _, columns in parts]
+    for rows in conn.execute(query).partitions(batch_size):
+        for row in rows:
+            index = row[0]
+            yield index, {name: row[at] for at, name in wanted[index]}

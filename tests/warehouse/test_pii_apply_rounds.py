@@ -1,0 +1,99 @@
+"""pii-apply reads a table and its history a round at a time (a batch of refs and their versions), and on
+PostgreSQL applies one round's updates while it changes the next: rounds of any size rewrite every row
+exactly as one round does, and a failure in a round's update rolls everything back (every dialect)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import airflow_provider_bos.warehouse.upkeep.policy_rewrite as policy_rewrite
+from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.tables.schema import companion_table_name
+from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
+from tests.warehouse.pii_helpers import HISTORY, KEY, STRICT, person, write_under
+from tests.warehouse.whhelpers import T2, reflect
+
+#: What pii-apply rewrites in a row, beside the row's key.
+REWRITTEN = ("display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources",
+             "_bos_record_hash")
+#: The ref whose row is deleted from the records table: its versions are left alone in the history.
+VERSIONS_ONLY = 7
+
+
+def write_days(writer) -> None:
+    """Twelve people, four of them changed a day later (two versions each), one of whom then has only
+    versions (its row deleted from the records table, in the middle of the refs' order)."""
+    write_under(writer, None, [person(i) for i in range(1, 13)], reconcile=HISTORY)
+    write_under(writer, None, [person(i, observed_at=T2, email=f"changed{i}@example.com") for i in (2, 5, 7, 11)],
+                reconcile=HISTORY)
+    records = reflect(writer.engine, writer.table)
+    with writer.engine.begin() as conn:
+        conn.execute(sa.delete(records).where(records.c.record_ref == person(VERSIONS_ONLY)["record_ref"]))
+
+
+def rewritten(engine: sa.Engine, table: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Each row's rewritten columns (wire hash too where the table has it), sorted, per table (a version's
+    valid-from left out: it is the time each table was written)."""
+    found = {}
+    for name in (table, companion_table_name(table, "history")):
+        t = reflect(engine, name)
+        columns = [c for c in (*REWRITTEN, "_bos_wire_hash") if c in t.c]
+        with engine.connect() as conn:
+            rows = conn.execute(sa.select(t.c.record_ref, *(t.c[c] for c in columns))).all()
+        found[name.removeprefix(table)] = sorted(repr(tuple(row)) for row in rows)
+    return found
+
+
+def apply(engine: sa.Engine, writer) -> Any:
+    return apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table, policy=STRICT, key=KEY)
+
+
+@pytest.mark.parametrize("batch", [1, 2, 5])
+def test_rounds_of_any_size_rewrite_what_one_round_does(make_writer, engine, unique_table, monkeypatch,
+                                                        batch) -> None:
+    one_round = make_writer()
+    in_rounds = make_writer(table=f"{unique_table}_r", audit_table=f"{unique_table}_r_runs")
+    for writer in (one_round, in_rounds):
+        write_days(writer)
+    before = rewritten(engine, in_rounds.table)
+    assert rewritten(engine, one_round.table) == before
+
+    whole = apply(engine, one_round)
+    monkeypatch.setattr(policy_rewrite, "BATCH", batch)
+    rounds = apply(engine, in_rounds)
+
+    assert (rounds.records, rounds.history) == (whole.records, whole.history) == (11, 16)
+    after = rewritten(engine, in_rounds.table)
+    assert after == rewritten(engine, one_round.table)
+    assert after != before
+    history = reflect(engine, companion_table_name(in_rounds.table, "history"))
+    with engine.connect() as conn:
+        emails = set(conn.execute(sa.select(history.c.email)).scalars())
+    assert not any("@" in (email or "") for email in emails)  # every version's email hashed, none left raw
+
+
+def test_a_failed_round_update_rolls_every_round_back(make_writer, engine, monkeypatch) -> None:
+    writer = make_writer()
+    write_days(writer)
+    before = rewritten(engine, writer.table)
+    applied: list[tuple[Any, Any]] = []
+    apply_staged = policy_rewrite._apply_staged
+
+    def lost_connection_at_the_third_round(targets, fields, within) -> None:
+        applied.append(within)
+        if len(applied) == 3:
+            raise sa.exc.OperationalError("UPDATE ...", {}, Exception("server closed the connection"))
+        apply_staged(targets, fields, within)
+
+    monkeypatch.setattr(policy_rewrite, "BATCH", 2)
+    monkeypatch.setattr(policy_rewrite, "_apply_staged", lost_connection_at_the_third_round)
+    with pytest.raises(BosWarehouseError, match="rolled back"):
+        apply(engine, writer)
+    assert len(applied) == 3
+    assert rewritten(engine, writer.table) == before
+
+    monkeypatch.setattr(policy_rewrite, "_apply_staged", apply_staged)
+    assert apply(engine, writer).records == 11
