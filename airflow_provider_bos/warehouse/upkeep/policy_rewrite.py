@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import operator
 import os
 import uuid
 from abc import ABC, abstractmethod
@@ -230,6 +231,17 @@ def _updates(conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
 
 
 _Row = tuple[Any, ...]
+#: A row's stored content, as read (the key of the memo of new values).
+_content_of = operator.itemgetter(*CONTENT_FIELDS, "_bos_observed_at")
+_UNSEEN: Any = object()
+
+
+def _values_of(names: Sequence[str]) -> Callable[[Mapping[Any, Any]], tuple[Any, ...]]:
+    """A row's values of ``names``, as a tuple (itemgetter gives one name's value alone)."""
+    if len(names) == 1:
+        name = names[0]
+        return lambda row: (row[name],)
+    return operator.itemgetter(*names)
 
 
 class _Rewrite:
@@ -247,11 +259,14 @@ class _Rewrite:
         wire = target.wire
         contents: list[tuple[Any, ...]] = []
         wires: list[tuple[Any, ...]] = []
+        key_of = _values_of(target.key)
         for row in rows:
-            ident = tuple(row[name] for name in target.key)
-            content = (*(row[name] for name in CONTENT_FIELDS), row["_bos_observed_at"])
+            ident = key_of(row)
+            content = _content_of(row)
             try:
-                values = memo[content] if content in memo else memo.setdefault(content, self._new_values(row))
+                values = memo.get(content, _UNSEEN)
+                if values is _UNSEEN:
+                    values = memo[content] = self._new_values(row)
             except TypeError:  # a JSON column handed back decoded (MySQL): not a key, so transformed again
                 values = self._new_values(row)
             wire_hash = None
