@@ -122,8 +122,8 @@ def rewrite_rows(
         for target in (main, *others):
             stack.enter_context(target.written)
         fields = rewrite_targets(conn, main, others, plan, dialect)
-        for target in (main, *others):  # before the updates are applied, as the block is left
-            target.written.fields = target.done.fields = fields
+    for target in (main, *others):
+        target.done.fields = fields
     return [target.done for target in (main, *others)]
 
 
@@ -135,7 +135,7 @@ def rewrite_targets(conn: sa.Connection, main: _Target, others: Sequence[_Target
 
     While a round is changed here, the connection is free: the previous round's updates are applied
     meanwhile (:meth:`_Updates.apply_staged`, on a thread that waits for the server), so the
-    database's work and this process's overlap on two cores."""
+    database's work and this process's overlap on two cores; the last round's once every row is read."""
     rewrite = _Rewrite(plan, dialect)
     targets = (main, *others)
     staged_range: tuple[Any, Any] = (None, None)
@@ -152,6 +152,7 @@ def rewrite_targets(conn: sa.Connection, main: _Target, others: Sequence[_Target
             for target, (contents, wires) in changed:
                 target.written.add(contents, wires)
             staged_range = within
+    _apply_staged(targets, frozenset(rewrite.fields), staged_range)
     return frozenset(rewrite.fields)
 
 
@@ -341,8 +342,6 @@ class _Updates(ABC):
 
     def __init__(self, table: sa.Table, *, key: tuple[str, ...], wire: bool) -> None:
         self.table, self.key = table, key
-        #: The content columns that changed in some row (set once every row was read).
-        self.fields: frozenset[str] = frozenset(_POLICY_COLUMNS)
         self.columns = {"content": (*_POLICY_COLUMNS, "_bos_record_hash", *((WIRE_HASH_COLUMN,) if wire else ())),
                         "wire": (WIRE_HASH_COLUMN,)}
 
@@ -359,7 +358,7 @@ class _Updates(ABC):
     def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
         """Write back (or stage for :meth:`apply_staged` or :meth:`__exit__`) a batch of rewritten rows."""
 
-    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any] = (None, None)) -> None:
+    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any]) -> None:
         """Apply what :meth:`add` staged (``fields``: the content columns some staged row changed;
         ``within``: bounds of the staged rows' first key column, above and up to, ``None`` unbounded); run
         while nothing else uses the connection. Nothing to do by default."""
@@ -418,11 +417,10 @@ class _CopyUpdates(_Updates):
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is not None:
             return  # the transaction is rolled back: the temporary tables go with it
-        self.apply_staged(self.fields)
         for kind in self.columns:
             execute(self.conn, drop_staged_updates(self.dialect, self.staged[kind]))
 
-    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any] = (None, None)) -> None:
+    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any]) -> None:
         for kind, columns in self.columns.items():
             if not self.lines[kind]:
                 continue
