@@ -1,5 +1,5 @@
-"""The oldest supported Airflow's venv differs from the project venv only in Airflow and the web stack
-Airflow pins, and the writer's tests reach none of it.
+"""The venvs of the older supported Airflows (3.1, 3.2) differ from the project venv only in Airflow and
+what Airflow pins, and the writer's tests reach none of it.
 
 CI runs a part of the fast tier on Airflow 3.1 too (.ci/run). ``tests/warehouse`` and ``tests/model``
 (the writer and the model of its tables) need never run there: nothing they import, directly or
@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from packaging.version import Version
+
 from tests.repo.source_imports import imports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +26,9 @@ AIRFLOW_STACK = frozenset({
     "apache-airflow", "apache-airflow-core", "apache-airflow-task-sdk", "aiosqlite", "alembic", "cadwyn",
     "fastapi", "sse-starlette", "starlette", "universal-pathlib",
 })
+#: What Airflow 3.2 needs at other versions than .ci/constraints.txt pins (the header of
+#: .ci/constraints-airflow-3.2.txt says why each).
+AIRFLOW_32_STACK = frozenset({"apache-airflow", "apache-airflow-core", "apache-airflow-task-sdk", "aiosqlite", "svcs"})
 #: What only Airflow 3.1 itself requires.
 ONLY_AIRFLOW_31 = frozenset({"sqlalchemy-jsonfield", "sqlalchemy-utils"})
 #: The directories that need not run again on Airflow 3.1.
@@ -48,6 +53,16 @@ def test_the_oldest_airflows_pins_differ_only_in_airflows_stack() -> None:
     differing = {name for name in set(newest) & set(oldest) if newest[name] != oldest[name]}
     assert differing <= AIRFLOW_STACK, sorted(differing - AIRFLOW_STACK)
     assert set(oldest) - set(newest) <= ONLY_AIRFLOW_31, sorted(set(oldest) - set(newest) - ONLY_AIRFLOW_31)
+
+
+def test_airflow_32s_pins_differ_only_in_airflow_and_keep_an_svcs_its_dag_test_runs_with() -> None:
+    newest, pins = _pins("constraints.txt"), _pins("constraints-airflow-3.2.txt")
+    assert pins["apache-airflow"].startswith("3.2.")
+    differing = {name for name in set(newest) & set(pins) if newest[name] != pins[name]}
+    assert differing <= AIRFLOW_32_STACK, sorted(differing - AIRFLOW_32_STACK)
+    assert set(pins) <= set(newest), sorted(set(pins) - set(newest))
+    # svcs 26.2 closes Airflow 3.2's in-process Execution API at once: every task of a dag.test() fails.
+    assert Version(pins["svcs"]) < Version("26.2")
 
 
 #: The top-level modules of what differs between the two pin sets.
