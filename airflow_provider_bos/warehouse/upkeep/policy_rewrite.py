@@ -484,16 +484,22 @@ class _FileUpdates(_Updates):
             if not rows:
                 continue
             fields = (*keys, *self.columns[kind])
-            lines = [orjson.dumps({name: _file_value(name, value) for name, value in zip(fields, row, strict=True)})
-                     + b"\n" for row in rows]
+            lines = _file_lines(fields, rows)
             self.longest[kind] = max(self.longest[kind], *map(len, lines))
             self.lines[kind] += len(lines)
             self.files[kind].write(b"".join(lines))
 
 
-def _file_value(name: str, value: Any) -> Any:
-    """A value as the staged file holds it: a JSON column's text as the JSON itself, a timestamp as ISO
-    8601 text."""
-    if name in JSON_CONTENT_FIELDS:
-        return None if value is None else orjson.Fragment(value)
-    return value.isoformat() if isinstance(value, datetime) else value
+def _file_lines(fields: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[bytes]:
+    """The rows as the staged file holds them, one JSON object per line: a JSON column's text as the
+    JSON itself; a timestamp as orjson writes it (RFC 3339, its offset kept)."""
+    json_at = [at for at, name in enumerate(fields) if name in JSON_CONTENT_FIELDS]
+    dumps, fragment = orjson.dumps, orjson.Fragment
+    lines = []
+    for row in rows:
+        values = list(row)
+        for at in json_at:
+            if values[at] is not None:
+                values[at] = fragment(values[at])
+        lines.append(dumps(dict(zip(fields, values, strict=True))) + b"\n")
+    return lines
