@@ -47,10 +47,15 @@ def _pins(name: str) -> dict[str, str]:
     return pins
 
 
+def _differing(newest: dict[str, str], other: dict[str, str]) -> set[str]:
+    """The distributions both pin sets name at different versions."""
+    return {name for name in set(newest) & set(other) if newest[name] != other[name]}
+
+
 def test_the_oldest_airflows_pins_differ_only_in_airflows_stack() -> None:
     newest, oldest = _pins("constraints.txt"), _pins("constraints-airflow-3.1.txt")
     assert oldest["apache-airflow"].startswith("3.1.")
-    differing = {name for name in set(newest) & set(oldest) if newest[name] != oldest[name]}
+    differing = _differing(newest, oldest)
     assert differing <= AIRFLOW_STACK, sorted(differing - AIRFLOW_STACK)
     assert set(oldest) - set(newest) <= ONLY_AIRFLOW_31, sorted(set(oldest) - set(newest) - ONLY_AIRFLOW_31)
 
@@ -58,7 +63,7 @@ def test_the_oldest_airflows_pins_differ_only_in_airflows_stack() -> None:
 def test_airflow_32s_pins_differ_only_in_airflow_and_keep_an_svcs_its_dag_test_runs_with() -> None:
     newest, pins = _pins("constraints.txt"), _pins("constraints-airflow-3.2.txt")
     assert pins["apache-airflow"].startswith("3.2.")
-    differing = {name for name in set(newest) & set(pins) if newest[name] != pins[name]}
+    differing = _differing(newest, pins)
     assert differing <= AIRFLOW_32_STACK, sorted(differing - AIRFLOW_32_STACK)
     assert set(pins) <= set(newest), sorted(set(pins) - set(newest))
     # svcs 26.2 closes Airflow 3.2's in-process Execution API at once: every task of a dag.test() fails.
