@@ -4,8 +4,10 @@ exactly as one round does, and a failure in a round's update rolls everything ba
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import orjson
 import pytest
 import sqlalchemy as sa
 
@@ -97,3 +99,52 @@ def test_a_failed_round_update_rolls_every_round_back(make_writer, engine, monke
 
     monkeypatch.setattr(policy_rewrite, "_apply_staged", apply_staged)
     assert apply(engine, writer).records == 11
+
+
+def test_a_version_is_given_its_rows_new_values_only_when_it_stores_the_rows_content(make_writer, engine,
+                                                                                     monkeypatch) -> None:
+    """A version that stores its ref's row's content takes that row's new values (on PostgreSQL and
+    DuckDB from what is staged for the row, never read here); one that differs, even only in a value
+    its content hash and observation time do not show, is rewritten from its own content."""
+    writer = make_writer()
+    write_under(writer, None, [person(i) for i in range(1, 4)], reconcile=HISTORY)
+    history = reflect(engine, companion_table_name(writer.table, "history"))
+    ref = person(2)["record_ref"]
+    with engine.begin() as conn:
+        current = dict(conn.execute(sa.select(history).where(history.c.record_ref == ref)).one()._mapping)
+        sources = current["sources"]
+        sources = orjson.loads(sources) if isinstance(sources, str) else sources
+        sources[0]["external_id"] = "ext-earlier"
+        earlier = {**current, "phone": "+49 30 55555", "sources": orjson.dumps(sources).decode()
+                   if isinstance(current["sources"], str) else sources,
+                   "_bos_valid_from": current["_bos_valid_from"] - timedelta(days=1)}
+        conn.execute(sa.insert(history).values(earlier))
+    transformed: list[tuple[str, Any]] = []
+    batch = policy_rewrite._Rewrite.batch
+
+    def counted(self, target, rows, memo):
+        transformed.extend((target.table.name, row["record_ref"]) for row in rows)
+        return batch(self, target, rows, memo)
+
+    monkeypatch.setattr(policy_rewrite._Rewrite, "batch", counted)
+    applied = apply(engine, writer)
+
+    assert (applied.records, applied.history) == (3, 4)
+    plan = STRICT.plan(KEY)
+    expected_earlier = plan.apply({"phone": "+49 30 55555", "sources": sources})
+    records = reflect(engine, writer.table)
+    with engine.connect() as conn:
+        versions = conn.execute(sa.select(history).where(history.c.record_ref == ref)
+                                .order_by(history.c._bos_valid_from)).all()
+        row = conn.execute(sa.select(records).where(records.c.record_ref == ref)).one()
+    stored_earlier, stored_current = versions
+    assert stored_earlier.phone == expected_earlier["phone"] != row.phone
+    assert "ext-earlier" not in repr(stored_earlier.sources)
+    assert repr(stored_earlier.sources) != repr(row.sources)
+    assert [stored_current.phone, repr(stored_current.sources), stored_current._bos_record_hash] == [
+        row.phone, repr(row.sources), row._bos_record_hash]
+    versions_read = [r for name, r in transformed if name == history.name]
+    if engine.dialect.name in ("postgresql", "duckdb"):
+        assert versions_read == [ref]  # only the version unlike its row
+    else:
+        assert sorted(versions_read) == sorted([person(i)["record_ref"] for i in range(1, 4)] + [ref])

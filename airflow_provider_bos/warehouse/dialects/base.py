@@ -298,9 +298,9 @@ class WarehouseDialect(LifecycleSql, AttributeSql, abc.ABC):
         return Statement(f"INSERT INTO {self.table_ref(target, schema)} ({columns}) VALUES ({marks})")
 
     def update_from_file(self, target: str, schema: str | None, path: str, *, key: Sequence[str],
-                         columns: Sequence[str], longest_line: int) -> Statement:
+                         columns: Sequence[str], longest_line: int, alike_in: str | None = None) -> Statement:
         """One ``UPDATE`` of ``target`` from a staged NDJSON file (dialects whose capabilities say
-        ``updates_from_file``)."""
+        ``updates_from_file``); with ``alike_in``, of the versions alike that table's rows."""
         raise NotImplementedError(f"{self.name} rewrites rows with bound values, not from a file")
 
     def adopt_later_copies(self, source: str, target: str, schema: str | None) -> Statement:

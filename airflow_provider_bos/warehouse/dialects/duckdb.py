@@ -29,6 +29,7 @@ from airflow_provider_bos.warehouse.dialects.attribute_sql import Expression, ex
 from airflow_provider_bos.warehouse.dialects.base import STAGE_COLUMNS, Statement, WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities, LoadMethod
 from airflow_provider_bos.warehouse.dialects.lifecycle import ENTRY_TEXT_COLUMNS
+from airflow_provider_bos.warehouse.dialects.upkeep_sql import same_stored_content
 from airflow_provider_bos.warehouse.tables.attribute_columns import TIMESTAMP_PATTERN, AttributeColumn
 from airflow_provider_bos.warehouse.tables.identifiers import validate_identifier, validate_schema
 from airflow_provider_bos.warehouse.tables.schema import RECORD_JSON_COLUMNS, WIRE_HASH_COLUMN
@@ -128,18 +129,25 @@ class DuckDbDialect(WarehouseDialect):
                 f"maximum_object_size = {object_size})")
 
     def update_from_file(self, target: str, schema: str | None, path: str, *, key: Sequence[str],
-                         columns: Sequence[str], longest_line: int) -> Statement:
+                         columns: Sequence[str], longest_line: int, alike_in: str | None = None) -> Statement:
         """``UPDATE`` the rows of ``target`` that a line of the NDJSON file at ``path`` names by its
         ``key`` columns (the line's fields ``k_<column>``), setting ``columns`` from the line's fields
-        of the same names."""
+        of the same names.
+
+        ``alike_in``: the records table whose rows the file rewrites (its key, the ref); then ``target``
+        is its history, and the rows updated are the versions of those refs that store the same
+        content as the records table's row does (not updated yet)."""
         q = self.quote
         types = {**{f"k_{name}": _FILE_TYPES[_UPDATE_ROLES[name]] for name in key},
                  **{name: _FILE_TYPES[_UPDATE_ROLES[name]] for name in columns}}
         sets = ", ".join(f"{q(name)} = p.{q(name)}" for name in columns)
-        match = " AND ".join(f"t.{q(name)} = p.{q(f'k_{name}')}" for name in key)
+        match = [f"t.{q(name)} = p.{q(f'k_{name}')}" for name in key]
+        source = f"{self._read_json(types, longest_line)} p"
+        if alike_in is not None:
+            source += f", {self.table_ref(alike_in, schema)} m"
+            match += [f"m.{q(key[0])} = p.{q(f'k_{key[0]}')}", same_stored_content(self, "t", "m")]
         return Statement(
-            f"UPDATE {self.table_ref(target, schema)} AS t SET {sets} "
-            f"FROM {self._read_json(types, longest_line)} p WHERE {match}",
+            f"UPDATE {self.table_ref(target, schema)} AS t SET {sets} FROM {source} WHERE {' AND '.join(match)}",
             (path,),
         )
 

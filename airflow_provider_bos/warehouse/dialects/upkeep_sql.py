@@ -22,6 +22,8 @@ __all__ = [
     "drop_staged_updates",
     "empty_staged_updates",
     "provenance_refs",
+    "same_stored_content",
+    "unlike_any_row_of",
     "update_from_staged",
 ]
 
@@ -94,13 +96,41 @@ def create_staged_updates(d: WarehouseDialect, staged: str, *, key: Sequence[tup
     return Statement(f"CREATE TEMPORARY TABLE {q(staged)} ({', '.join(defined)}) ON COMMIT DROP")
 
 
+#: What :func:`same_stored_content` compares: every column pii-apply reads as a row's content.
+_CONTENT_COLUMNS = ("record_ref", "_bos_record_hash", "_bos_observed_at", "display_name", "email", "phone")
+_JSON_CONTENT_COLUMNS = ("lifecycle", "identity_match", "attributes", "sources")
+
+
+def same_stored_content(d: WarehouseDialect, a: str, b: str) -> str:
+    """The condition that rows ``a`` and ``b`` (table aliases or references) of a records table or its
+    history store the same content: the same ref, content hash, observation time and values, a JSON
+    column compared as its text (PostgreSQL's jsonb would take ``1.0`` and ``1.00`` for equal) and a
+    NULL equal to a NULL."""
+    q = d.quote
+    tests = [f"{a}.{q(c)} = {b}.{q(c)}" for c in _CONTENT_COLUMNS[:3]]
+    tests += [f"{a}.{q(c)} IS NOT DISTINCT FROM {b}.{q(c)}" for c in _CONTENT_COLUMNS[3:]]
+    tests += [f"CAST({a}.{q(c)} AS TEXT) IS NOT DISTINCT FROM CAST({b}.{q(c)} AS TEXT)"
+              for c in _JSON_CONTENT_COLUMNS]
+    return " AND ".join(tests)
+
+
+def unlike_any_row_of(d: WarehouseDialect, version: str, table: str, schema: str | None) -> str:
+    """The condition that the row ``version`` (as the query names it) of a history stores other
+    content than its ref's row of the records table ``table`` (or that the ref has no row there)."""
+    return f"NOT EXISTS (SELECT 1 FROM {d.table_ref(table, schema)} m WHERE {same_stored_content(d, version, 'm')})"
+
+
 def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, staged: str, *, key: Sequence[str],
                        columns: Sequence[str], json_columns: Sequence[str],
-                       within: tuple[Any, Any] = (None, None)) -> Statement:
+                       within: tuple[Any, Any] = (None, None), alike_in: str | None = None) -> Statement:
     """PostgreSQL: one ``UPDATE`` of ``target``'s rows named by ``staged``'s key columns, setting
     ``columns`` (those in ``json_columns`` parsed from their text). ``within``: the bounds of the staged
     rows' first key column (above, up to; ``None`` unbounded), so that a batch's update reads its range
-    of the target through the key's index instead of the whole table."""
+    of the target through the key's index instead of the whole table.
+
+    ``alike_in``: the records table whose rows ``staged`` rewrites (its key, the ref); then ``target`` is
+    its history, and the rows updated are the versions of those refs that store the same content as
+    the records table's row does (not updated yet)."""
     q, p = d.quote, d.placeholder
     sets = ", ".join(f"{q(c)} = " + (f"CAST(s.{q(c)} AS JSONB)" if c in json_columns else f"s.{q(c)}")
                      for c in columns)
@@ -109,7 +139,11 @@ def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, sta
               if value is not None]
     match.extend(test for test, _ in bounds)
     params = tuple(value for _, value in bounds)
-    return Statement(f"UPDATE {d.table_ref(target, schema)} AS t SET {sets} FROM {q(staged)} s "
+    source = f"{q(staged)} s"
+    if alike_in is not None:
+        source += f" JOIN {d.table_ref(alike_in, schema)} m ON m.{q(key[0])} = s.{q(f'k_{key[0]}')}"
+        match.append(same_stored_content(d, "t", "m"))
+    return Statement(f"UPDATE {d.table_ref(target, schema)} AS t SET {sets} FROM {source} "
                      f"WHERE {' AND '.join(match)}", params)
 
 

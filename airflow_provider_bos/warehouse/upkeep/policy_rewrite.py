@@ -50,6 +50,7 @@ from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
     create_staged_updates,
     drop_staged_updates,
     empty_staged_updates,
+    unlike_any_row_of,
     update_from_staged,
 )
 from airflow_provider_bos.warehouse.run.transaction import execute
@@ -109,7 +110,10 @@ def rewrite_rows(
 
     The versions are read alongside: after each batch of ``table``, the versions of the refs it
     covered. A version whose content is a row's of the batch (the current version always is) takes
-    that row's new values without being transformed again; memory holds one batch.
+    that row's new values without being transformed again; memory holds one batch. Where the rows go
+    back through a staged table or file (PostgreSQL, DuckDB), such a version is not even read: the
+    database gives it the new values of its ref's row, from what is staged for that row
+    (:attr:`_Updates.current_versions`).
 
     ``directory``: where the DuckDB path stages its files (where the dialect ``updates_from_file``)."""
     if any(version_key[0] != key[0] for _, version_key in versions):  # pragma: no cover - a caller's mistake
@@ -118,8 +122,12 @@ def rewrite_rows(
                    wire)
     others = [_Target(t, k, _updates(conn, t, dialect, key=k, wire=False, directory=directory), None)
               for t, k in versions]
+    if main.written.updates_alike:
+        main.written.current_versions = others
     with contextlib.ExitStack() as stack:
-        for target in (main, *others):
+        # The records table's updates are applied first (the last entered exits first): they find the
+        # versions alike by the row as it was.
+        for target in (*others, main):
             stack.enter_context(target.written)
         fields = rewrite_targets(conn, main, others, plan, dialect)
     for target in (main, *others):
@@ -173,7 +181,7 @@ def _rounds_by_key(conn: sa.Connection, main: _Target, others: Sequence[_Target]
         for other in others:
             round_rows.extend((other, version_rows) for version_rows in rows_in_batches(
                 conn, other.table, _columns(other), key=other.key, batch_size=BATCH, as_text=as_text,
-                within=(above, up_to)))
+                within=(above, up_to), where=_not_alike(conn, dialect, main, other)))
         yield (above, up_to), round_rows
         above = up_to
 
@@ -187,7 +195,8 @@ def _rounds_in_one_pass(conn: sa.Connection, main: _Target, others: Sequence[_Ta
     as_text = (*_as_text(dialect), *(name for other in others for name in other.key[1:]))
     ref = main.key[0]
     rows = rows_in_one_pass(conn, [(t.table, [*t.key, *_columns(t)]) for t in targets], order_by=ref,
-                            batch_size=BATCH, as_text=as_text)
+                            batch_size=BATCH, as_text=as_text,
+                            where=[None, *(_not_alike(conn, dialect, main, other) for other in others)])
     by_target: list[list[Mapping[Any, Any]]] = [[] for _ in targets]
     above: Any = None
     up_to: Any = None
@@ -203,6 +212,16 @@ def _rounds_in_one_pass(conn: sa.Connection, main: _Target, others: Sequence[_Ta
     if mains < BATCH:  # the last round ends the table (None: nothing above it is left)
         up_to = None
     yield (above, up_to), [(t, r) for t, r in zip(targets, by_target, strict=True) if r]
+
+
+def _not_alike(conn: sa.Connection, dialect: WarehouseDialect, main: _Target,
+               other: _Target) -> sa.TextClause | None:
+    """Which of ``other``'s versions to read: those not alike their ref's row of ``main``, where the
+    database updates those from ``main``'s staged rows (``None``: every version)."""
+    if other not in main.written.current_versions:
+        return None
+    version = conn.dialect.identifier_preparer.format_table(other.table)  # as the query names it
+    return sa.text(unlike_any_row_of(dialect, version, main.table.name, main.table.schema))
 
 
 def _apply_staged(targets: Sequence[_Target], fields: frozenset[str], within: tuple[Any, Any]) -> None:
@@ -347,6 +366,11 @@ class _Updates(ABC):
 
     #: :meth:`add` and :meth:`apply_staged` run statements on the connection (a read may not stay open).
     runs_statements = True
+    #: The versions alike a rewritten row can be updated by the database from what is staged for the row.
+    updates_alike = False
+    #: The targets (the records table's history) whose versions alike a row staged here are updated
+    #: with it, before it, from what is staged (set by :func:`rewrite_rows` where :attr:`updates_alike`).
+    current_versions: Sequence[_Target] = ()
 
     def __enter__(self) -> _Updates:
         return self
@@ -402,6 +426,8 @@ class _CopyUpdates(_Updates):
     one ``UPDATE ... FROM`` it (:meth:`apply_staged`, while the next batch is changed), which is then
     emptied for the next."""
 
+    updates_alike = True
+
     def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
                  key: tuple[str, ...], wire: bool) -> None:
         super().__init__(table, key=key, wire=wire)
@@ -427,6 +453,12 @@ class _CopyUpdates(_Updates):
             # A column no row changed is not set again: jsonb holds the value, not the text, so
             # its rows would be written the same, at the cost of parsing every one.
             changed = [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
+            if kind == "content":
+                for version in self.current_versions:
+                    version.done.rows += execute(self.conn, update_from_staged(
+                        self.dialect, version.table.name, version.table.schema, self.staged[kind], key=self.key,
+                        columns=[c for c in changed if c != WIRE_HASH_COLUMN], json_columns=JSON_CONTENT_FIELDS,
+                        within=within, alike_in=self.table.name)).rowcount
             execute(self.conn, update_from_staged(self.dialect, self.table.name, self.table.schema,
                                                   self.staged[kind], key=self.key, columns=changed,
                                                   json_columns=JSON_CONTENT_FIELDS, within=within))
@@ -452,6 +484,7 @@ class _FileUpdates(_Updates):
     :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are removed after."""
 
     runs_statements = False
+    updates_alike = True
 
     def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
                  key: tuple[str, ...], wire: bool, directory: Path) -> None:
@@ -469,11 +502,18 @@ class _FileUpdates(_Updates):
                 out.close()
             if exc_type is None:
                 for kind, path in self.paths.items():
-                    if self.lines[kind]:
-                        update = self.dialect.update_from_file(
-                            self.table.name, self.table.schema, str(path), key=self.key,
-                            columns=self.columns[kind], longest_line=self.longest[kind])
-                        self.conn.exec_driver_sql(update.sql, update.params)
+                    if not self.lines[kind]:
+                        continue
+                    for version in self.current_versions if kind == "content" else ():
+                        alike = self.dialect.update_from_file(
+                            version.table.name, version.table.schema, str(path), key=self.key,
+                            columns=[c for c in self.columns[kind] if c != WIRE_HASH_COLUMN],
+                            longest_line=self.longest[kind], alike_in=self.table.name)
+                        version.done.rows += self.conn.exec_driver_sql(alike.sql, alike.params).rowcount
+                    update = self.dialect.update_from_file(
+                        self.table.name, self.table.schema, str(path), key=self.key,
+                        columns=self.columns[kind], longest_line=self.longest[kind])
+                    self.conn.exec_driver_sql(update.sql, update.params)
         finally:
             for path in self.paths.values():
                 path.unlink(missing_ok=True)

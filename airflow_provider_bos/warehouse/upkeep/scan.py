@@ -14,16 +14,19 @@ __all__ = ["rows_in_batches", "rows_in_one_pass"]
 def rows_in_batches(
     conn: sa.Connection, table: sa.Table, columns: Sequence[str], *, key: Sequence[str], batch_size: int = 1000,
     as_text: Collection[str] = (), within: tuple[Any, Any] = (None, None),
+    where: sa.ColumnElement[bool] | sa.TextClause | None = None,
 ) -> Iterator[list[sa.RowMapping]]:
     """``columns`` (the ``key`` columns included) of every row of ``table``, ordered by ``key`` (one
     column, or two: a record_ref and its version), ``batch_size`` rows at a time; the columns named
     in ``as_text`` (JSON ones) read as their text, undecoded. ``within``: only the rows whose first
-    key column is above the first bound and up to the second (``None``: unbounded)."""
+    key column is above the first bound and up to the second (``None``: unbounded); ``where``: only
+    the rows it holds for."""
     selected = [sa.cast(table.c[name], sa.Text()).label(name) if name in as_text else table.c[name]
                 for name in dict.fromkeys([*key, *columns])]
     keys = [table.c[name] for name in key]
     above, up_to = within
-    bounds = [*(() if above is None else (keys[0] > above,)), *(() if up_to is None else (keys[0] <= up_to,))]
+    bounds = [*(() if above is None else (keys[0] > above,)), *(() if up_to is None else (keys[0] <= up_to,)),
+              *(() if where is None else (where,))]
     last: tuple[Any, ...] | None = None
     while True:
         query = sa.select(*selected).where(*bounds).order_by(*keys).limit(batch_size)
@@ -48,23 +51,25 @@ def _after(keys: Sequence[sa.Column[Any]], last: tuple[Any, ...]) -> sa.ColumnEl
 
 def rows_in_one_pass(
     conn: sa.Connection, parts: Sequence[tuple[sa.Table, Sequence[str]]], *, order_by: str, batch_size: int = 1000,
-    as_text: Collection[str] = (),
+    as_text: Collection[str] = (), where: Sequence[sa.ColumnElement[bool] | sa.TextClause | None] = (),
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """The rows of every table of ``parts`` (``(table, columns)``), as ``(index of its part, its columns)``,
     from one query ordered by the column ``order_by`` that every table has, a part's rows before the
     next part's at the same value; fetched ``batch_size`` at a time. The columns named in ``as_text``
-    are read as their text. The query's result stays open until the last row: nothing else may run on
-    ``conn`` meanwhile."""
+    are read as their text. ``where``: a condition per part (``None``, or no more items: every row).
+    The query's result stays open until the last row: nothing else may run on ``conn`` meanwhile."""
     names = list(dict.fromkeys(name for _, columns in parts for name in columns))
     types: dict[str, sa.types.TypeEngine[Any]] = {}
     for table, columns in parts:
         for name in columns:
             types.setdefault(name, sa.Text() if name in as_text else table.c[name].type)
+    conditions = [*where, *[None] * (len(parts) - len(where))]
     selects = [
         sa.select(sa.literal(index).label("_part"), *(
             ((sa.cast(table.c[name], sa.Text()) if name in as_text else table.c[name]) if name in columns
-             else sa.cast(sa.null(), types[name])).label(name) for name in names))
-        for index, (table, columns) in enumerate(parts)]
+             else sa.cast(sa.null(), types[name])).label(name) for name in names)
+        ).where(*(() if condition is None else (condition,)))
+        for index, ((table, columns), condition) in enumerate(zip(parts, conditions, strict=True))]
     every = sa.union_all(*selects).subquery()
     query = sa.select(every).order_by(every.c[order_by], every.c["_part"])
     wanted = [[(names.index(name) + 1, name) for name in columns] for _, columns in parts]
