@@ -15,6 +15,7 @@ from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.statement import Statement
 
 __all__ = [
+    "analyze_staged_updates",
     "contains_entries",
     "copy_staged_updates",
     "create_staged_updates",
@@ -97,20 +98,21 @@ def create_staged_updates(d: WarehouseDialect, staged: str, *, key: Sequence[tup
 
 
 #: What :func:`same_stored_content` compares: every column pii-apply reads as a row's content.
-_CONTENT_COLUMNS = ("record_ref", "_bos_record_hash", "_bos_observed_at", "display_name", "email", "phone")
-_JSON_CONTENT_COLUMNS = ("lifecycle", "identity_match", "attributes", "sources")
+_CONTENT_COLUMNS = ("record_ref", "_bos_record_hash", "_bos_observed_at", "display_name", "email", "phone",
+                    "lifecycle", "identity_match", "attributes", "sources")
 
 
 def same_stored_content(d: WarehouseDialect, a: str, b: str) -> str:
     """The condition that rows ``a`` and ``b`` (table aliases or references) of a records table or its
-    history store the same content: the same ref, content hash, observation time and values, a JSON
-    column compared as its text (PostgreSQL's jsonb would take ``1.0`` and ``1.00`` for equal) and a
-    NULL equal to a NULL."""
+    history store the same content: the same ref, content hash, observation time and values (a NULL
+    equal to a NULL), each JSON column as the database compares it. DuckDB compares a JSON column's
+    text. PostgreSQL compares jsonb values, without rendering a text: ``1.0`` and ``1.00`` are equal
+    there, but with the content hash equal too, which covers every JSON value but the provenance
+    entries' order and their observation stamps (both compared exactly: arrays in order, stamps as
+    strings), equal values are equal texts."""
     q = d.quote
     tests = [f"{a}.{q(c)} = {b}.{q(c)}" for c in _CONTENT_COLUMNS[:3]]
     tests += [f"{a}.{q(c)} IS NOT DISTINCT FROM {b}.{q(c)}" for c in _CONTENT_COLUMNS[3:]]
-    tests += [f"CAST({a}.{q(c)} AS TEXT) IS NOT DISTINCT FROM CAST({b}.{q(c)} AS TEXT)"
-              for c in _JSON_CONTENT_COLUMNS]
     return " AND ".join(tests)
 
 
@@ -135,8 +137,9 @@ def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, sta
     sets = ", ".join(f"{q(c)} = " + (f"CAST(s.{q(c)} AS JSONB)" if c in json_columns else f"s.{q(c)}")
                      for c in columns)
     match = [f"t.{q(name)} = s.{q(f'k_{name}')}" for name in key]
-    bounds = [(f"t.{q(key[0])} {op} {p}", value) for op, value in zip((">", "<="), within, strict=True)
-              if value is not None]
+    ranged = ("t", "m") if alike_in is not None else ("t",)  # every table's range read through its key's index
+    bounds = [(f"{a}.{q(key[0])} {op} {p}", value) for a in ranged
+              for op, value in zip((">", "<="), within, strict=True) if value is not None]
     match.extend(test for test, _ in bounds)
     params = tuple(value for _, value in bounds)
     source = f"{q(staged)} s"
@@ -149,6 +152,13 @@ def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, sta
 
 def drop_staged_updates(d: WarehouseDialect, staged: str) -> Statement:
     return Statement(f"DROP TABLE IF EXISTS {d.quote(staged)}")
+
+
+def analyze_staged_updates(d: WarehouseDialect, staged: str, key: str) -> Statement:
+    """PostgreSQL: statistics of ``staged``'s ``key`` column, ``k_<key>`` (a temporary table has none: the
+    planner would take it for a handful of rows and join the versions to it by a nested loop, a scan
+    of it per version; the other columns are not sampled, the cost of the statistics)."""
+    return Statement(f"ANALYZE {d.quote(staged)} ({d.quote(f'k_{key}')})")
 
 
 def empty_staged_updates(d: WarehouseDialect, staged: str) -> Statement:

@@ -46,6 +46,7 @@ from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.pii import PiiKey, PiiPlan
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
+    analyze_staged_updates,
     copy_staged_updates,
     create_staged_updates,
     drop_staged_updates,
@@ -453,7 +454,8 @@ class _CopyUpdates(_Updates):
             # A column no row changed is not set again: jsonb holds the value, not the text, so
             # its rows would be written the same, at the cost of parsing every one.
             changed = [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
-            if kind == "content":
+            if kind == "content" and self.current_versions:
+                execute(self.conn, analyze_staged_updates(self.dialect, self.staged[kind], self.key[0]))
                 for version in self.current_versions:
                     version.done.rows += execute(self.conn, update_from_staged(
                         self.dialect, version.table.name, version.table.schema, self.staged[kind], key=self.key,
