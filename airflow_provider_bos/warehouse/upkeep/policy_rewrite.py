@@ -17,6 +17,11 @@ way each database offers:
   table (one ``UPDATE`` per row costs ~0.7 ms there);
 * the others: one ``UPDATE`` by key per row, values bound, a batch per ``executemany``.
 
+On PostgreSQL and DuckDB a version that stores its ref's row's content (the current version always
+does) is not read at all: the database finds it by comparing it with the row, and gives it the row's
+new values from what is staged for the row, before the row itself is updated (a table holding one
+version per ref is read and encoded once, not twice).
+
 On PostgreSQL and DuckDB the JSON columns are read as their text and decoded by msgspec (the drivers
 decode with :func:`json.loads`, several times slower; orjson would turn an integer beyond 64 bits into
 a float); a text msgspec refuses (a lone surrogate) is decoded by :func:`json.loads`, as before.
@@ -89,7 +94,7 @@ class Rewritten:
     fields: frozenset[str] = frozenset()
 
 
-@dataclass
+@dataclass(eq=False)  # a target is itself: found among the current versions by identity
 class _Target:
     table: sa.Table
     key: tuple[str, ...]
