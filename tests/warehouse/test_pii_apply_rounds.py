@@ -4,6 +4,7 @@ exactly as one round does, and a failure in a round's update rolls everything ba
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -148,3 +149,48 @@ def test_a_version_is_given_its_rows_new_values_only_when_it_stores_the_rows_con
         assert versions_read == [ref]  # only the version unlike its row
     else:
         assert sorted(versions_read) == sorted([person(i)["record_ref"] for i in range(1, 4)] + [ref])
+
+
+def test_versions_counted_while_the_next_round_is_changed_are_all_counted(make_writer, engine, monkeypatch) -> None:
+    """On PostgreSQL a round's updates run while the next round is changed here: the versions the
+    database updates and the versions changed here are both counted, whichever lands first. Forced:
+    each round's update of the versions alike is under way while the next round's versions are
+    changed here, and returns only after that."""
+    writer = make_writer()
+    write_under(writer, None, [person(i) for i in range(1, 7)], reconcile=HISTORY)
+    write_under(writer, None, [person(i, observed_at=T2, email=f"changed{i}@example.com") for i in range(1, 7)],
+                reconcile=HISTORY)
+    turn = threading.Condition()
+    version_batches, alike_updates = [0], [0]  # versions changed here; updates of versions alike begun
+    batch, execute = policy_rewrite._Rewrite.batch, policy_rewrite.execute
+    history = companion_table_name(writer.table, "history")
+    on_worker = engine.dialect.name == "postgresql"  # elsewhere the updates run after every round is read
+
+    def counted_batch(self, target, rows, memo):
+        if target.table.name != history:
+            return batch(self, target, rows, memo)
+        with turn:  # from the second round on: while the update of the round before is under way
+            assert not on_worker or turn.wait_for(lambda: alike_updates[0] >= version_batches[0], timeout=60)
+        changed = batch(self, target, rows, memo)
+        with turn:
+            version_batches[0] += 1
+            turn.notify_all()
+        return changed
+
+    def waiting_execute(conn, statement):
+        alike = (statement.sql.startswith(f"UPDATE {engine.dialect.identifier_preparer.quote(history)}")
+                 and " JOIN " in statement.sql)
+        if alike and threading.current_thread() is not threading.main_thread() and alike_updates[0] < 2:
+            with turn:  # rounds 1 and 2: returns once the next round's versions are changed here
+                alike_updates[0] += 1
+                turn.notify_all()
+                assert turn.wait_for(lambda: version_batches[0] > alike_updates[0], timeout=60)
+        return execute(conn, statement)
+
+    monkeypatch.setattr(policy_rewrite._Rewrite, "batch", counted_batch)
+    monkeypatch.setattr(policy_rewrite, "execute", waiting_execute)
+    monkeypatch.setattr(policy_rewrite, "BATCH", 2)
+    applied = apply(engine, writer)
+
+    assert (applied.records, applied.history) == (6, 12)
+    assert alike_updates[0] == (2 if on_worker else 0)  # the interleaving above did happen

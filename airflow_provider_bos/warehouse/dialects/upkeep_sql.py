@@ -106,10 +106,11 @@ def same_stored_content(d: WarehouseDialect, a: str, b: str) -> str:
     """The condition that rows ``a`` and ``b`` (table aliases or references) of a records table or its
     history store the same content: the same ref, content hash, observation time and values (a NULL
     equal to a NULL), each JSON column as the database compares it. DuckDB compares a JSON column's
-    text. PostgreSQL compares jsonb values, without rendering a text: ``1.0`` and ``1.00`` are equal
-    there, but with the content hash equal too, which covers every JSON value but the provenance
-    entries' order and their observation stamps (both compared exactly: arrays in order, stamps as
-    strings), equal values are equal texts."""
+    text. PostgreSQL compares jsonb values, without rendering a text: ``1`` and ``1.0`` are equal
+    there, but with the content hash equal too, which the writer computes from every stored value but
+    the provenance entries' order and their observation stamps (both compared exactly here: arrays in
+    order, stamps as strings), equal values are equal texts. (A row whose stored hash was not made
+    from its own values, edited by hand, is outside that argument.)"""
     q = d.quote
     tests = [f"{a}.{q(c)} = {b}.{q(c)}" for c in _CONTENT_COLUMNS[:3]]
     tests += [f"{a}.{q(c)} IS NOT DISTINCT FROM {b}.{q(c)}" for c in _CONTENT_COLUMNS[3:]]

@@ -129,13 +129,16 @@ def rewrite_rows(
     others = [_Target(t, k, _updates(conn, t, dialect, key=k, wire=False, directory=directory), None)
               for t, k in versions]
     if main.written.updates_alike:
-        main.written.current_versions = others
+        main.written.update_alike(others)
     with contextlib.ExitStack() as stack:
         # The records table's updates are applied first (the last entered exits first): they find the
         # versions alike by the row as it was.
         for target in (*others, main):
             stack.enter_context(target.written)
         fields = rewrite_targets(conn, main, others, plan, dialect)
+    # Counted apart while the rounds ran (on PostgreSQL on the updates' thread), added once they are done.
+    for target, alike in zip(main.written.current_versions, main.written.alike_updated, strict=True):
+        target.done.rows += alike
     for target in (main, *others):
         target.done.fields = fields
     return [target.done for target in (main, *others)]
@@ -369,14 +372,23 @@ class _Updates(ABC):
         self.table, self.key = table, key
         self.columns = {"content": (*_POLICY_COLUMNS, "_bos_record_hash", *((WIRE_HASH_COLUMN,) if wire else ())),
                         "wire": (WIRE_HASH_COLUMN,)}
+        #: The targets (the records table's history) whose versions alike a row staged here are updated
+        #: with it, before it, from what is staged (:meth:`update_alike`, where :attr:`updates_alike`).
+        self.current_versions: Sequence[_Target] = ()
+        #: How many versions alike of each of them were updated: counted apart from the targets' own
+        #: counts, which grow meanwhile on another thread (on PostgreSQL the updates run beside the
+        #: rounds' changes).
+        self.alike_updated: list[int] = []
 
     #: :meth:`add` and :meth:`apply_staged` run statements on the connection (a read may not stay open).
     runs_statements = True
     #: The versions alike a rewritten row can be updated by the database from what is staged for the row.
     updates_alike = False
-    #: The targets (the records table's history) whose versions alike a row staged here are updated
-    #: with it, before it, from what is staged (set by :func:`rewrite_rows` where :attr:`updates_alike`).
-    current_versions: Sequence[_Target] = ()
+
+    def update_alike(self, versions: Sequence[_Target]) -> None:
+        """Update the versions alike the rows staged here, of each of ``versions``, with those rows."""
+        self.current_versions = versions
+        self.alike_updated = [0] * len(versions)
 
     def __enter__(self) -> _Updates:
         return self
@@ -461,8 +473,8 @@ class _CopyUpdates(_Updates):
             changed = [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
             if kind == "content" and self.current_versions:
                 execute(self.conn, analyze_staged_updates(self.dialect, self.staged[kind], self.key[0]))
-                for version in self.current_versions:
-                    version.done.rows += execute(self.conn, update_from_staged(
+                for at, version in enumerate(self.current_versions):
+                    self.alike_updated[at] += execute(self.conn, update_from_staged(
                         self.dialect, version.table.name, version.table.schema, self.staged[kind], key=self.key,
                         columns=[c for c in changed if c != WIRE_HASH_COLUMN], json_columns=JSON_CONTENT_FIELDS,
                         within=within, alike_in=self.table.name)).rowcount
@@ -511,12 +523,12 @@ class _FileUpdates(_Updates):
                 for kind, path in self.paths.items():
                     if not self.lines[kind]:
                         continue
-                    for version in self.current_versions if kind == "content" else ():
+                    for at, version in enumerate(self.current_versions if kind == "content" else ()):
                         alike = self.dialect.update_from_file(
                             version.table.name, version.table.schema, str(path), key=self.key,
                             columns=[c for c in self.columns[kind] if c != WIRE_HASH_COLUMN],
                             longest_line=self.longest[kind], alike_in=self.table.name)
-                        version.done.rows += self.conn.exec_driver_sql(alike.sql, alike.params).rowcount
+                        self.alike_updated[at] += self.conn.exec_driver_sql(alike.sql, alike.params).rowcount
                     update = self.dialect.update_from_file(
                         self.table.name, self.table.schema, str(path), key=self.key,
                         columns=self.columns[kind], longest_line=self.longest[kind])
