@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 import airflow_provider_bos.warehouse.upkeep.policy_rewrite as policy_rewrite
 from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.warehouse.tables.records import JSON_CONTENT_FIELDS
 from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from tests.warehouse.pii_helpers import HISTORY, KEY, STRICT, person, write_under
@@ -102,6 +103,26 @@ def test_a_failed_round_update_rolls_every_round_back(make_writer, engine, monke
     assert apply(engine, writer).records == 11
 
 
+def earlier_version(engine: sa.Engine, history: sa.Table, ref: str, **changed: str) -> None:
+    """Add a version of ``ref`` a day before its only one, stored as that one is but for ``changed``
+    (a JSON column's value as its JSON text). Copied by the database, so every other value keeps its
+    stored form: a NULL stays NULL (not JSON null), a JSON text keeps its spelling."""
+    json_type = history.c.sources.type if engine.dialect.name != "sqlite" else None  # SQLite keeps the text
+    with engine.begin() as conn:
+        valid_from = conn.execute(sa.select(history.c._bos_valid_from).where(history.c.record_ref == ref)).scalar_one()
+
+        def value(column: sa.Column[Any]) -> Any:
+            if column.name == "_bos_valid_from":
+                return sa.bindparam(None, valid_from - timedelta(days=1), type_=column.type)
+            if column.name not in changed:
+                return column
+            bound = sa.bindparam(None, changed[column.name], type_=sa.Text())
+            return sa.cast(bound, json_type) if column.name in JSON_CONTENT_FIELDS and json_type is not None else bound
+
+        copied = sa.select(*(value(c) for c in history.c)).where(history.c.record_ref == ref)
+        conn.execute(sa.insert(history).from_select([c.name for c in history.c], copied))
+
+
 def test_a_version_is_given_its_rows_new_values_only_when_it_stores_the_rows_content(make_writer, engine,
                                                                                      monkeypatch) -> None:
     """A version that stores its ref's row's content takes that row's new values (on PostgreSQL and
@@ -111,15 +132,9 @@ def test_a_version_is_given_its_rows_new_values_only_when_it_stores_the_rows_con
     write_under(writer, None, [person(i) for i in range(1, 4)], reconcile=HISTORY)
     history = reflect(engine, companion_table_name(writer.table, "history"))
     ref = person(2)["record_ref"]
-    with engine.begin() as conn:
-        current = dict(conn.execute(sa.select(history).where(history.c.record_ref == ref)).one()._mapping)
-        sources = current["sources"]
-        sources = orjson.loads(sources) if isinstance(sources, str) else sources
-        sources[0]["external_id"] = "ext-earlier"
-        earlier = {**current, "phone": "+49 30 55555", "sources": orjson.dumps(sources).decode()
-                   if isinstance(current["sources"], str) else sources,
-                   "_bos_valid_from": current["_bos_valid_from"] - timedelta(days=1)}
-        conn.execute(sa.insert(history).values(earlier))
+    sources = person(2)["sources"]
+    sources[0]["external_id"] = "ext-earlier"
+    earlier_version(engine, history, ref, phone="+49 30 55555", sources=orjson.dumps(sources).decode())
     transformed: list[tuple[str, Any]] = []
     batch = policy_rewrite._Rewrite.batch
 
@@ -194,3 +209,67 @@ def test_versions_counted_while_the_next_round_is_changed_are_all_counted(make_w
 
     assert (applied.records, applied.history) == (6, 12)
     assert alike_updates[0] == (2 if on_worker else 0)  # the interleaving above did happen
+
+
+def _two_sources(i: int) -> list[dict[str, Any]]:
+    entry = person(i)["sources"][0]
+    return [entry, {**entry, "source_type": "hr", "source_identity": "hr-de", "external_id": f"hr-{i}"}]
+
+
+def _versions_read(monkeypatch, history: str) -> list[str]:
+    """The refs of the versions of ``history`` that pii-apply reads and changes here, as it goes."""
+    read: list[str] = []
+    batch = policy_rewrite._Rewrite.batch
+
+    def counted(self, target, rows, memo):
+        read.extend(row["record_ref"] for row in rows if target.table.name == history)
+        return batch(self, target, rows, memo)
+
+    monkeypatch.setattr(policy_rewrite._Rewrite, "batch", counted)
+    return read
+
+
+def test_a_version_in_another_order_of_sources_is_rewritten_from_its_own(make_writer, engine, monkeypatch) -> None:
+    """The content hash leaves the order of ``sources`` out: a version whose entries come in another
+    order than its row's has the row's hash, but is its own content, rewritten in its own order."""
+    writer = make_writer()
+    write_under(writer, None, [person(i, sources=_two_sources(i)) for i in (1, 2)], reconcile=HISTORY)
+    history = reflect(engine, companion_table_name(writer.table, "history"))
+    ref = person(2)["record_ref"]
+    with engine.connect() as conn:
+        stored = conn.execute(sa.select(history.c.sources).where(history.c.record_ref == ref)).scalar_one()
+    reordered = (orjson.loads(stored) if isinstance(stored, str) else stored)[::-1]
+    earlier_version(engine, history, ref, sources=orjson.dumps(reordered).decode())
+    read = _versions_read(monkeypatch, history.name)
+    applied = apply(engine, writer)
+
+    assert (applied.records, applied.history) == (2, 3)
+    with engine.connect() as conn:
+        earlier, latest = conn.execute(sa.select(history.c.sources, history.c._bos_record_hash)
+                                       .where(history.c.record_ref == ref).order_by(history.c._bos_valid_from)).all()
+
+    def types(sources: Any) -> list[str]:
+        return [e["source_type"] for e in (orjson.loads(sources) if isinstance(sources, str) else sources)]
+
+    assert types(earlier.sources) == [e["source_type"] for e in reordered] == types(latest.sources)[::-1]
+    assert earlier._bos_record_hash == latest._bos_record_hash  # the same content, in another order
+    assert "hr-2" not in repr(earlier.sources)  # its ids hashed all the same
+    assert read.count(ref) == (1 if engine.dialect.name in ("postgresql", "duckdb") else 2)
+
+
+def test_a_version_alike_a_row_the_policy_leaves_alone_is_neither_read_nor_counted(make_writer, engine,
+                                                                                   monkeypatch) -> None:
+    writer = make_writer()
+    write_under(writer, None, [person(1), person(2, email=None)], reconcile=HISTORY)
+    history = reflect(engine, companion_table_name(writer.table, "history"))
+    unchanged = person(2)["record_ref"]
+    with engine.connect() as conn:
+        before = conn.execute(sa.select(history).where(history.c.record_ref == unchanged)).one()
+    read = _versions_read(monkeypatch, history.name)
+    applied = apply_stricter_policy(engine, table=writer.table, audit_table=writer.audit_table,
+                                    policy={"email": "hash"}, key=KEY)
+
+    assert (applied.records, applied.history) == (1, 1)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(history).where(history.c.record_ref == unchanged)).one() == before
+    assert read == ([] if engine.dialect.name in ("postgresql", "duckdb") else [person(1)["record_ref"], unchanged])
