@@ -8,10 +8,11 @@ after the other (interleaved, so a slow phase of the machine hits every dialect 
 
 - fill, untimed: ``WarehouseWriter.write_run`` of every record WITHOUT a policy, history on, so the
   records table and ``<table>_history`` each hold one row per record (pii-apply rewrites both);
-- ``pii-apply floor``: what pii-apply cannot do without: every row of the records table and its
-  history read as it reads them (a batch at a time, JSON as text) and given its new values by its
-  own per-row work (decode, the plan with its keyed hashes, the writer's texts and content hash),
-  nothing written back. The rest of pii-apply's time is the write-back and the reclaim;
+- ``pii-apply floor``: what pii-apply cannot do without: every row of the records table and the
+  versions of its history that pii-apply reads (those unlike their row: here none, each ref having
+  one version, its row's), read as it reads them (a round at a time, JSON as text) and given their new
+  values by its own per-row work (decode, the plan with its keyed hashes, the writer's texts and
+  content hash), nothing written back. The rest of pii-apply's time is the write-back and the reclaim;
 - ``pii-apply``: :func:`~airflow_provider_bos.warehouse.upkeep.pii_apply.apply_stricter_policy` (what
   ``airflow-provider-bos pii-apply`` calls) from no policy to the bench's policy and key
   (``bench.ours.BENCH_PII_POLICY``: email and phone hashed, ``attributes.employment`` dropped),
