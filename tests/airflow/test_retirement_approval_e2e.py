@@ -49,17 +49,22 @@ class Responder(threading.Thread):
     def run(self) -> None:
         try:
             deadline = time.monotonic() + self.timeout_s
-            while time.monotonic() < deadline and self.question is None:
-                listed = self.client.get("/api/v2/dags/~/dagRuns/~/hitlDetails", headers=self.headers,
-                                         params={"dag_id": self.dag_id})
-                listed.raise_for_status()
-                waiting = [q for q in listed.json()["hitl_details"] if not q["response_received"]]
+            failed: BaseException | None = None
+            while self.question is None:
+                try:
+                    listed = self.client.get("/api/v2/dags/~/dagRuns/~/hitlDetails", headers=self.headers,
+                                             params={"dag_id": self.dag_id})
+                    listed.raise_for_status()
+                    waiting = [q for q in listed.json()["hitl_details"] if not q["response_received"]]
+                except Exception as exc:  # noqa: BLE001 - the next poll asks again, as the page's next refresh
+                    failed, waiting = exc, []  # would (the run's writes can hold the SQLite metadata database)
                 if waiting:
                     self.question = waiting[0]
+                elif time.monotonic() > deadline:
+                    raise AssertionError(f"no question of {self.dag_id} within {self.timeout_s} s"
+                                         + (f"; the last poll failed: {failed!r}" if failed else ""))
                 else:
                     time.sleep(0.5)  # polling for the task to ask, as the Required Actions page does
-            if self.question is None:
-                return
             if self.before_answer is not None:
                 self.before_answer()
             ti = self.question["task_instance"]
