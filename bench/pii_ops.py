@@ -234,7 +234,6 @@ class _Discarded:
     DuckDB, it leaves the versions alike their row unread (the database updates those)."""
 
     runs_statements = False
-    updates_alike = True
     current_versions: tuple[_Target, ...] = ()
 
     def add(self, contents: list[tuple[object, ...]], wires: list[tuple[object, ...]]) -> None:

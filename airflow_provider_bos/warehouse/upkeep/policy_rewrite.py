@@ -183,14 +183,15 @@ def _rounds_by_key(conn: sa.Connection, main: _Target, others: Sequence[_Target]
     as_text = _as_text(dialect)
     above: Any = None
     batches = rows_in_batches(conn, main.table, _columns(main), key=main.key, batch_size=BATCH, as_text=as_text)
+    versions_read = [_not_alike(conn, dialect, main, other) for other in others]  # the same every round
     # None: the versions after the last row's ref (or of an empty table).
     for rows in itertools.chain(batches, (None,)):
         round_rows: list[tuple[_Target, Sequence[Mapping[Any, Any]]]] = [] if rows is None else [(main, rows)]
         up_to = None if rows is None else rows[-1][main.key[0]]
-        for other in others:
+        for other, unlike in zip(others, versions_read, strict=True):
             round_rows.extend((other, version_rows) for version_rows in rows_in_batches(
                 conn, other.table, _columns(other), key=other.key, batch_size=BATCH, as_text=as_text,
-                within=(above, up_to), where=_not_alike(conn, dialect, main, other)))
+                within=(above, up_to), where=unlike))
         yield (above, up_to), round_rows
         above = up_to
 
