@@ -13,6 +13,7 @@ from typing import Any
 
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.statement import Statement
+from airflow_provider_bos.warehouse.tables.records import CONTENT_FIELDS
 
 __all__ = [
     "analyze_staged_updates",
@@ -97,9 +98,10 @@ def create_staged_updates(d: WarehouseDialect, staged: str, *, key: Sequence[tup
     return Statement(f"CREATE TEMPORARY TABLE {q(staged)} ({', '.join(defined)}) ON COMMIT DROP")
 
 
-#: What :func:`same_stored_content` compares: every column pii-apply reads as a row's content.
-_CONTENT_COLUMNS = ("record_ref", "_bos_record_hash", "_bos_observed_at", "display_name", "email", "phone",
-                    "lifecycle", "identity_match", "attributes", "sources")
+#: What :func:`same_stored_content` compares: every column pii-apply reads as a row's content, the
+#: cheap equalities first.
+_CONTENT_COLUMNS = ("record_ref", "_bos_record_hash", "_bos_observed_at",
+                    *(c for c in CONTENT_FIELDS if c != "record_ref"))
 
 
 def same_stored_content(d: WarehouseDialect, a: str, b: str) -> str:
