@@ -254,8 +254,9 @@ def pii_apply_floor(engine: sa.Engine, table: str, key: PiiKey) -> tuple[int, in
     versions = _Target(history.table(table, dialect, None, metadata), history.row_key, _Discarded(),  # type: ignore[arg-type]
                        None)
     main.written.current_versions = (versions,)
-    with engine.connect() as conn:
-        rewrite_targets(conn, main, [versions], plan, writer.dialect)
+    with engine.connect() as conn:  # read ahead on a thread where pii-apply reads beside its writes
+        reader = conn if writer.dialect.capabilities.reads_beside_writes else None
+        rewrite_targets(conn, main, [versions], plan, writer.dialect, reader=reader)
     return main.done.rows, versions.done.rows
 
 

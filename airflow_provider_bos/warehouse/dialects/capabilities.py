@@ -54,6 +54,10 @@ class DialectCapabilities:
     #: tables cost a quarter of the batches at 200k rows). Only where nothing else runs on the
     #: connection until the last row is read (the staged file's updates).
     reads_in_one_pass: bool = False
+    #: ``pii-apply`` reads the next rounds on a second connection that imports the transaction's
+    #: snapshot, while the transaction updates the last round (PostgreSQL: ``pg_export_snapshot``;
+    #: :mod:`..upkeep.snapshot_reader`).
+    reads_beside_writes: bool = False
     #: Keys compare ignoring trailing spaces (MySQL/MariaDB's ``PAD SPACE`` collations): a record_ref
     #: ending in a space would be another ref's key, so it is refused and only ever quarantined.
     keys_ignore_trailing_spaces: bool = False

@@ -37,7 +37,7 @@ class PostgresDialect(WarehouseDialect):
         # stay exact.
         self.capabilities = DialectCapabilities(
             load_method=LoadMethod.COPY if copy else LoadMethod.ROWS, isolation_level="READ COMMITTED",
-            wire_hash_prefixes_aggregated=True, wire_state_counts_current=True)
+            wire_hash_prefixes_aggregated=True, wire_state_counts_current=True, reads_beside_writes=True)
 
     def _temp_suffix(self) -> str:
         # Dropped explicitly too; ON COMMIT DROP guarantees it even if that statement never runs.

@@ -8,6 +8,7 @@ never is.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,8 @@ __all__ = [
     "distinct_leading_values",
     "drop_staged_updates",
     "empty_staged_updates",
+    "export_snapshot",
+    "import_snapshot",
     "provenance_refs",
     "same_stored_content",
     "unlike_any_row_of",
@@ -172,3 +175,22 @@ def empty_staged_updates(d: WarehouseDialect, staged: str) -> Statement:
 def copy_staged_updates(d: WarehouseDialect, staged: str, names: Sequence[str]) -> str:
     """PostgreSQL: the ``COPY ... FROM STDIN`` that fills ``staged``'s ``names``."""
     return f"COPY {d.quote(staged)} ({', '.join(d.quote(n) for n in names)}) FROM STDIN"
+
+
+def export_snapshot(d: WarehouseDialect) -> Statement:
+    """PostgreSQL: the id of the transaction's snapshot, for another connection to import."""
+    return Statement("SELECT pg_export_snapshot()")
+
+
+# What pg_export_snapshot returns: hexadecimal virtual transaction id parts and a decimal sequence.
+_SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")
+
+
+def import_snapshot(d: WarehouseDialect, snapshot: str) -> list[Statement]:
+    """PostgreSQL: begin a read-only transaction that sees what the one that exported ``snapshot`` saw
+    (the statements first in the transaction; the id is checked, since the statement takes no
+    parameter)."""
+    if not _SNAPSHOT_ID.fullmatch(snapshot):
+        raise ValueError(f"not a snapshot id: {snapshot!r}")
+    return [Statement("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
+            Statement(f"SET TRANSACTION SNAPSHOT '{snapshot}'")]

@@ -32,11 +32,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import logging
 import operator
 import os
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,7 +60,7 @@ from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
     unlike_any_row_of,
     update_from_staged,
 )
-from airflow_provider_bos.warehouse.run.transaction import execute
+from airflow_provider_bos.warehouse.run.transaction import db_detail, execute
 from airflow_provider_bos.warehouse.tables.records import (
     CONTENT_FIELDS,
     JSON_CONTENT_FIELDS,
@@ -71,8 +72,11 @@ from airflow_provider_bos.warehouse.tables.records import (
 from airflow_provider_bos.warehouse.tables.schema import WIRE_HASH_COLUMN, records_table
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
 from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches, rows_in_one_pass
+from airflow_provider_bos.warehouse.upkeep.snapshot_reader import reader_on_snapshot
 
 __all__ = ["Rewritten", "rewrite_rows", "rewrite_targets"]
+
+log = logging.getLogger(__name__)
 
 #: Rows read (and held) at a time.
 BATCH = 5000
@@ -131,11 +135,12 @@ def rewrite_rows(
     if main.written.updates_alike:
         main.written.update_alike(others)
     with contextlib.ExitStack() as stack:
+        reader = _reader_beside(stack, conn, dialect)  # before anything is written: it sees the tables as they were
         # The records table's updates are applied first (the last entered exits first): they find the
         # versions alike by the row as it was.
         for target in (*others, main):
             stack.enter_context(target.written)
-        fields = rewrite_targets(conn, main, others, plan, dialect)
+        fields = rewrite_targets(conn, main, others, plan, dialect, reader=reader)
     # Counted apart while the rounds ran (on PostgreSQL on the updates' thread), added once they are done.
     for target, alike in zip(main.written.current_versions, main.written.alike_updated, strict=True):
         target.done.rows += alike
@@ -144,23 +149,45 @@ def rewrite_rows(
     return [target.done for target in (main, *others)]
 
 
+def _reader_beside(stack: contextlib.ExitStack, conn: sa.Connection, dialect: WarehouseDialect) -> sa.Connection | None:
+    """A connection that reads beside the transaction's writes (:mod:`.snapshot_reader`), open until
+    ``stack`` closes; ``None`` (the rounds are read on the transaction's own connection) where the
+    dialect has none, or the database refuses a second connection (a role's connection limit)."""
+    if not dialect.capabilities.reads_beside_writes:
+        return None
+    try:
+        return stack.enter_context(reader_on_snapshot(conn, dialect))
+    except sa.exc.OperationalError as exc:
+        log.warning("pii-apply reads the rows on its transaction's own connection, more slowly: a second "
+                    "connection was refused (%s)", db_detail(exc))
+        return None
+
+
 def rewrite_targets(conn: sa.Connection, main: _Target, others: Sequence[_Target], plan: PiiPlan,
-                    dialect: WarehouseDialect) -> frozenset[str]:
+                    dialect: WarehouseDialect, *, reader: sa.Connection | None = None) -> frozenset[str]:
     """Read ``main``'s rows a batch at a time and, with each batch, each of ``others``' versions of the
     refs it covered (a round); apply ``plan`` to each row and hand its new values to its target's
-    ``written``. Returns the columns some row changed. Memory holds one round.
+    ``written``. Returns the columns some row changed. Memory holds the round changed and the next.
 
     While a round is changed here, the connection is free: the previous round's updates are applied
     meanwhile (:meth:`_Updates.apply_staged`, on a thread that waits for the server), so the
-    database's work and this process's overlap on two cores; the last round's once every row is read."""
+    database's work and this process's overlap on two cores; the last round's once every row is read.
+    With a ``reader`` (a connection that sees what ``conn``'s transaction saw: :mod:`.snapshot_reader`),
+    the rounds are read on it, the next on a thread while this one is changed and the last applied."""
     rewrite = _Rewrite(plan, dialect)
     targets = (main, *others)
     staged_range: tuple[Any, Any] = (None, None)
-    if dialect.capabilities.reads_in_one_pass and not any(t.written.runs_statements for t in targets):
-        rounds = _rounds_in_one_pass(conn, main, others, dialect)
-    else:
-        rounds = _rounds_by_key(conn, main, others, dialect)
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-pii-apply") as server:
+    rounds: Iterator[_Round]
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-pii-apply"))
+        if reader is not None:
+            reads = stack.enter_context(ThreadPoolExecutor(max_workers=1, thread_name_prefix="bos-pii-read"))
+            rounds = stack.enter_context(contextlib.closing(
+                _read_ahead(_rounds_by_key(reader, main, others, dialect), reads)))
+        elif dialect.capabilities.reads_in_one_pass and not any(t.written.runs_statements for t in targets):
+            rounds = _rounds_in_one_pass(conn, main, others, dialect)
+        else:
+            rounds = _rounds_by_key(conn, main, others, dialect)
         for within, round_rows in rounds:
             applied = server.submit(_apply_staged, targets, frozenset(rewrite.fields), staged_range)
             memo: dict[tuple[Any, ...], tuple[Any, ...] | None] = {}
@@ -177,8 +204,21 @@ def rewrite_targets(conn: sa.Connection, main: _Target, others: Sequence[_Target
 _Round = tuple[tuple[Any, Any], list[tuple[_Target, Sequence[Mapping[Any, Any]]]]]
 
 
+def _read_ahead(rounds: Generator[_Round, None, None], reads: ThreadPoolExecutor) -> Generator[_Round, None, None]:
+    """``rounds``, the next one read on ``reads``' thread while the caller works on the one it has."""
+    ahead = reads.submit(next, rounds, None)
+    try:
+        while (current := ahead.result()) is not None:
+            ahead = reads.submit(next, rounds, None)
+            yield current
+    finally:
+        with contextlib.suppress(Exception):  # raised above already, if it failed
+            ahead.result()  # the read under way ends before the rounds are closed
+        rounds.close()
+
+
 def _rounds_by_key(conn: sa.Connection, main: _Target, others: Sequence[_Target],
-                   dialect: WarehouseDialect) -> Iterator[_Round]:
+                   dialect: WarehouseDialect) -> Generator[_Round, None, None]:
     """Rounds read by key ranges, each read when the previous round is done with (no cursor stays open)."""
     as_text = _as_text(dialect)
     above: Any = None
