@@ -1,8 +1,8 @@
 """The venvs of the older supported Airflows (3.1, 3.2) differ from the project venv only in Airflow and
 what Airflow pins, and the writer's tests reach none of it.
 
-CI runs a part of the fast tier on Airflow 3.1 too (.ci/run). ``tests/warehouse`` and ``tests/model``
-(the writer and the model of its tables) need never run there: nothing they import, directly or
+CI runs the fast tier on Airflow 3.1 too (.ci/run), but for ``tests/warehouse`` and ``tests/model``
+(the writer and the model of its tables), which need never run there: nothing they import, directly or
 through the package, imports Airflow or its web stack, and every library they use is pinned to the
 same version in both files, so on 3.1 they would run the same code on the same libraries again.
 One exception, said here: some of them read from the reference server (``airflow_provider_bos.testing``,
@@ -115,3 +115,11 @@ def test_the_tests_not_run_again_on_the_oldest_airflow_reach_none_of_its_stack()
     assert reaching == []
     # Nor do they take the fixtures that set up Airflow.
     assert [str(p.relative_to(ROOT)) for p in start if re.search(r"\b(airflow_db|run_dag)\b", p.read_text())] == []
+
+
+def test_ci_leaves_out_on_the_oldest_airflow_exactly_the_tests_not_run_again() -> None:
+    run = (ROOT / ".ci" / "run").read_text()
+    (listed,) = re.findall(r"^OLDEST_AIRFLOW_NOT_RUN_AGAIN=\((.*)\)$", run, flags=re.MULTILINE)
+    assert sorted(listed.split()) == sorted(f"--ignore={folder}" for folder in NOT_RUN_AGAIN)
+    assert re.search(r'^\S* ?oldest_airflow_env run_tests "\$\{OLDEST_AIRFLOW_NOT_RUN_AGAIN\[@\]\}"$', run,
+                     flags=re.MULTILINE)
