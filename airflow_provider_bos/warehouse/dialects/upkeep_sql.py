@@ -26,6 +26,7 @@ __all__ = [
     "empty_staged_updates",
     "export_snapshot",
     "import_snapshot",
+    "lock_to_read",
     "provenance_refs",
     "same_stored_content",
     "unlike_any_row_of",
@@ -194,3 +195,10 @@ def import_snapshot(d: WarehouseDialect, snapshot: str) -> list[Statement]:
         raise ValueError(f"not a snapshot id: {snapshot!r}")
     return [Statement("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
             Statement(f"SET TRANSACTION SNAPSHOT '{snapshot}'")]
+
+
+def lock_to_read(d: WarehouseDialect, tables: Sequence[tuple[str, str | None]]) -> Statement:
+    """PostgreSQL: share locks on ``tables`` (``(name, schema)``), taken at once or refused
+    (``NOWAIT``) rather than queued behind another request."""
+    names = ", ".join(d.table_ref(name, schema) for name, schema in tables)
+    return Statement(f"LOCK TABLE {names} IN ACCESS SHARE MODE NOWAIT")

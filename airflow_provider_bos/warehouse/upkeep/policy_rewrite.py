@@ -48,7 +48,7 @@ import msgspec
 import orjson
 import sqlalchemy as sa
 
-from airflow_provider_bos.exceptions import BosWarehouseError
+from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
 from airflow_provider_bos.pii import PiiKey, PiiPlan
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
@@ -60,7 +60,7 @@ from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
     unlike_any_row_of,
     update_from_staged,
 )
-from airflow_provider_bos.warehouse.run.transaction import db_detail, execute
+from airflow_provider_bos.warehouse.run.transaction import execute
 from airflow_provider_bos.warehouse.tables.records import (
     CONTENT_FIELDS,
     JSON_CONTENT_FIELDS,
@@ -72,7 +72,7 @@ from airflow_provider_bos.warehouse.tables.records import (
 from airflow_provider_bos.warehouse.tables.schema import WIRE_HASH_COLUMN, records_table
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
 from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches, rows_in_one_pass
-from airflow_provider_bos.warehouse.upkeep.snapshot_reader import reader_on_snapshot
+from airflow_provider_bos.warehouse.upkeep.snapshot_reader import exported_snapshot, reader_on_snapshot
 
 __all__ = ["Rewritten", "rewrite_rows", "rewrite_targets"]
 
@@ -135,7 +135,8 @@ def rewrite_rows(
     if main.written.updates_alike:
         main.written.update_alike(others)
     with contextlib.ExitStack() as stack:
-        reader = _reader_beside(stack, conn, dialect)  # before anything is written: it sees the tables as they were
+        # Before anything is written: the reader sees the tables as they were.
+        reader = _reader_beside(stack, conn, dialect, [main.table, *(t.table for t in others)])
         # The records table's updates are applied first (the last entered exits first): they find the
         # versions alike by the row as it was.
         for target in (*others, main):
@@ -149,17 +150,22 @@ def rewrite_rows(
     return [target.done for target in (main, *others)]
 
 
-def _reader_beside(stack: contextlib.ExitStack, conn: sa.Connection, dialect: WarehouseDialect) -> sa.Connection | None:
-    """A connection that reads beside the transaction's writes (:mod:`.snapshot_reader`), open until
-    ``stack`` closes; ``None`` (the rounds are read on the transaction's own connection) where the
-    dialect has none, or the database refuses a second connection (a role's connection limit)."""
+def _reader_beside(stack: contextlib.ExitStack, conn: sa.Connection, dialect: WarehouseDialect,
+                   tables: Sequence[sa.Table]) -> sa.Connection | None:
+    """A connection that reads ``tables`` beside the transaction's writes (:mod:`.snapshot_reader`),
+    open until ``stack`` closes; ``None`` (the rounds are read on the transaction's own connection)
+    where the dialect has none, or the database refuses it (a role's connection limit, a lock
+    request queued on a table)."""
     if not dialect.capabilities.reads_beside_writes:
         return None
+    snapshot = exported_snapshot(conn, dialect)  # the transaction's: a failure here is its own
     try:
-        return stack.enter_context(reader_on_snapshot(conn, dialect))
-    except sa.exc.OperationalError as exc:
+        return stack.enter_context(reader_on_snapshot(conn.engine, dialect, snapshot,
+                                                      tables=[(t.name, t.schema) for t in tables]))
+    except sa.exc.DBAPIError as exc:
+        refused = excerpt(str(getattr(exc, "orig", None) or exc), 300)
         log.warning("pii-apply reads the rows on its transaction's own connection, more slowly: a second "
-                    "connection was refused (%s)", db_detail(exc))
+                    "connection to read beside it was refused (%s)", refused)
         return None
 
 
