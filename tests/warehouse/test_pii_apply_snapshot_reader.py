@@ -69,12 +69,13 @@ def test_the_reader_sees_the_tables_as_the_transaction_saw_them_when_it_was_open
         engine.dispose()
 
 
-def test_the_reader_is_a_connection_of_its_own_made_as_the_engines_and_closed_after(pg_engine,
+def test_the_reader_is_a_connection_of_its_own_made_as_the_engines_and_closed_after(pg_engine, people,
                                                                                       application_name) -> None:
     count = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :app")
     dialect = dialect_for(pg_engine)
     with pg_engine.connect() as conn, conn.begin():  # the pool's one connection, held
-        with reader_on_snapshot(pg_engine, dialect, exported_snapshot(conn, dialect), tables=[]) as reader:
+        with reader_on_snapshot(pg_engine, dialect, exported_snapshot(conn, dialect),
+                                tables=[(people.table, None)]) as reader:
             # The engine's connect arguments (here its application name) reach the reader's connection.
             assert reader.execute(count, {"app": application_name}).scalar_one() == 2
             driver = reader.connection.driver_connection

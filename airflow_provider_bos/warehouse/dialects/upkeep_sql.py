@@ -188,13 +188,12 @@ _SNAPSHOT_ID = re.compile(r"[0-9A-F]+-[0-9A-F]+-[0-9]+")
 
 
 def import_snapshot(d: WarehouseDialect, snapshot: str) -> list[Statement]:
-    """PostgreSQL: begin a read-only transaction that sees what the one that exported ``snapshot`` saw
-    (the statements first in the transaction; the id is checked, since the statement takes no
-    parameter)."""
+    """PostgreSQL: make a REPEATABLE READ transaction read-only and see what the one that exported
+    ``snapshot`` saw (the statements first in the transaction; the id is checked, since the
+    statement takes no parameter)."""
     if not _SNAPSHOT_ID.fullmatch(snapshot):
         raise ValueError(f"not a snapshot id: {snapshot!r}")
-    return [Statement("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"),
-            Statement(f"SET TRANSACTION SNAPSHOT '{snapshot}'")]
+    return [Statement("SET TRANSACTION READ ONLY"), Statement(f"SET TRANSACTION SNAPSHOT '{snapshot}'")]
 
 
 def lock_to_read(d: WarehouseDialect, tables: Sequence[tuple[str, str | None]]) -> Statement:

@@ -51,8 +51,7 @@ def reader_on_snapshot(engine: sa.Engine, dialect: WarehouseDialect, snapshot: s
         # Whatever the engine's own isolation level (AUTOCOMMIT too): a snapshot is imported only at
         # the start of a REPEATABLE READ transaction.
         with reader_engine.connect().execution_options(isolation_level="REPEATABLE READ") as reader:
-            locks = [lock_to_read(dialect, tables)] if tables else []
-            for statement in (*import_snapshot(dialect, snapshot), *locks):
+            for statement in (*import_snapshot(dialect, snapshot), lock_to_read(dialect, tables)):
                 execute(reader, statement)
             yield reader
             reader.rollback()  # it read only
