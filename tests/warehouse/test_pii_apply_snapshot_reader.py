@@ -15,7 +15,7 @@ import sqlalchemy as sa
 import airflow_provider_bos.warehouse.upkeep.policy_rewrite as policy_rewrite
 from airflow_provider_bos.exceptions import BosWarehouseError
 from airflow_provider_bos.warehouse.dialects import dialect_for
-from airflow_provider_bos.warehouse.dialects.upkeep_sql import import_snapshot
+from airflow_provider_bos.warehouse.dialects.upkeep_sql import import_snapshot, update_from_staged
 from airflow_provider_bos.warehouse.tables.schema import companion_table_name
 from airflow_provider_bos.warehouse.upkeep.pii_apply import apply_stricter_policy
 from airflow_provider_bos.warehouse.upkeep.snapshot_reader import exported_snapshot, reader_on_snapshot
@@ -88,6 +88,28 @@ def test_a_malformed_snapshot_id_is_refused_before_it_reaches_sql() -> None:
         "SET TRANSACTION SNAPSHOT '00000003-0000001B-1'"
     with pytest.raises(ValueError, match="not a snapshot id"):
         import_snapshot(dialect, "1'; DROP TABLE t; --")
+
+
+def test_the_first_rounds_update_is_bounded_below_like_every_other_round() -> None:
+    """On a table without statistics PostgreSQL takes a range open below for a third of the table, and
+    planned the first round's update of the versions as a scan of the staged rows for each version
+    (3.2 s of a 50,000-row pii-apply's 6.3 s): that round is bounded below by ``>= ''`` (every text is),
+    the history and the records table alike, so every round is planned through the key's index."""
+    dialect = dialect_for(sa.create_engine("postgresql+psycopg://u@localhost/db"))
+
+    def update(within: tuple[str | None, str | None]) -> tuple[str, tuple[object, ...]]:
+        statement = update_from_staged(dialect, "people_history", None, "staged", key=("record_ref", "_bos_valid_from"),
+                                       columns=("email",), json_columns=(), within=within, alike_in="people")
+        return statement.sql, tuple(statement.params)
+
+    sql, params = update((None, "ref-5"))
+    assert "t.record_ref >= %s" in sql and "m.record_ref >= %s" in sql
+    assert params == ("", "", "ref-5", "ref-5")
+    sql, params = update(("ref-5", "ref-9"))
+    assert ">=" not in sql and params == ("ref-5", "ref-5", "ref-9", "ref-9")
+    sql, params = update(("ref-9", None))  # the versions after the last row's ref
+    assert params == ("ref-9", "ref-9") and "<=" not in sql
+    assert update((None, None))[1] == ()  # one round: the whole table
 
 
 def test_pii_apply_reads_on_its_own_connection_when_a_second_one_is_refused(postgres_url, unique_table,

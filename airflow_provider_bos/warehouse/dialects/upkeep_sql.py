@@ -135,7 +135,10 @@ def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, sta
     """PostgreSQL: one ``UPDATE`` of ``target``'s rows named by ``staged``'s key columns, setting
     ``columns`` (those in ``json_columns`` parsed from their text). ``within``: the bounds of the staged
     rows' first key column (above, up to; ``None`` unbounded), so that a batch's update reads its range
-    of the target through the key's index instead of the whole table.
+    of the target through the key's index instead of the whole table. The first round's range is
+    bounded below too, by ``>= ''`` (every text is): on a table without statistics the planner takes a
+    range open on one side for a third of the table, and planned the first round's update of the
+    versions as a scan of the staged rows per version (3.2 s of a 50,000-row pii-apply's 6.3 s).
 
     ``alike_in``: the records table whose rows ``staged`` rewrites (its key, the ref); then ``target`` is
     its history, and the rows updated are the versions of those refs that store the same content as
@@ -145,8 +148,12 @@ def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, sta
                      for c in columns)
     match = [f"t.{q(name)} = s.{q(f'k_{name}')}" for name in key]
     ranged = ("t", "m") if alike_in is not None else ("t",)  # every table's range read through its key's index
-    bounds = [(f"{a}.{q(key[0])} {op} {p}", value) for a in ranged
-              for op, value in zip((">", "<="), within, strict=True) if value is not None]
+    above, up_to = within
+    if above is None and up_to is not None:
+        lower = [(f"{a}.{q(key[0])} >= {p}", "") for a in ranged]
+    else:
+        lower = [(f"{a}.{q(key[0])} > {p}", above) for a in ranged if above is not None]
+    bounds = [*lower, *((f"{a}.{q(key[0])} <= {p}", up_to) for a in ranged if up_to is not None)]
     match.extend(test for test, _ in bounds)
     params = tuple(value for _, value in bounds)
     source = f"{q(staged)} s"
