@@ -535,6 +535,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
             ceiling.vs_copy = ceiling.rate / raw.rate
     rows += [r for r in (first, second, restamped, churned, other, pii_first, pii_second) if r is not None]
     _floor_notes(ceilings, raw, first, second, dialect)
+    _cpu_floor_note(first, raw, "COPY" if is_pg else "raw")
     inserted_all = False
     if _ok(first):
         inserted = first.raw["counts"].get("inserted")
@@ -575,6 +576,7 @@ def run_dialect(config: Config, bench: Bench, dialect: str, ceilings: list[Row],
                 fast = other.vs_copy >= P1_VS_STAGE_MERGE
             if _ok(raw):
                 _add_note(other, f"{other.rate / raw.rate:.2f}x the COPY into an empty table")
+            _cpu_floor_note(other, merge, "stage+merge")
         _judge(other, [other, merge], correct=correct, fast=fast, quick=config.quick)
     judged = is_pg or dialect == "duckdb"
     if second is not None:
@@ -679,6 +681,28 @@ def _floor_notes(ceilings: list[Row], raw: Row | None, first: Row | None, second
     if dialect in ("postgres", "duckdb") and _ok(second) and _ok(first) and _ok(known):
         _add_note(second, f"ceiling: this first run / our read with every record known = "
                           f"{first.seconds / known.seconds:.2f}x (the most a re-run can gain on it)")
+
+
+def _cpu_floor_note(row: Row | None, baseline: Row | None, baseline_name: str) -> None:
+    """The least time the CPU a sync spent can take on this machine, however well its steps overlapped:
+    its process's CPU (the read, the encoding and, on DuckDB, the engine's own threads) and PostgreSQL's,
+    spread over every core; on PostgreSQL never less than the process's CPU, spent by its one thread.
+    The feed's CPU is not counted. A goal above the ratio this gives needs less work, not more overlap.
+    Not for SQLite: it works in the sync's one thread, so its CPU is its time (see its floor note)."""
+    if row is None or baseline is None or baseline.seconds is None or row.db not in ("postgres", "duckdb"):
+        return
+    if not (_ok(row) and _ok(baseline)):
+        return
+    process, database = row.raw.get("cpu_seconds"), row.raw.get("db_cpu_seconds")
+    if process is None or (row.db == "postgres" and database is None):
+        return
+    cores = os.cpu_count() or 1
+    least = (process + (database or 0.0)) / cores
+    if row.db == "postgres":
+        least = max(least, process)
+    spent = f"process {process:.2f} s" + (f" + postgres {database:.2f} s" if database is not None else "")
+    _add_note(row, f"CPU floor: {spent} of CPU take at least {least:.2f} s on {cores} cores: at best "
+                   f"{baseline.seconds / least:.2f}x {baseline_name}")
 
 
 def run_p2(config: Config, bench: Bench, firsts: dict[str, Row | None]) -> None:

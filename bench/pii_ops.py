@@ -27,19 +27,25 @@ after the other (interleaved, so a slow phase of the machine hits every dialect 
   ``airflow-provider-bos erase`` runs it, finder and reclaim included;
 - ``erase --external-id``: the same for another person named ``SOURCE:ID`` (kept by the policy);
 - ``erase --external-id, hashed``: once a second ``pii-apply`` (untimed) has hashed the provenance
-  ids too (:data:`HASHED_IDS`), a third person by their ``SOURCE:ID``.
+  ids too (:data:`HASHED_IDS`), a third person by their ``SOURCE:ID``;
+- ``erase 1,000 people``: :data:`MANY` other people named by their raw emails in one request (the
+  per-person cost beside the one-person erasure's says whether it stays linear).
   Each erasure must find and delete exactly the refs whose record holds that value;
 - ``reclaim alone``: the reclaim every erasure ends with, run once more with nothing left to
   delete: the floor under each erasure's time (on DuckDB the rewrite of the whole file).
 
 The reclaim is what each database offers after a commit: PostgreSQL VACUUM of the tables touched,
 DuckDB a rewrite of its whole file (each round's DuckDB file holds that round's tables only).
-Each line is the median of the rounds, every round's seconds in brackets.
+Each line is the median of the rounds, every round's seconds in brackets; a last line gives how far
+pii-apply raised the process's peak RSS above what it held before (the kernel's peak reset first:
+the records built for the fill stay out of it; DuckDB's buffer pool, in this process, counts), to
+compare between sizes (``--records``) for "memory flat".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import sys
@@ -70,7 +76,9 @@ from bench.ours import _BENCH_PII_KEY, BENCH_PII_POLICY
 DIALECTS = ("postgres", "duckdb")
 NAMES = {"postgres": "PostgreSQL", "duckdb": "DuckDB"}
 STEPS = ("pii-apply floor", "pii-apply", "pii-apply's statements", "erase --email", "erase --external-id",
-         "erase --external-id, hashed", "reclaim alone")
+         "erase --external-id, hashed", "erase 1,000 people", "reclaim alone")
+#: How many people the one request of ``erase 1,000 people`` names.
+MANY = 1_000
 #: The second policy (untimed): the first's rules and the provenance ids hashed.
 HASHED_IDS = {**BENCH_PII_POLICY, "sources[].external_id": "hash"}
 #: Records whose raw email must be gone after pii-apply.
@@ -101,6 +109,9 @@ class Targets:
     #: Another person's SOURCE:ID, erased once the ids are hashed.
     hashed_id: str
     hashed_refs: frozenset[str]
+    #: :data:`MANY` other people's raw emails, erased in one request, and the refs holding them.
+    many_emails: tuple[str, ...]
+    many_refs: frozenset[str]
     #: Raw emails of records spread over the table, none of which may survive pii-apply.
     sample_emails: tuple[str, ...]
     #: Records holding something the policy hashes or drops (the rest keep their content).
@@ -129,6 +140,11 @@ def targets(records: list[WireRecord]) -> Targets:
     external_id, external_refs = _by_external_id(records, records[2 * len(records) // 3])
     hashed_id, hashed_refs = _by_external_id(records, records[len(records) // 2])
     step = max(len(with_email) // SAMPLE, 1)
+    taken = {email.strip().lower()} | {
+        (r.get("email") or "").strip().lower() for r in records if r["record_ref"] in external_refs | hashed_refs}
+    others = [r["email"] for r in with_email[1::2] if r["email"].strip().lower() not in taken]
+    many = tuple(dict.fromkeys(others[:: max(len(others) // MANY, 1)]))[:MANY]
+    folded = {e.strip().lower() for e in many}
     return Targets(
         email=email,
         email_refs=_holding(records, lambda r: (r.get("email") or "").strip().lower() == email.strip().lower()),
@@ -136,6 +152,8 @@ def targets(records: list[WireRecord]) -> Targets:
         external_refs=external_refs,
         hashed_id=hashed_id,
         hashed_refs=hashed_refs,
+        many_emails=many,
+        many_refs=_holding(records, lambda r: (r.get("email") or "").strip().lower() in folded),
         sample_emails=tuple(r["email"] for r in with_email[::step]),
         personal=sum(1 for r in records
                      if r.get("email") or r.get("phone") or "employment" in (r.get("attributes") or {})),
@@ -164,9 +182,12 @@ class Database:
 
 
 @contextmanager
-def database(dialect: str, pg_url: str, workdir: Path) -> Iterator[Database]:
-    """A database for one round's tables; DuckDB a new file (its reclaim rewrites the whole file)."""
+def database(dialect: str, pg_url: str, workdir: Path, duckdb_memory_limit: str | None = None) -> Iterator[Database]:
+    """A database for one round's tables; DuckDB a new file (its reclaim rewrites the whole file),
+    opened with ``duckdb_memory_limit`` if given (duckdb_engine passes the URL's query to its config)."""
     url = pg_url if dialect == "postgres" else f"duckdb:///{workdir / f'piiops-{uuid.uuid4().hex[:10]}.duckdb'}"
+    if dialect == "duckdb" and duckdb_memory_limit:
+        url += f"?memory_limit={duckdb_memory_limit}"
     db = Database(dialect, sa.create_engine(url))
     try:
         yield db
@@ -287,8 +308,36 @@ def statement_seconds(engine: sa.Engine) -> Iterator[list[float]]:
         sa.event.remove(engine, "after_cursor_execute", after)
 
 
-def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey) -> tuple[list[float], list[str]]:
-    """Fill a new table, then time pii-apply and the erasures on it: (seconds per step, problems)."""
+def _status_kib(field_name: str) -> int | None:
+    """A ``/proc/self/status`` figure in KiB (None off Linux)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return None
+
+
+@contextmanager
+def peak_rss_growth() -> Iterator[list[float | None]]:
+    """How far the process's peak RSS rose above its RSS at the start (MiB; None off Linux), the
+    kernel's peak reset first (``/proc/self/clear_refs``); the first item of what it yields."""
+    growth: list[float | None] = [None]
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        yield growth
+        return
+    before = _status_kib("VmRSS")
+    yield growth
+    peak = _status_kib("VmHWM")
+    if before is not None and peak is not None:
+        growth[0] = (peak - before) / 1024
+
+
+def one_round(db: Database, records: list[WireRecord], who: Targets,
+              key: PiiKey) -> tuple[list[float], float | None, list[str]]:
+    """Fill a new table, then time pii-apply and the erasures on it: (seconds per step, pii-apply's
+    peak RSS growth in MiB, problems)."""
     table = db.new_table()
     audit = companion_table_name(table, "runs")
     fill(db.engine, table, records)
@@ -297,7 +346,7 @@ def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey
     changed = pii_apply_floor(db.engine, table, key)
     seconds = [time.perf_counter() - started]
     started = time.perf_counter()
-    with statement_seconds(db.engine) as in_statements:
+    with peak_rss_growth() as growth, statement_seconds(db.engine) as in_statements:
         applied = apply_stricter_policy(db.engine, table=table, audit_table=audit,
                                         policy=PiiPolicy.parse(BENCH_PII_POLICY), key=key)
     seconds.extend((time.perf_counter() - started, in_statements[0]))
@@ -320,6 +369,7 @@ def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey
     # Untimed: the ids hashed too, then one more person erased by theirs.
     apply_stricter_policy(db.engine, table=table, audit_table=audit, policy=PiiPolicy.parse(HASHED_IDS), key=key)
     erase("erase --external-id, hashed", who.hashed_refs, external_ids=(who.hashed_id,))
+    erase("erase 1,000 people", who.many_refs, emails=who.many_emails)
     # The floor under every erasure: the reclaim alone, with nothing left to delete (on DuckDB the
     # rewrite of the whole file).
     writer = WarehouseWriter(db.engine, table=table, audit_table=audit)
@@ -328,10 +378,11 @@ def one_round(db: Database, records: list[WireRecord], who: Targets, key: PiiKey
     started = time.perf_counter()
     reclaim_space(db.engine, writer.dialect, present, None)
     seconds.append(time.perf_counter() - started)
-    return seconds, [f"{NAMES[db.dialect]}: {p}" for p in problems]
+    return seconds, growth[0], [f"{NAMES[db.dialect]}: {p}" for p in problems]
 
 
-def report(times: dict[str, list[list[float]]], records: int, rounds: int) -> None:
+def report(times: dict[str, list[list[float]]], growths: dict[str, list[float | None]], records: int,
+           rounds: int) -> None:
     print(f"\nbench.pii_ops  {records:,} records (history on: as many versions), medians of {rounds} "
           f"interleaved rounds (seconds, every round in brackets)")
     for dialect, per_round in times.items():
@@ -341,27 +392,33 @@ def report(times: dict[str, list[list[float]]], records: int, rounds: int) -> No
             median = statistics.median(values)
             rate = f"{records / median:9,.0f} records/s" if step in ("pii-apply floor", "pii-apply") else ""
             print(f"  {step:<28} {median:8.2f} s  {rate:<18} [{', '.join(f'{v:.2f}' for v in values)}]")
+        grown = [g for g in growths[dialect] if g is not None]
+        if grown:
+            print(f"  {'pii-apply, peak RSS growth':<28} {statistics.median(grown):8.1f} MiB{'':<19} "
+                  f"[{', '.join(f'{g:.1f}' for g in grown)}]")
 
 
-def run(pg_url: str, records: int, rounds: int, dialects: list[str]) -> int:
+def run(pg_url: str, records: int, rounds: int, dialects: list[str], duckdb_memory_limit: str | None = None) -> int:
     print(f"building {records} records ...", flush=True)
     base = wire_records(records)
     who = targets(base)
     key = PiiKey.from_text(_BENCH_PII_KEY, source="bench")
     times: dict[str, list[list[float]]] = {d: [] for d in dialects}
+    growths: dict[str, list[float | None]] = {d: [] for d in dialects}
     problems: list[str] = []
     workdir = Path(tempfile.mkdtemp(prefix="bench_piiops_"))
     try:
         for round_no in range(1, rounds + 1):
             print(f"round {round_no}/{rounds}", flush=True)
             for dialect in dialects:
-                with database(dialect, pg_url, workdir) as db:
-                    seconds, found = one_round(db, base, who, key)
+                with database(dialect, pg_url, workdir, duckdb_memory_limit) as db:
+                    seconds, growth, found = one_round(db, base, who, key)
                 times[dialect].append(seconds)
+                growths[dialect].append(growth)
                 problems += found
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    report(times, len(base), rounds)
+    report(times, growths, len(base), rounds)
     for problem in problems:
         print("  PROBLEM:", problem)
     return 1 if problems else 0
@@ -373,12 +430,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dialects", default=",".join(DIALECTS), help="comma list of postgres,duckdb")
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--duckdb-memory-limit", default=None,
+                        help="DuckDB's memory_limit, e.g. 256MB (a worker's setting); default: DuckDB's own (80%% of RAM)")
     args = parser.parse_args(argv)
     dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
     unknown = sorted(set(dialects) - set(DIALECTS))
     if unknown or not dialects:
         parser.error(f"--dialects: {', '.join(unknown) or 'none given'}; choose from {', '.join(DIALECTS)}")
-    return run(args.pg_url, args.records, args.rounds, dialects)
+    return run(args.pg_url, args.records, args.rounds, dialects, args.duckdb_memory_limit)
 
 
 if __name__ == "__main__":
