@@ -431,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dialects", default=",".join(DIALECTS), help="comma list of postgres,duckdb")
     parser.add_argument("--pg-url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test")
     parser.add_argument("--duckdb-memory-limit", default=None,
-                        help="DuckDB's memory_limit, e.g. 256MB (a worker's setting); default: DuckDB's own (80%% of RAM)")
+                        help="DuckDB's memory_limit, e.g. 256MB (a worker's); default: DuckDB's own, 80%% of RAM")
     args = parser.parse_args(argv)
     dialects = [d.strip() for d in args.dialects.split(",") if d.strip()]
     unknown = sorted(set(dialects) - set(DIALECTS))
