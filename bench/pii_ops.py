@@ -19,7 +19,7 @@ after the other (interleaved, so a slow phase of the machine hits every dialect 
   the reclaim after its commit included. Checked: every row and version rewritten, and no raw
   email of a sample of records left in the records table or its history;
 - ``pii-apply's statements``: of that time, what the statements on its transaction's connection took,
-  one after another (on PostgreSQL the updates, ``ANALYZE`` and ``TRUNCATE`` of the staged rows and
+  one after another (on PostgreSQL the updates, the ``TRUNCATE`` of the staged rows and
   the VACUUM after the commit; neither ``COPY``, which the driver runs, nor the reads of the second
   connection beside them): a transaction's statements run in sequence, so pii-apply takes no less;
 - ``erase --email``: :func:`~airflow_provider_bos.warehouse.upkeep.erase.erase_records` of one person

@@ -52,7 +52,6 @@ from airflow_provider_bos.exceptions import BosWarehouseError, excerpt
 from airflow_provider_bos.pii import PiiKey, PiiPlan
 from airflow_provider_bos.warehouse.dialects.base import WarehouseDialect
 from airflow_provider_bos.warehouse.dialects.upkeep_sql import (
-    analyze_staged_updates,
     copy_staged_updates,
     create_staged_updates,
     drop_staged_updates,
@@ -519,7 +518,6 @@ class _CopyUpdates(_Updates):
             # its rows would be written the same, at the cost of parsing every one.
             changed = [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
             if kind == "content" and self.current_versions:
-                execute(self.conn, analyze_staged_updates(self.dialect, self.staged[kind], self.key[0]))
                 for at, version in enumerate(self.current_versions):
                     self.alike_updated[at] += execute(self.conn, update_from_staged(
                         self.dialect, version.table.name, version.table.schema, self.staged[kind], key=self.key,
