@@ -45,7 +45,6 @@ compare between sizes (``--records``) for "memory flat".
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shutil
 import statistics
 import sys
@@ -72,6 +71,7 @@ from airflow_provider_bos.warehouse.upkeep.reclaim import reclaim_space
 from airflow_provider_bos.wire import ReconcileOptions, WireRecord, WriteOptions, wire_hash
 from bench.data import ScenarioParams, iter_final_records
 from bench.ours import _BENCH_PII_KEY, BENCH_PII_POLICY
+from bench.rss import peak_rss_mib, reset_peak_rss, rss_mib
 
 DIALECTS = ("postgres", "duckdb")
 NAMES = {"postgres": "PostgreSQL", "duckdb": "DuckDB"}
@@ -140,8 +140,9 @@ def targets(records: list[WireRecord]) -> Targets:
     external_id, external_refs = _by_external_id(records, records[2 * len(records) // 3])
     hashed_id, hashed_refs = _by_external_id(records, records[len(records) // 2])
     step = max(len(with_email) // SAMPLE, 1)
+    erased_by_id = external_refs | hashed_refs
     taken = {email.strip().lower()} | {
-        (r.get("email") or "").strip().lower() for r in records if r["record_ref"] in external_refs | hashed_refs}
+        (r.get("email") or "").strip().lower() for r in records if r["record_ref"] in erased_by_id}
     others = [r["email"] for r in with_email[1::2] if r["email"].strip().lower() not in taken]
     many = tuple(dict.fromkeys(others[:: max(len(others) // MANY, 1)]))[:MANY]
     folded = {e.strip().lower() for e in many}
@@ -308,30 +309,15 @@ def statement_seconds(engine: sa.Engine) -> Iterator[list[float]]:
         sa.event.remove(engine, "after_cursor_execute", after)
 
 
-def _status_kib(field_name: str) -> int | None:
-    """A ``/proc/self/status`` figure in KiB (None off Linux)."""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    return None
-
-
 @contextmanager
 def peak_rss_growth() -> Iterator[list[float | None]]:
     """How far the process's peak RSS rose above its RSS at the start (MiB; None off Linux), the
-    kernel's peak reset first (``/proc/self/clear_refs``); the first item of what it yields."""
+    kernel's peak reset first; the first item of what it yields."""
     growth: list[float | None] = [None]
-    try:
-        Path("/proc/self/clear_refs").write_text("5")
-    except OSError:
-        yield growth
-        return
-    before = _status_kib("VmRSS")
+    before = rss_mib() if reset_peak_rss() else None
     yield growth
-    peak = _status_kib("VmHWM")
-    if before is not None and peak is not None:
-        growth[0] = (peak - before) / 1024
+    if before is not None:
+        growth[0] = peak_rss_mib() - before
 
 
 def one_round(db: Database, records: list[WireRecord], who: Targets,

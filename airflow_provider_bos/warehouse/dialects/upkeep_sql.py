@@ -151,11 +151,9 @@ def update_from_staged(d: WarehouseDialect, target: str, schema: str | None, sta
     match = [f"t.{q(name)} = s.{q(f'k_{name}')}" for name in key]
     ranged = ("t", "m") if alike_in is not None else ("t",)  # every table's range read through its key's index
     above, up_to = within
-    if above is None and up_to is not None:
-        lower = [(f"{a}.{q(key[0])} >= {p}", "") for a in ranged]
-    else:
-        lower = [(f"{a}.{q(key[0])} > {p}", above) for a in ranged if above is not None]
-    bounds = [*lower, *((f"{a}.{q(key[0])} <= {p}", up_to) for a in ranged if up_to is not None)]
+    lower = (">=", "") if above is None and up_to is not None else (">", above)
+    bounds = [(f"{a}.{q(key[0])} {op} {p}", value) for op, value in (lower, ("<=", up_to)) if value is not None
+              for a in ranged]
     match.extend(test for test, _ in bounds)
     params = tuple(value for _, value in bounds)
     source = f"{q(staged)} s"
