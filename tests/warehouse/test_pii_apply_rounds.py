@@ -79,6 +79,36 @@ def test_rounds_of_any_size_rewrite_what_one_round_does(make_writer, engine, uni
     assert not any("@" in (email or "") for email in emails)  # every version's email hashed, none left raw
 
 
+@pytest.mark.parametrize("warehouse_url", ["duckdb"], indirect=True)
+@pytest.mark.parametrize("file_rows", [1, 3])
+def test_duckdb_applies_its_staged_rows_a_file_of_at_most_file_rows_at_a_time(make_writer, engine, unique_table,
+                                                                              monkeypatch, file_rows) -> None:
+    """One UPDATE over every rewritten row of a large table runs DuckDB out of its memory limit: the
+    rows go back in files of at most ``FILE_ROWS``, each its own UPDATE, and rewrite every row and
+    version (alike or not) exactly as one file does."""
+    one_file = make_writer()
+    in_files = make_writer(table=f"{unique_table}_f", audit_table=f"{unique_table}_f_runs")
+    for writer in (one_file, in_files):
+        write_days(writer)
+    whole = apply(engine, one_file)
+
+    staged: list[int] = []
+    lines_of = policy_rewrite._FileUpdates._apply
+
+    def counted(self, kind, file) -> None:
+        staged.append(sum(1 for _ in file.path.open("rb")))
+        lines_of(self, kind, file)
+
+    monkeypatch.setattr(policy_rewrite, "FILE_ROWS", file_rows)
+    monkeypatch.setattr(policy_rewrite._FileUpdates, "_apply", counted)
+    in_pieces = apply(engine, in_files)
+
+    assert (in_pieces.records, in_pieces.history) == (whole.records, whole.history) == (11, 16)
+    assert rewritten(engine, in_files.table) == rewritten(engine, one_file.table)
+    # the 11 rows and the 5 versions unlike a row (the other 11 follow their row in the database)
+    assert sum(staged) == 11 + 5 and max(staged) == file_rows and len(staged) > 2
+
+
 def test_a_failed_round_update_rolls_every_round_back(make_writer, engine, monkeypatch) -> None:
     writer = make_writer()
     write_days(writer)

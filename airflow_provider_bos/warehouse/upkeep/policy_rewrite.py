@@ -13,8 +13,8 @@ way each database offers:
   ``UPDATE ... FROM`` it per table, bounded by the round's refs so it reads them through the key's
   index, run while the next round is changed here (one statement per row cost a round trip and a
   plan each; the update is the server's work, the change this process's: two cores);
-* DuckDB (``updates_from_file``): a staged NDJSON file and one ``UPDATE ... FROM read_json`` per
-  table (one ``UPDATE`` per row costs ~0.7 ms there);
+* DuckDB (``updates_from_file``): staged NDJSON files of at most :data:`FILE_ROWS` rows, each applied
+  by one ``UPDATE ... FROM read_json`` per table (one ``UPDATE`` per row costs ~0.7 ms there);
 * the others: one ``UPDATE`` by key per row, values bound, a batch per ``executemany``.
 
 On PostgreSQL and DuckDB a version that stores its ref's row's content (the current version always
@@ -42,7 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import orjson
@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 
 #: Rows read (and held) at a time.
 BATCH = 5000
+#: Rewritten rows per staged file on DuckDB, each file applied by its own ``UPDATE``: one statement
+#: joining every rewritten row of a 100,000-row table ran out of a 256 MB memory limit, and at
+#: 200,000 rows four statements took half the time of one (the join's hash table grows with the file).
+FILE_ROWS = 50_000
 # The columns a policy can change (record_ref and the _bos_* columns never change).
 _POLICY_COLUMNS = ("display_name", "email", "phone", "lifecycle", "identity_match", "attributes", "sources")
 # The JSON columns the databases below hand back as their text when asked to (CAST AS TEXT).
@@ -542,10 +546,21 @@ class _CopyUpdates(_Updates):
             self.lines[kind] += len(rows)
 
 
+@dataclass
+class _StagedFile:
+    """One staged NDJSON file of rewritten rows, applied by its own ``UPDATE``."""
+
+    path: Path
+    out: BinaryIO
+    lines: int = 0
+    longest: int = 0
+
+
 class _FileUpdates(_Updates):
-    """DuckDB: rewritten rows written to two NDJSON files (new content; new wire hash only) in
-    ``directory``, each applied by one ``UPDATE ... FROM`` the file when the table has been read (see
-    :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are removed after."""
+    """DuckDB: rewritten rows written to NDJSON files in ``directory`` (new content; new wire hash only),
+    at most :data:`FILE_ROWS` rows each, each applied by one ``UPDATE ... FROM`` the file when the table
+    has been read (see :meth:`~.dialects.duckdb.DuckDBDialect.update_from_file`); the files are
+    removed after."""
 
     runs_statements = False
     updates_alike = True
@@ -553,45 +568,52 @@ class _FileUpdates(_Updates):
     def __init__(self, conn: sa.Connection, table: sa.Table, dialect: WarehouseDialect, *,
                  key: tuple[str, ...], wire: bool, directory: Path) -> None:
         super().__init__(table, key=key, wire=wire)
-        self.conn, self.dialect = conn, dialect
-        self.paths = {kind: directory / f"bos-pii-{table.name}-{kind}.ndjson" for kind in self.columns}
-        self.files = {kind: os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")
-                      for kind, path in self.paths.items()}
-        self.longest = dict.fromkeys(self.columns, 0)
-        self.lines = dict.fromkeys(self.columns, 0)
+        self.conn, self.dialect, self.directory = conn, dialect, directory
+        self.files: dict[str, list[_StagedFile]] = {kind: [] for kind in self.columns}
+
+    def _file(self, kind: str) -> _StagedFile:
+        """The file of ``kind`` the next rows go to: a new one once the last holds :data:`FILE_ROWS`."""
+        files = self.files[kind]
+        if not files or files[-1].lines >= FILE_ROWS:
+            path = self.directory / f"bos-pii-{self.table.name}-{kind}-{len(files)}.ndjson"
+            files.append(_StagedFile(path, os.fdopen(
+                os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "wb")))
+        return files[-1]
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
+        staged = [(kind, file) for kind, files in self.files.items() for file in files]
         try:
-            for out in self.files.values():
-                out.close()
+            for _, file in staged:
+                file.out.close()
             if exc_type is None:
-                for kind, path in self.paths.items():
-                    if not self.lines[kind]:
-                        continue
-                    for at, version in enumerate(self.current_versions if kind == "content" else ()):
-                        alike = self.dialect.update_from_file(
-                            version.table.name, version.table.schema, str(path), key=self.key,
-                            columns=[c for c in self.columns[kind] if c != WIRE_HASH_COLUMN],
-                            longest_line=self.longest[kind], alike_in=self.table.name)
-                        self.alike_updated[at] += self.conn.exec_driver_sql(alike.sql, alike.params).rowcount
-                    update = self.dialect.update_from_file(
-                        self.table.name, self.table.schema, str(path), key=self.key,
-                        columns=self.columns[kind], longest_line=self.longest[kind])
-                    self.conn.exec_driver_sql(update.sql, update.params)
+                for kind, file in staged:
+                    self._apply(kind, file)
         finally:
-            for path in self.paths.values():
-                path.unlink(missing_ok=True)
+            for _, file in staged:
+                file.path.unlink(missing_ok=True)
+
+    def _apply(self, kind: str, file: _StagedFile) -> None:
+        """The versions alike the file's rows, then the rows (a file's refs are no other file's)."""
+        for at, version in enumerate(self.current_versions if kind == "content" else ()):
+            alike = self.dialect.update_from_file(
+                version.table.name, version.table.schema, str(file.path), key=self.key,
+                columns=[c for c in self.columns[kind] if c != WIRE_HASH_COLUMN],
+                longest_line=file.longest, alike_in=self.table.name)
+            self.alike_updated[at] += self.conn.exec_driver_sql(alike.sql, alike.params).rowcount
+        update = self.dialect.update_from_file(self.table.name, self.table.schema, str(file.path), key=self.key,
+                                               columns=self.columns[kind], longest_line=file.longest)
+        self.conn.exec_driver_sql(update.sql, update.params)
 
     def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
         keys = tuple(f"k_{name}" for name in self.key)
         for kind, rows in (("content", contents), ("wire", wires)):
-            if not rows:
-                continue
-            fields = (*keys, *self.columns[kind])
-            lines = _file_lines(fields, rows)
-            self.longest[kind] = max(self.longest[kind], *map(len, lines))
-            self.lines[kind] += len(lines)
-            self.files[kind].write(b"".join(lines))
+            lines = _file_lines((*keys, *self.columns[kind]), rows)
+            while lines:
+                file = self._file(kind)
+                taken, lines = lines[:FILE_ROWS - file.lines], lines[FILE_ROWS - file.lines:]
+                file.longest = max(file.longest, *map(len, taken))
+                file.lines += len(taken)
+                file.out.write(b"".join(taken))
 
 
 def _file_lines(fields: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[bytes]:
