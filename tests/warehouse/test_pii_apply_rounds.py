@@ -109,6 +109,27 @@ def test_duckdb_applies_its_staged_rows_a_file_of_at_most_file_rows_at_a_time(ma
     assert sum(staged) == 11 + 5 and max(staged) == file_rows and len(staged) > 2
 
 
+@pytest.mark.parametrize("warehouse_url", ["duckdb"], indirect=True)
+def test_duckdb_leaves_a_column_no_row_changed_as_stored(make_writer, engine) -> None:
+    """DuckDB holds what an open transaction's UPDATE sets in memory until the commit: a column the
+    policy changes in no row (here ``lifecycle``) is not set again, and keeps its stored text."""
+    writer = make_writer()
+    write_under(writer, None, [person(i) for i in range(1, 5)], reconcile=HISTORY)
+    records = reflect(engine, writer.table)
+    spelled = '{ "state" :  "active" }'  # the same value as the writer's text, spelled otherwise
+    with engine.begin() as conn:
+        conn.execute(sa.update(records).where(records.c.record_ref == person(2)["record_ref"])
+                     .values(lifecycle=sa.cast(sa.bindparam("l", spelled, type_=sa.Text()), records.c.lifecycle.type)))
+        before = dict(conn.execute(sa.select(records.c.record_ref, sa.cast(records.c.lifecycle, sa.Text()))).all())
+
+    assert apply(engine, writer).records == 4
+    with engine.connect() as conn:
+        after = dict(conn.execute(sa.select(records.c.record_ref, sa.cast(records.c.lifecycle, sa.Text()))).all())
+        emails = list(conn.execute(sa.select(records.c.email)).scalars())
+    assert after == before and before[person(2)["record_ref"]] == spelled
+    assert not any("@" in email for email in emails)  # the columns the policy changes were set
+
+
 def test_a_failed_round_update_rolls_every_round_back(make_writer, engine, monkeypatch) -> None:
     writer = make_writer()
     write_days(writer)

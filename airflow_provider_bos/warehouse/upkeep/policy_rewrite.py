@@ -570,6 +570,11 @@ class _FileUpdates(_Updates):
         super().__init__(table, key=key, wire=wire)
         self.conn, self.dialect, self.directory = conn, dialect, directory
         self.files: dict[str, list[_StagedFile]] = {kind: [] for kind in self.columns}
+        #: The content columns some row changed, as the rounds found them (all of them by the last).
+        self.fields: frozenset[str] = frozenset()
+
+    def apply_staged(self, fields: frozenset[str], within: tuple[Any, Any]) -> None:
+        self.fields = fields  # the files are applied once the table has been read (__exit__)
 
     def _file(self, kind: str) -> _StagedFile:
         """The file of ``kind`` the next rows go to: a new one once the last holds :data:`FILE_ROWS`."""
@@ -593,15 +598,20 @@ class _FileUpdates(_Updates):
                 file.path.unlink(missing_ok=True)
 
     def _apply(self, kind: str, file: _StagedFile) -> None:
-        """The versions alike the file's rows, then the rows (a file's refs are no other file's)."""
+        """The versions alike the file's rows, then the rows (a file's refs are no other file's).
+
+        A column no row changed is not set: DuckDB holds every value an open transaction's UPDATE
+        sets in memory until the commit, so each column set again for nothing costs memory as well
+        as time (and keeps the stored text as it was)."""
+        changed = [c for c in self.columns[kind] if c not in _POLICY_COLUMNS or c in self.fields]
         for at, version in enumerate(self.current_versions if kind == "content" else ()):
             alike = self.dialect.update_from_file(
                 version.table.name, version.table.schema, str(file.path), key=self.key,
-                columns=[c for c in self.columns[kind] if c != WIRE_HASH_COLUMN],
-                longest_line=file.longest, alike_in=self.table.name)
+                columns=[c for c in changed if c != WIRE_HASH_COLUMN], longest_line=file.longest,
+                alike_in=self.table.name)
             self.alike_updated[at] += self.conn.exec_driver_sql(alike.sql, alike.params).rowcount
         update = self.dialect.update_from_file(self.table.name, self.table.schema, str(file.path), key=self.key,
-                                               columns=self.columns[kind], longest_line=file.longest)
+                                               columns=changed, longest_line=file.longest)
         self.conn.exec_driver_sql(update.sql, update.params)
 
     def add(self, contents: list[tuple[Any, ...]], wires: list[tuple[Any, ...]]) -> None:
