@@ -11,10 +11,14 @@ import sqlalchemy as sa
 from airflow_provider_bos.warehouse.upkeep.scan import rows_in_batches, rows_in_one_pass
 
 
-@pytest.mark.parametrize("batch_size", [1, 2, 3, 7, 100])
-def test_every_row_of_a_two_column_key_comes_once_in_key_order(engine, batch_size: int) -> None:
-    """Versions of one ref span batch boundaries (three refs with 1, 4 and 2 versions)."""
-    table = sa.Table(f"scan_test_{batch_size}", sa.MetaData(), sa.Column("record_ref", sa.String(64), primary_key=True),
+@pytest.mark.parametrize(("batch_size", "first_batch_size"), [(1, None), (2, None), (3, None), (7, None), (100, None),
+                                                           (3, 1), (2, 5)])
+def test_every_row_of_a_two_column_key_comes_once_in_key_order(engine, batch_size: int,
+                                                               first_batch_size: int | None) -> None:
+    """Versions of one ref span batch boundaries (three refs with 1, 4 and 2 versions); a first batch
+    of its own size (pii-apply's first round) is followed by batches of ``batch_size``."""
+    table = sa.Table(f"scan_test_{batch_size}_{first_batch_size}", sa.MetaData(),
+                     sa.Column("record_ref", sa.String(64), primary_key=True),
                      sa.Column("_bos_valid_from", sa.DateTime(timezone=True), primary_key=True),
                      sa.Column("n", sa.Integer))
     start = datetime(2026, 10, 1, tzinfo=UTC)
@@ -26,8 +30,9 @@ def test_every_row_of_a_two_column_key_comes_once_in_key_order(engine, batch_siz
             conn.execute(table.insert(), rows)
         with engine.connect() as conn:
             batches = list(rows_in_batches(conn, table, ["n"], key=("record_ref", "_bos_valid_from"),
-                                           batch_size=batch_size))
-        assert all(len(b) <= batch_size for b in batches)
+                                           batch_size=batch_size, first_batch_size=first_batch_size))
+        sizes = [first_batch_size or batch_size, *[batch_size] * (len(batches) - 1)]
+        assert [len(b) for b in batches[:-1]] == sizes[:-1] and len(batches[-1]) <= sizes[-1]
         in_key_order = [r["n"] for r in sorted(rows, key=lambda r: (r["record_ref"], r["_bos_valid_from"]))]
         assert [r["n"] for b in batches for r in b] == in_key_order
     finally:

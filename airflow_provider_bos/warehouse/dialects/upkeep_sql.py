@@ -174,8 +174,8 @@ def empty_staged_updates(d: WarehouseDialect, staged: str) -> Statement:
 
 
 def copy_staged_updates(d: WarehouseDialect, staged: str, names: Sequence[str]) -> str:
-    """PostgreSQL: the ``COPY ... FROM STDIN`` that fills ``staged``'s ``names``."""
-    return f"COPY {d.quote(staged)} ({', '.join(d.quote(n) for n in names)}) FROM STDIN"
+    """PostgreSQL: the binary ``COPY ... FROM STDIN`` that fills ``staged``'s ``names``."""
+    return f"COPY {d.quote(staged)} ({', '.join(d.quote(n) for n in names)}) FROM STDIN (FORMAT BINARY)"
 
 
 def export_snapshot(d: WarehouseDialect) -> Statement:

@@ -79,6 +79,9 @@ log = logging.getLogger(__name__)
 
 #: Rows read (and held) at a time.
 BATCH = 5000
+#: Rows of the first round read by key ranges: the database has nothing to update until this process
+#: has read and changed it, so a small one starts the database's work sooner.
+FIRST_BATCH = 500
 #: Rewritten rows per staged file on DuckDB, each file applied by its own ``UPDATE``: one statement
 #: joining every rewritten row of a 100,000-row table ran out of a 256 MB memory limit, and at
 #: 200,000 rows four statements took half the time of one (the join's hash table grows with the file).
@@ -231,7 +234,8 @@ def _rounds_by_key(conn: sa.Connection, main: _Target, others: Sequence[_Target]
     """Rounds read by key ranges, each read when the previous round is done with (no cursor stays open)."""
     as_text = _as_text(dialect)
     above: Any = None
-    batches = rows_in_batches(conn, main.table, _columns(main), key=main.key, batch_size=BATCH, as_text=as_text)
+    batches = rows_in_batches(conn, main.table, _columns(main), key=main.key, batch_size=BATCH, as_text=as_text,
+                              first_batch_size=min(FIRST_BATCH, BATCH))
     versions_read = [_not_alike(conn, dialect, main, other) for other in others]  # the same every round
     # None: the versions after the last row's ref (or of an empty table).
     for rows in itertools.chain(batches, (None,)):
@@ -505,6 +509,8 @@ class _CopyUpdates(_Updates):
         #: Rows staged and not applied yet.
         self.lines = dict.fromkeys(self.columns, 0)
         typed = [(name, "TIMESTAMPTZ" if name == "_bos_valid_from" else "TEXT") for name in key]
+        #: The key columns' types as the binary COPY sends them.
+        self.key_types = [kind.lower() for _, kind in typed]
         for kind, columns in self.columns.items():
             execute(conn, create_staged_updates(dialect, self.staged[kind], key=typed, columns=columns))
 
@@ -541,6 +547,7 @@ class _CopyUpdates(_Updates):
             names = [*(f"k_{name}" for name in self.key), *self.columns[kind]]
             with driver.cursor() as cursor, cursor.copy(
                     copy_staged_updates(self.dialect, self.staged[kind], names)) as copy:
+                copy.set_types([*self.key_types, *(["text"] * len(self.columns[kind]))])
                 for row in rows:
                     copy.write_row(row)
             self.lines[kind] += len(rows)

@@ -14,13 +14,13 @@ __all__ = ["rows_in_batches", "rows_in_one_pass"]
 def rows_in_batches(
     conn: sa.Connection, table: sa.Table, columns: Sequence[str], *, key: Sequence[str], batch_size: int = 1000,
     as_text: Collection[str] = (), within: tuple[Any, Any] = (None, None),
-    where: sa.ColumnElement[bool] | sa.TextClause | None = None,
+    where: sa.ColumnElement[bool] | sa.TextClause | None = None, first_batch_size: int | None = None,
 ) -> Iterator[list[sa.RowMapping]]:
     """``columns`` (the ``key`` columns included) of every row of ``table``, ordered by ``key`` (one
-    column, or two: a record_ref and its version), ``batch_size`` rows at a time; the columns named
-    in ``as_text`` (JSON ones) read as their text, undecoded. ``within``: only the rows whose first
-    key column is above the first bound and up to the second (``None``: unbounded); ``where``: only
-    the rows it holds for."""
+    column, or two: a record_ref and its version), ``batch_size`` rows at a time (the first batch
+    ``first_batch_size``, if given); the columns named in ``as_text`` (JSON ones) read as their text,
+    undecoded. ``within``: only the rows whose first key column is above the first bound and up to
+    the second (``None``: unbounded); ``where``: only the rows it holds for."""
     selected = [sa.cast(table.c[name], sa.Text()).label(name) if name in as_text else table.c[name]
                 for name in dict.fromkeys([*key, *columns])]
     keys = [table.c[name] for name in key]
@@ -28,15 +28,16 @@ def rows_in_batches(
     bounds = [*(() if above is None else (keys[0] > above,)), *(() if up_to is None else (keys[0] <= up_to,)),
               *(() if where is None else (where,))]
     last: tuple[Any, ...] | None = None
+    size = first_batch_size or batch_size
     while True:
-        query = sa.select(*selected).where(*bounds).order_by(*keys).limit(batch_size)
+        query = sa.select(*selected).where(*bounds).order_by(*keys).limit(size)
         if last is not None:
             query = query.where(_after(keys, last))
         rows = list(conn.execute(query).mappings())
         if not rows:
             return
         yield rows
-        last = tuple(rows[-1][name] for name in key)
+        last, size = tuple(rows[-1][name] for name in key), batch_size
 
 
 def _after(keys: Sequence[sa.Column[Any]], last: tuple[Any, ...]) -> sa.ColumnElement[bool]:
