@@ -526,7 +526,7 @@ class _CopyUpdates(_Updates):
                 continue
             # A column no row changed is not set again: jsonb holds the value, not the text, so
             # its rows would be written the same, at the cost of parsing every one.
-            changed = [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
+            changed = _set_again(columns, fields)
             if kind == "content" and self.current_versions:
                 for at, version in enumerate(self.current_versions):
                     self.alike_updated[at] += execute(self.conn, update_from_staged(
@@ -610,7 +610,7 @@ class _FileUpdates(_Updates):
         A column no row changed is not set: DuckDB holds every value an open transaction's UPDATE
         sets in memory until the commit, so each column set again for nothing costs memory as well
         as time (and keeps the stored text as it was)."""
-        changed = [c for c in self.columns[kind] if c not in _POLICY_COLUMNS or c in self.fields]
+        changed = _set_again(self.columns[kind], self.fields)
         for at, version in enumerate(self.current_versions if kind == "content" else ()):
             alike = self.dialect.update_from_file(
                 version.table.name, version.table.schema, str(file.path), key=self.key,
@@ -631,6 +631,11 @@ class _FileUpdates(_Updates):
                 file.longest = max(file.longest, *map(len, taken))
                 file.lines += len(taken)
                 file.out.write(b"".join(taken))
+
+
+def _set_again(columns: Sequence[str], fields: frozenset[str]) -> list[str]:
+    """Which of ``columns`` an update sets: the hashes, and the content columns some row changed."""
+    return [c for c in columns if c not in _POLICY_COLUMNS or c in fields]
 
 
 def _file_lines(fields: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[bytes]:
