@@ -69,9 +69,10 @@ def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None
     """The wire hash of a record's exact JSON bytes: SHA-256 with every provenance stamp blanked.
 
     Only the ``observed_at`` values of the entries of the record's ``sources`` array are blanked (an
-    attribute of that name is content). The array is found in C calls, no parse: the record names
-    "sources" once, compactly (``"sources":[{``), and the array's end is the first ``}]`` after it
-    (a ``}]`` inside a string only ends the masked span early). Anything else is hashed as sent,
+    attribute of that name is content, and so is one inside an entry's object: see :func:`_nested`).
+    The array is found in C calls, no parse: the record names "sources" once, compactly
+    (``"sources":[{``), and the array's end is the first ``}]`` after it (a ``}]`` inside a string
+    only ends the masked span early). Anything else is hashed as sent,
     which only costs the shortcut, never a missed change. ``stamps``: given, it receives the
     blanked stamps' bytes (none where nothing was blanked), for :func:`latest_stamp`.
     """
@@ -80,7 +81,7 @@ def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None
         return sha256(element).hexdigest()
     start += len(_SOURCES_START) - 2
     end = element.find(b"}]", start) + 2
-    if end < start or _SPACED_CLOSE.search(element, start, end) is not None:
+    if end < start or _SPACED_CLOSE.search(element, start, end) is not None or _nested(element, start, end):
         return sha256(element).hexdigest()
     digest = sha256()
     kept = 0
@@ -99,6 +100,19 @@ def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None
         stamp = element.find(_STAMP_KEY, close, end)
     digest.update(element[kept:])
     return digest.hexdigest()
+
+
+def _nested(element: bytes | bytearray, start: int, end: int) -> bool:
+    """Whether the array at ``start`` may hold an object inside an entry: some ``{`` in it other than
+    an entry's opening one (the first, or one right after ``},``). Only an entry's own ``observed_at``
+    is BOS's stamp; one in an object of an extra key is content, so such a record is hashed as sent
+    (a ``{`` inside a string only costs the shortcut)."""
+    brace = element.find(b"{", start + 2, end)
+    while brace >= 0:
+        if element[brace - 2:brace] != b"},":
+            return True
+        brace = element.find(b"{", brace + 1, end)
+    return False
 
 
 def latest_stamp(stamps: list[bytes | bytearray]) -> datetime | None:

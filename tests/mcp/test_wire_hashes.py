@@ -89,10 +89,11 @@ def test_the_wire_hash_leaves_out_provenance_stamps_and_nothing_else(recs: list[
         other = json.dumps({**record, "attributes": {**record["attributes"], "name": "changed"}},
                            separators=separators, ensure_ascii=False).encode()
         assert (wire_hash(other) == wire_hash(raw)) == (other == raw)
-        # A re-stamped record of the contract's compact shape hashes alike (a note holding "}]" or
+        # A re-stamped record of the contract's compact shape hashes alike (a note holding "}]", "{" or
         # "sources" may only cost the shortcut).
         note = record["sources"][0]["note"]
-        if compact and "}]" not in note and "sources" not in json.dumps(record["attributes"]) + note:
+        plain_note = "}]" not in note and "{" not in note
+        if compact and plain_note and "sources" not in json.dumps(record["attributes"]) + note:
             assert wire_hash(moved) == wire_hash(raw)
 
 
@@ -103,6 +104,21 @@ def test_an_attribute_called_observed_at_is_content() -> None:
     assert wire_hash(json.dumps(record).encode()) != wire_hash(json.dumps(changed).encode())
     assert wire_hash(json.dumps(record, separators=(",", ":")).encode()) != hashlib.sha256(
         json.dumps(record, separators=(",", ":")).encode()).hexdigest()
+
+
+def test_an_observed_at_nested_in_a_provenance_entry_is_content() -> None:
+    """Only an entry's own ``observed_at`` is BOS's stamp: one inside an extra key's object or array (any
+    JSON value may come there), in any entry, is content, and a change to it changes the hash."""
+    plain = {"source_type": "crm", "observed_at": "2026-10-01T00:00:00Z", "capabilities": ["read"]}
+    for extra in ({"meta": {"observed_at": "2020-01-01T00:00:00Z"}},
+                  {"meta": [{"observed_at": "2020-01-01T00:00:00Z"}]},
+                  {"meta": [1, {"observed_at": "2020-01-01T00:00:00Z"}]},
+                  {"meta": [{}, {"observed_at": "2020-01-01T00:00:00Z"}]}):
+        for sources in ([{**plain, **extra}], [plain, {**plain, **extra}]):
+            record = {"record_ref": "r", "sources": sources, "attributes": {}}
+            changed = json.loads(json.dumps(record).replace("2020-01-01T00:00:00Z", "2021-06-06T06:06:06Z"))
+            compact = [json.dumps(r, separators=(",", ":")).encode() for r in (record, changed)]
+            assert wire_hash(compact[0]) != wire_hash(compact[1]), (extra, len(sources))
 
 
 SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (",\n ", ":")])
