@@ -18,7 +18,7 @@ from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseE
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
 from airflow_provider_bos.warehouse.run.catalog import column_names
 from airflow_provider_bos.warehouse.run.rejects import MAX_REJECT_BYTES, Rejects
-from airflow_provider_bos.warehouse.tables.records import MAX_RECORD_REF_LENGTH
+from airflow_provider_bos.warehouse.tables.records import MAX_ENTRY_TEXT_LENGTH, MAX_RECORD_REF_LENGTH
 from airflow_provider_bos.warehouse.tables.schema import rejects_table_name
 from airflow_provider_bos.wire import WireRecord, WriteOptions
 
@@ -210,3 +210,51 @@ def test_rejects_keep_what_cannot_be_serialised_as_json() -> None:
     rejects.add({"record_ref": 7, "x": math.nan, "y": object()}, BosWarehouseError("no ref"))
     [row] = rejects.rows
     assert row["record_ref"] is None and b"NaN" in row["record"] and row["reason"] == "no ref"
+
+
+def with_version(i: int, version: object) -> dict:
+    record = make_record(i)
+    record["sources"][0]["version"] = version
+    return record
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["dicts", "wire"])
+def test_an_entry_value_too_long_as_the_database_renders_it_is_quarantined(writer, engine, wire) -> None:
+    """A provenance entry's value other than a string goes into the provenance table as the database
+    renders its JSON (PostgreSQL: a space after every comma, every number positional), which may be
+    longer than the compact JSON BOS sent: refused like any record the table cannot store, on every
+    destination alike, instead of failing the run; a value that fits either way is stored."""
+    spaced = with_version(1, [1] * 200)  # 401 characters compact, 599 with the spaces
+    positional = with_version(2, [1e-300, 1e-300])  # 15 compact; each number 302 characters written out
+    fits = with_version(3, [1] * 120)  # 359 characters with the spaces
+    records = [spaced, positional, fits, make_record(4)]
+    run = run_info()
+
+    counts = write(writer, [WireRecord(r) if wire else r for r in records], run, invalid_records="quarantine")
+
+    assert counts == UpsertCounts(inserted=2, rejected=2)
+    assert set(rows_by_ref(engine, writer.table)) == {"bos:person:000003", "bos:person:000004"}
+    reasons = {r["record_ref"]: r["reason"] for r in rejects_rows(engine, writer.table)}
+    assert set(reasons) == {"bos:person:000001", "bos:person:000002"}
+    for reason in reasons.values():
+        assert "sources[0].version" in reason and "at most 512" in reason, reason
+
+
+ENTRY_VALUES = [[1] * 200, {"a": [1, 2], "b": {"c": None}}, [1e-300], [1e16, 1.5, -0.0, 12345678901234567890, 1e22],
+                ['é\n"\\', True, False], [[[]], {}, [{}]], 2.5e-7, {"": "", "k": [None]}]
+
+
+def test_an_entry_value_is_measured_at_least_as_long_as_postgresql_stores_it(engine) -> None:
+    """The measure the refusal above takes is never shorter than the text PostgreSQL's provenance
+    table gets (``->>`` of the stored jsonb) nor than the compact JSON, as far as a column holds."""
+    if engine.dialect.name != "postgresql":
+        pytest.skip("PostgreSQL's rendering of a jsonb value")
+    from airflow_provider_bos.warehouse.tables.records import _rendered_length, canonical_json
+
+    with engine.connect() as conn:
+        for value in ENTRY_VALUES:
+            compact = canonical_json({"v": value})
+            stored = conn.execute(sa.text("SELECT length(CAST(:doc AS jsonb)->>'v')"), {"doc": compact}).scalar_one()
+            longest = max(stored, len(canonical_json(value)))
+            measured = _rendered_length(value)  # it stops counting once past what a column holds
+            assert measured >= min(longest, MAX_ENTRY_TEXT_LENGTH + 1), value

@@ -33,6 +33,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
 from hashlib import sha256
 from typing import Any
 
@@ -69,6 +70,8 @@ MAX_RECORD_REF_LENGTH = 512
 # The text columns of a provenance entry's row in ``<table>_sources`` (its VARCHAR(512) columns).
 MAX_ENTRY_TEXT_LENGTH = 512
 _ENTRY_TEXT_FIELDS = ("source_type", "source_identity", "external_id", "record_type", "version")
+# An entry's values stored as long as BOS sent them (any other JSON value is rendered by the database).
+_AS_SENT = (str, int, bool)
 # The content fields in the records table's column order (its columns minus our _bos_ ones).
 CONTENT_COLUMNS = tuple(c for c in RECORD_COLUMNS if not c.startswith("_bos_"))
 # The content fields, in canonical (sorted) key order.
@@ -335,25 +338,60 @@ def _checked(data: Mapping[str, Any], default_observed_at: str | datetime | None
 def _check_entry_texts(ref: str, sources: Any, serialised_length: int) -> None:
     """Refuse a record whose provenance entry holds a text longer than the provenance table's columns,
     as any record the table cannot store (``invalid_records``), instead of failing the run's write.
-    ``serialised_length``: of ``sources`` as JSON text; no value in it can be longer, so almost every
-    record is passed on that one comparison."""
-    if serialised_length <= MAX_ENTRY_TEXT_LENGTH:
-        return
+
+    A string is stored as it is; any other value as the database renders its JSON, which may be longer
+    than the compact JSON BOS sent: PostgreSQL writes a space after every comma and colon and every
+    number without an exponent. So such a value's widest rendering is measured, the same on every
+    destination. ``serialised_length``: of ``sources`` as JSON text; no string, integer or boolean
+    in it is longer as stored."""
+    short = serialised_length <= MAX_ENTRY_TEXT_LENGTH
     for index, entry in enumerate(sources):
-        if not isinstance(entry, Mapping):
+        if type(entry) is not dict and not isinstance(entry, Mapping):  # the exact type first: once per entry
             continue
+        get = entry.get
         for name in _ENTRY_TEXT_FIELDS:
-            value = entry.get(name)
-            if value is None:
+            value = get(name)
+            if value is None or (short and type(value) in _AS_SENT):
                 continue
-            length = len(value) if isinstance(value, str) else len(canonical_json(value))
+            length = len(value) if isinstance(value, str) else _rendered_length(value)
             if length > MAX_ENTRY_TEXT_LENGTH:
+                shown = "" if isinstance(value, str) else " as the database writes its JSON"
                 message = (
-                    f"Record {ref!r}: sources[{index}].{name} is {length} characters long; the provenance table "
-                    f"holds at most {MAX_ENTRY_TEXT_LENGTH}. Ask BOS why a source's {name} is that long; meanwhile "
-                    "invalid_records='quarantine' keeps the record in the rejects table and stores the others."
+                    f"Record {ref!r}: sources[{index}].{name} is {length} characters long{shown}; the provenance "
+                    f"table holds at most {MAX_ENTRY_TEXT_LENGTH}. Ask BOS why a source's {name} is that long; "
+                    "meanwhile invalid_records='quarantine' keeps the record in the rejects table and stores the "
+                    "others."
                 )
                 raise UnstorableRecord(message, without_values=message)
+
+
+def _rendered_length(value: Any) -> int:
+    """The length of ``value``'s JSON as the widest database renders it (", " and ": " between items,
+    numbers positional); past :data:`MAX_ENTRY_TEXT_LENGTH` it stops counting."""
+    length, pending = 0, [value]
+    while pending and length <= MAX_ENTRY_TEXT_LENGTH:
+        item = pending.pop()
+        if isinstance(item, str):
+            length += len(json.dumps(item, ensure_ascii=False))
+        elif item is None or item is True:
+            length += 4
+        elif item is False:
+            length += 5
+        elif isinstance(item, int):
+            # more digits than a column holds: not written out (str() refuses past 4,300 digits)
+            length += len(str(item)) if item.bit_length() < 2048 else MAX_ENTRY_TEXT_LENGTH + 1
+        elif isinstance(item, float):
+            length += len(format(Decimal(repr(item)), "f"))
+        elif isinstance(item, Mapping):
+            length += 4 * len(item) if item else 2  # braces, ": " per key, ", " between
+            pending.extend(map(str, item.keys()))
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            length += 2 * len(item) if item else 2  # brackets, ", " between
+            pending.extend(item)
+        else:
+            length += len(canonical_json(item))
+    return length
 
 
 def _tiny_float(document: bytes) -> bool:
