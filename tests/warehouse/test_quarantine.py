@@ -258,3 +258,43 @@ def test_an_entry_value_is_measured_at_least_as_long_as_postgresql_stores_it(eng
             longest = max(stored, len(canonical_json(value)))
             measured = _rendered_length(value)  # it stops counting once past what a column holds
             assert measured >= min(longest, MAX_ENTRY_TEXT_LENGTH + 1), value
+
+
+def nested(depth: int) -> object:
+    """A JSON value ``depth`` levels deep: arrays and objects in turn."""
+    value: object = "core"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+@pytest.mark.parametrize("wire", [False, True], ids=["dicts", "wire"])
+def test_a_value_nested_deeper_than_mariadb_validates_is_quarantined_there_and_stored_elsewhere(
+        writer, engine, wire) -> None:
+    """Any JSON value may come where the contract names no type, at any depth; MariaDB's JSON columns
+    validate at most 31 levels (its ``JSON_VALID``). There a deeper record is refused like any record
+    the table cannot store, naming the limit (it failed the whole run, quarantine or not); every other
+    destination stores it as sent."""
+    deep = [make_record(1, attributes={"tree": nested(31)}),  # 32 levels in the column
+            make_record(2, lifecycle=nested(32)),
+            make_record(3, identity_match={"why": nested(40)})]
+    extra = make_record(4)
+    extra["sources"][0]["meta"] = nested(31)
+    at_the_limit = make_record(5, attributes={"tree": nested(30)})  # 31 levels: stored everywhere
+    records = [*deep, extra, at_the_limit, make_record(6)]
+    run = run_info()
+
+    counts = write(writer, [WireRecord(r) if wire else r for r in records], run, invalid_records="quarantine")
+
+    stored = rows_by_ref(engine, writer.table)
+    if engine.dialect.name == "mysql":
+        assert counts == UpsertCounts(inserted=2, rejected=4)
+        assert set(stored) == {"bos:person:000005", "bos:person:000006"}
+        reasons = [r["reason"] for r in rejects_rows(engine, writer.table)]
+        assert len(reasons) == 4 and all("31 levels" in reason for reason in reasons), reasons
+        with pytest.raises(BosWarehouseError, match="attributes nests 32 levels deep"):  # invalid_records="fail"
+            write(writer, [deep[0]])
+    else:
+        assert counts == UpsertCounts(inserted=6)
+        attributes = stored["bos:person:000001"]["attributes"]
+        assert (json.loads(attributes) if isinstance(attributes, str) else attributes)["tree"] == nested(31)

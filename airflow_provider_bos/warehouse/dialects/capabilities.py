@@ -61,6 +61,10 @@ class DialectCapabilities:
     #: Keys compare ignoring trailing spaces (MySQL/MariaDB's ``PAD SPACE`` collations): a record_ref
     #: ending in a space would be another ref's key, so it is refused and only ever quarantined.
     keys_ignore_trailing_spaces: bool = False
+    #: The deepest JSON value the JSON columns accept (MariaDB's ``JSON_VALID``: 31 levels); a record
+    #: holding a deeper one is refused like any record the table cannot store. None: no limit short of
+    #: the read's own.
+    max_json_depth: int | None = None
     #: ``stored_wire_state``'s last value is the number of current rows (an unchanged re-run proves
     #: it returned every current row without a join).
     wire_state_counts_current: bool = False

@@ -31,7 +31,7 @@ class MySqlDialect(WarehouseDialect):
     # the merge's locking reads see.
     capabilities = DialectCapabilities(lock_before_staging=True, uses_guard_index=True,
                                        temp_tables_survive_rollback=True, keyed_run_keys=True,
-                                       keys_ignore_trailing_spaces=True)
+                                       keys_ignore_trailing_spaces=True, max_json_depth=31)
 
     def stage_ref(self, stage: str, schema: str | None) -> str:
         # Qualified like the target: without a default database an unqualified name has no home.

@@ -17,6 +17,7 @@ Imports nothing of the dialects or the transaction at run time: the dialects nam
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from datetime import datetime
@@ -29,6 +30,7 @@ from airflow_provider_bos.wire import KnownRecord
 
 if TYPE_CHECKING:
     from airflow_provider_bos.warehouse.dialects import PostgresDialect
+    from airflow_provider_bos.warehouse.dialects.capabilities import DialectCapabilities
     from airflow_provider_bos.warehouse.run.claims import KeptClaims
     from airflow_provider_bos.warehouse.run.rejects import Rejects
     from airflow_provider_bos.warehouse.run.transaction import RunTransaction
@@ -177,17 +179,52 @@ def _documents(
             yield (record.record_ref, None, record.observed_at, None, record.wire_hash, seq)
 
 
-def _unpadded_row_values(record: Any, default_obs: datetime | None) -> tuple[Any, ...]:
-    """:func:`row_values` of a record whose ref a key that ignores trailing spaces can hold."""
-    values = row_values(record, default_obs)
-    if values[0].endswith(" "):
-        raise BosWarehouseError(
-            f"Record {values[0]!r}: its record_ref ends in a space, and this database compares keys ignoring "
-            "trailing spaces (MySQL/MariaDB's PAD SPACE collation), so it would be stored as the key of "
-            "another record_ref, the same without them. Sync this read to another destination, or ask BOS "
-            "why a record_ref ends in a space."
-        )
-    return values
+def _row_encoder(capabilities: DialectCapabilities) -> Callable[[Any, datetime | None], tuple[Any, ...]]:
+    """:func:`row_values`, refusing what this database's columns cannot hold (its capabilities)."""
+    unpadded, depth = capabilities.keys_ignore_trailing_spaces, capabilities.max_json_depth
+    if not unpadded and depth is None:
+        return row_values
+
+    def encode(record: Any, default_obs: datetime | None) -> tuple[Any, ...]:
+        values = row_values(record, default_obs)
+        if unpadded and values[0].endswith(" "):
+            raise BosWarehouseError(
+                f"Record {values[0]!r}: its record_ref ends in a space, and this database compares keys ignoring "
+                "trailing spaces (MySQL/MariaDB's PAD SPACE collation), so it would be stored as the key of "
+                "another record_ref, the same without them. Sync this read to another destination, or ask BOS "
+                "why a record_ref ends in a space."
+            )
+        if depth is not None:
+            _check_json_depth(values, depth)
+        return values
+
+    return encode
+
+
+# The JSON columns of row_values' tuple, by name.
+_JSON_FIELDS = {4: "lifecycle", 5: "identity_match", 6: "attributes", 7: "sources"}
+
+
+def _check_json_depth(values: tuple[Any, ...], limit: int) -> None:
+    """Refuse a row whose JSON column nests deeper than ``limit`` levels. A text with fewer brackets
+    than that cannot (one count each, in C); only then is the value walked, its containers only."""
+    for at, name in _JSON_FIELDS.items():
+        text = values[at]
+        if text is None or text.count("[") + text.count("{") <= limit:
+            continue
+        deepest, pending = 0, [(json.loads(text), 0)]
+        while pending:
+            value, level = pending.pop()
+            if isinstance(value, dict | list):
+                level += 1
+                deepest = max(deepest, level)
+                pending.extend((child, level) for child in (value.values() if isinstance(value, dict) else value))
+        if deepest > limit:
+            raise BosWarehouseError(
+                f"Record {values[0]!r}: its {name} nests {deepest} levels deep, and this database's JSON columns "
+                f"hold at most {limit} levels (MariaDB's JSON_VALID). Sync this read to another destination, or "
+                "quarantine such records (invalid_records='quarantine')."
+            )
 
 
 def _rows(
@@ -195,7 +232,7 @@ def _rows(
 ) -> Iterator[tuple[Any, ...]]:
     """Column-staged tuples (:data:`~.dialects.STAGE_COLUMNS` order)."""
     known_value, bind_ts = tx.dialect.known_value, tx.dialect.bind_timestamp
-    encode = _unpadded_row_values if tx.dialect.capabilities.keys_ignore_trailing_spaces else row_values
+    encode = _row_encoder(tx.dialect.capabilities)
     for seq, record, fields in encoded(records, encode, default_obs, rejects):
         if fields is None:
             observed = record.observed_at
