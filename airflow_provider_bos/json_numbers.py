@@ -18,9 +18,26 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["by_value", "may_be_respelt", "numbers_by_value"]
+__all__ = ["NumberBeyondDouble", "by_value", "may_be_respelt", "numbers_by_value"]
 
 _DIGITS = frozenset(b"0123456789")
+
+
+class NumberBeyondDouble:
+    """A JSON number beyond a 64-bit float's range (``1e400``), kept as the text BOS wrote.
+
+    It is JSON, and no type the contract names rules it out, but no destination here stores it
+    exactly: as a double it is an infinity (not JSON), and rounding it would store another value. So
+    the writer refuses a record holding one like any record the table cannot store (its encoders do
+    not know this type); the rejects table keeps the text (:meth:`__repr__`)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
 
 
 def by_value(number: float) -> float | int:

@@ -21,9 +21,12 @@ CRM = {"source_type": "crm", "source_identity": "crm-eu"}
 class FakeBos:
     """``MockTransport`` handler: a session on ``search_people`` whose read returns ``records``."""
 
-    def __init__(self, records: list[dict[str, Any]], *, observed_at: str = "2026-10-08T12:00:00Z") -> None:
+    def __init__(self, records: list[dict[str, Any]], *, observed_at: str = "2026-10-08T12:00:00Z",
+                 raw: dict[str, str] | None = None) -> None:
         self.records = records
         self.observed_at = observed_at
+        #: JSON text Python cannot write (a number such as ``1e400``) for the string values standing in for it.
+        self.raw = raw or {}
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         if request.method == "DELETE":
@@ -49,6 +52,9 @@ class FakeBos:
                            "status": "complete"}}
         payload = b"".join(b"event: message\ndata: " + json.dumps(m, separators=(",", ":")).encode() + b"\n\n"
                            for m in (page, final))
+        for stand_in, text in self.raw.items():  # in the records and in their text copy
+            payload = payload.replace(json.dumps(stand_in).encode(), text.encode())
+            payload = payload.replace(json.dumps(json.dumps(stand_in))[1:-1].encode(), text.encode())
         chunks = [payload[i:i + 64] for i in range(0, len(payload), 64)]
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=iter(chunks))
 

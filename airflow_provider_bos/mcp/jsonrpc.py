@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import math
 import re
 import threading
 import uuid
@@ -20,6 +21,7 @@ import msgspec
 import orjson
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosJsonRpcError, BosProtocolError, excerpt
+from airflow_provider_bos.json_numbers import NumberBeyondDouble
 
 __all__ = [
     "IdGenerator",
@@ -64,12 +66,27 @@ _decode_exactly = msgspec.json.Decoder().decode
 
 def loads(data: str | bytes | bytearray | memoryview) -> Any:
     """Decode JSON: msgspec's decoder, as fast as orjson's and exact for integers beyond 64 bits, which
-    orjson turns into floats (a record's attributes may hold any JSON number). Bad input raises a
-    ``ValueError`` like :func:`json.loads` does."""
+    orjson turns into floats (a record's attributes may hold any JSON number). A number beyond a
+    64-bit float's range is a :class:`~airflow_provider_bos.json_numbers.NumberBeyondDouble` (the
+    writer refuses a record holding one). Bad input raises a ``ValueError`` like :func:`json.loads` does."""
     try:
         return _decode_exactly(data)
     except RecursionError:  # nested deeper than msgspec's recursion reaches: orjson reads up to its limit
         return orjson.loads(data)
+    except msgspec.ValidationError as exc:
+        if "out of range" not in str(exc):
+            raise
+    text = data if isinstance(data, str | bytes | bytearray) else bytes(data)
+    return json.loads(text, parse_float=_float_or_beyond, parse_constant=_not_json)
+
+
+def _float_or_beyond(text: str) -> float | NumberBeyondDouble:
+    number = float(text)
+    return number if math.isfinite(number) else NumberBeyondDouble(text)
+
+
+def _not_json(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
 
 
 def dumps(body: Any) -> bytes:

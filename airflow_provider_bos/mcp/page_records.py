@@ -14,8 +14,9 @@ of the strings it reads, not of the fields it skips: a record holding bytes that
 decoded, when read, with replacement characters, as the general path's SSE decoding would have
 done. One difference remains, on purpose:
 a record's other fields are checked for JSON syntax only, so a number out of float range
-(``1e400``) deep in a provisional record no longer fails the whole read (the general path refuses
-the message); reading those records raises :class:`~airflow_provider_bos.exceptions.BosProtocolError`.
+(``1e400``) deep in a provisional record is not decoded at all (the general path decodes it as a
+:class:`~airflow_provider_bos.json_numbers.NumberBeyondDouble`); reading those records raises
+:class:`~airflow_provider_bos.exceptions.BosProtocolError`.
 
 Whatever this path does not accept (another envelope shape, a server-to-client request, a record
 failing the check, bytes that are not JSON) makes :func:`decode_source_result` return ``None``:

@@ -41,7 +41,7 @@ import orjson
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.json_numbers import may_be_respelt, numbers_by_value
+from airflow_provider_bos.json_numbers import NumberBeyondDouble, may_be_respelt, numbers_by_value
 from airflow_provider_bos.timestamps import parse_timestamp
 from airflow_provider_bos.warehouse.tables.schema import RECORD_COLUMNS
 from airflow_provider_bos.warehouse.tables.stored_json import JsonColumns
@@ -100,8 +100,16 @@ def stored_json_columns(table: sa.Table) -> JsonColumns:
     return JsonColumns(table, JSON_CONTENT_FIELDS)
 
 
+def _not_json(value: Any) -> Any:
+    """What the encoders say of a value JSON cannot hold (``default``)."""
+    if isinstance(value, NumberBeyondDouble):
+        raise TypeError("a number beyond a 64-bit float's range, which no destination stores exactly")
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
 _ENCODER = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=False,
+    default=_not_json,
 )
 _encode_str = json.encoder.encode_basestring  # C accelerated; keeps non-ASCII characters
 
