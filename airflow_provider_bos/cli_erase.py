@@ -98,8 +98,9 @@ def add_erase_parser(commands: Any) -> None:
                             "leading + (repeatable).")
     erase.add_argument("--external-id", action="append", metavar="SOURCE:ID",
                        help="Also erase every record with a provenance entry whose source_identity is SOURCE and "
-                            "whose external_id is ID, both exactly as given (repeatable). A number stored as the "
-                            "id is not the text: erase such a record by --record-ref.")
+                            "whose external_id is ID, both exactly as given (repeatable). SOURCE ends at the first "
+                            "colon; one holding a colon is written as a JSON string: '\"crm:eu\":4711'. A number "
+                            "stored as the id is not the text: erase such a record by --record-ref.")
     erase.add_argument("--external-id-of-type", action="append", metavar="TYPE:ID",
                        help="Also erase every record with a provenance entry of any source whose source_type is "
                             "TYPE and whose external_id is ID, both exactly as given (repeatable).")

@@ -137,3 +137,22 @@ def test_an_external_id_of_type_must_be_written_type_colon_id(writer, engine) ->
         with pytest.raises(BosConfigurationError, match="TYPE:ID"):
             erase(engine, writer, external_ids_of_type=[given])
     assert refs(engine, writer) == {ref(1)}
+
+
+@pytest.mark.parametrize("policy", [None, HASHED], ids=["kept", "hashed"])
+def test_a_source_holding_a_colon_is_named_as_a_json_string(writer, engine, policy) -> None:
+    """Any text may be a source_identity, a colon too: ``SOURCE:ID`` splits at the first colon, so
+    ``crm:eu:ab-1`` names the id ``eu:ab-1`` of ``crm``; the id ``ab-1`` of ``crm:eu`` is named with
+    the source as a JSON string, ``"crm:eu":ab-1`` (as is any source beginning with a quote)."""
+    write_under(writer, policy, [holder(1, "crm:eu", "ab-1"), holder(2, "crm", "eu:ab-1"),
+                                 holder(3, '"q', "7"), holder(4, "crm:eu", "ab-2")])
+
+    assert erase(engine, writer, external_ids=['"crm:eu":ab-1']).found == 1
+    assert refs(engine, writer) == {ref(2), ref(3), ref(4)}
+    assert erase(engine, writer, external_ids=["crm:eu:ab-1"]).found == 1  # the id eu:ab-1 of crm
+    assert erase(engine, writer, external_ids=['"\\"q":7']).found == 1
+    assert refs(engine, writer) == {ref(4)}
+    for bad in ('"crm:eu"ab-2', '"crm:eu:ab-2', '"crm:eu":', '"":ab-2', '"q:7'):
+        with pytest.raises(BosConfigurationError, match="SOURCE:ID"):
+            erase(engine, writer, external_ids=[bad])
+    assert refs(engine, writer) == {ref(4)}

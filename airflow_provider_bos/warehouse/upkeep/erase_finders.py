@@ -108,16 +108,33 @@ class Finders:
 
 
 def _id_pairs(given: Iterable[str], form: str, example: str) -> tuple[tuple[str, str], ...]:
-    """``(source, id)`` of each ``SOURCE:ID``, split at the first colon, both parts exactly as given (an id
-    is any text: ``'4711 '`` is another id than ``'4711'``)."""
+    """``(source, id)`` of each ``SOURCE:ID``, both parts exactly as given (an id is any text: ``'4711 '``
+    is another id than ``'4711'``). SOURCE ends at the first colon or, written as a JSON string
+    (``"crm:eu":4711``), at its closing quote: a source holding a colon (any text may be a source's
+    name), or beginning with a quote, is named that way."""
     pairs = []
     for text in given:
-        source, colon, ident = text.partition(":") if isinstance(text, str) else ("", "", "")
-        if not colon or not source or not ident:
+        source, ident = _split_id(text) if isinstance(text, str) else ("", "")
+        if not source or not ident:
             raise BosConfigurationError(
-                f"An external id to erase by is written {form}, e.g. {example}; {str(text)[:80]!r} is not.")
+                f"An external id to erase by is written {form}, e.g. {example}, or with SOURCE as a JSON string "
+                f"when it holds a colon or begins with a quote (\"crm:eu\":4711); {str(text)[:80]!r} is not.")
         pairs.append((source, ident))
     return tuple(pairs)
+
+
+def _split_id(text: str) -> tuple[str, str]:
+    """``(SOURCE, ID)`` of one ``SOURCE:ID``; empty parts where it is not of that form."""
+    if text.startswith('"'):
+        try:
+            source, end = _DECODER.raw_decode(text)
+        except ValueError:
+            return "", ""
+        if not isinstance(source, str) or text[end:end + 1] != ":":
+            return "", ""
+        return source, text[end + 1:]
+    source, colon, ident = text.partition(":")
+    return (source, ident) if colon else ("", "")
 
 
 class _Wanted:
