@@ -7,7 +7,7 @@ come, extra keys may come, and no order is promised. So the content drawn here i
 allows: strings with RTL marks, emoji, combining accents and long text; ``lifecycle`` and
 ``identity_match`` of any JSON type (integers beyond 64 bits, tiny and negative floats, nested
 objects and lists); attribute keys that are empty, spaced or non-ASCII; provenance entries with
-extra keys (a ``label``, a nested ``link`` object).
+extra keys (a ``label``, a nested ``link`` object, which may hold an ``observed_at`` of its own).
 
 Every personal string carries a marker, ``pii`` + a field tag + a number (``piiE12`` in an email),
 so a check can look for raw values of the fields a personal-data policy hashes or drops:
@@ -204,7 +204,10 @@ ENTRY_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "capabilities": st.lists(st.sampled_from(["read", "write", "erase"]), unique=True, max_size=3).map(tuple),
     "version": st.one_of(st.just(MISSING), st.none(), st.sampled_from(["v1", "2"]), st.integers(0, 5)),
     "label": st.one_of(st.just(MISSING), marked("S")),
-    "link": st.one_of(st.just(MISSING), st.fixed_dictionaries({"href": marked("S"), "meta": json_values("S")})),
+    # A nested object may hold its own "observed_at": content, not BOS's stamp of the entry.
+    "link": st.one_of(st.just(MISSING), st.fixed_dictionaries(
+        {"href": marked("S"), "meta": json_values("S")},
+        optional={"observed_at": st.sampled_from(["2020-01-01T00:00:00Z", "2021-06-06T06:06:06Z"])})),
 }
 
 
