@@ -8,9 +8,14 @@ the final records, compact as BOS sends them and in small chunks as a network de
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import httpx
+
+from airflow_provider_bos.mcp import McpSession, RetryPolicy
+from airflow_provider_bos.sync import run_sync
+from airflow_provider_bos.warehouse import SyncRunInfo
 
 URL = "https://bos.example/mcp/apps/bos/platform"
 EXT = "bos/source-results/v1"
@@ -61,3 +66,15 @@ class FakeBos:
 
 def _ok(rid: Any, result: dict[str, Any], headers: dict[str, str] | None = None) -> httpx.Response:
     return httpx.Response(200, json={"jsonrpc": "2.0", "id": rid, "result": result}, headers=headers)
+
+
+def sync_from(bos: FakeBos, writer: Any, *, stream_threshold_bytes: int = 256, **options: Any) -> Any:
+    """One ``run_sync`` of ``bos``'s read into ``writer`` (a small stream threshold: the final frame is
+    scanned record by record, as a large one is); ``options`` go to ``run_sync``."""
+    client = httpx.Client(transport=httpx.MockTransport(bos))
+    retry = RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0, backoff_max_s=0)
+    with client, McpSession(URL, http_client=client, era="2025-11-25", retry=retry,
+                            stream_threshold_bytes=stream_threshold_bytes) as session:
+        run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="search_people")
+        return run_sync(session.federated_read, writer, run, tool_name="search_people", arguments={},
+                        via="direct", stream=True, **options)

@@ -10,17 +10,13 @@ and SQLite's rows).
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
-import httpx
 import sqlalchemy as sa
 
-from airflow_provider_bos.mcp import McpSession, RetryPolicy
-from airflow_provider_bos.sync import run_sync
-from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.wire import ReconcileOptions
-from tests.fake_bos import CRM, URL, FakeBos
+from tests.fake_bos import CRM, FakeBos, sync_from
 
 DAY1, DAY2, DAY2_LATER = "2026-10-01T12:00:00Z", "2026-10-02T12:00:00Z", "2026-10-02T13:00:00Z"
 
@@ -33,13 +29,7 @@ def person(n: int, *, name: str | None = None, observed_at: str) -> dict[str, An
 
 
 def sync(writer: WarehouseWriter, records: list[dict[str, Any]]) -> Any:
-    client = httpx.Client(transport=httpx.MockTransport(FakeBos(records, observed_at=DAY2)))
-    retry = RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0, backoff_max_s=0)
-    with client, McpSession(URL, http_client=client, era="2025-11-25", retry=retry,
-                            stream_threshold_bytes=256) as session:
-        run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="search_people")
-        return run_sync(session.federated_read, writer, run, tool_name="search_people", arguments={},
-                        via="direct", stream=True, reconcile=ReconcileOptions(history=True))
+    return sync_from(FakeBos(records, observed_at=DAY2), writer, reconcile=ReconcileOptions(history=True))
 
 
 def names(engine: sa.Engine, table: str) -> dict[str, str]:

@@ -9,16 +9,12 @@ taken for a re-stamp and the record kept as stored), on every dialect.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
-import httpx
 import sqlalchemy as sa
 
-from airflow_provider_bos.mcp import McpSession, RetryPolicy
-from airflow_provider_bos.sync import run_sync
-from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
-from tests.fake_bos import CRM, URL, FakeBos
+from airflow_provider_bos.warehouse import WarehouseWriter
+from tests.fake_bos import CRM, FakeBos, sync_from
 
 DAY1, DAY2, DAY3 = "2026-10-01T12:00:00Z", "2026-10-02T12:00:00Z", "2026-10-03T12:00:00Z"
 
@@ -31,13 +27,7 @@ def person(n: int, *, observed_at: str, meta: Any) -> dict[str, Any]:
 
 
 def sync(writer: WarehouseWriter, records: list[dict[str, Any]], observed_at: str) -> Any:
-    client = httpx.Client(transport=httpx.MockTransport(FakeBos(records, observed_at=observed_at)))
-    retry = RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0, backoff_max_s=0)
-    with client, McpSession(URL, http_client=client, era="2025-11-25", retry=retry,
-                            stream_threshold_bytes=256) as session:
-        run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="search_people")
-        return run_sync(session.federated_read, writer, run, tool_name="search_people", arguments={},
-                        via="direct", stream=True)
+    return sync_from(FakeBos(records, observed_at=observed_at), writer)
 
 
 def metas(engine: sa.Engine, table: str) -> dict[str, Any]:

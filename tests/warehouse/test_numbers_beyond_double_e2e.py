@@ -10,21 +10,17 @@ Both ways a final frame is read: decoded whole (a small event) and scanned recor
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
-import httpx
 import pytest
 import sqlalchemy as sa
 
 from airflow_provider_bos.exceptions import BosWarehouseError
-from airflow_provider_bos.mcp import McpSession, RetryPolicy
 from airflow_provider_bos.pii import PiiKey, PiiPolicy
 from airflow_provider_bos.pii.stream import PolicyRun
-from airflow_provider_bos.sync import run_sync
-from airflow_provider_bos.warehouse import SyncRunInfo, WarehouseWriter
+from airflow_provider_bos.warehouse import WarehouseWriter
 from airflow_provider_bos.warehouse.tables.schema import rejects_table_name
-from tests.fake_bos import CRM, URL, FakeBos
+from tests.fake_bos import CRM, FakeBos, sync_from
 
 DAY1 = "2026-10-01T12:00:00Z"
 BIG = "__a number beyond a double__"
@@ -39,14 +35,8 @@ def person(n: int, **attributes: Any) -> dict[str, Any]:
 
 
 def sync(writer: WarehouseWriter, records: list[dict[str, Any]], number: str, threshold: int, **options: Any) -> Any:
-    bos = FakeBos(records, observed_at=DAY1, raw={BIG: number})
-    client = httpx.Client(transport=httpx.MockTransport(bos))
-    retry = RetryPolicy(attempts=1, max_total_s=5, backoff_base_s=0, backoff_max_s=0)
-    with client, McpSession(URL, http_client=client, era="2025-11-25", retry=retry,
-                            stream_threshold_bytes=threshold) as session:
-        run = SyncRunInfo(run_id=str(uuid.uuid4()), conn_id="e2e", tool_name="search_people")
-        return run_sync(session.federated_read, writer, run, tool_name="search_people", arguments={},
-                        via="direct", stream=True, **options)
+    return sync_from(FakeBos(records, observed_at=DAY1, raw={BIG: number}), writer,
+                     stream_threshold_bytes=threshold, **options)
 
 
 def refs(engine: sa.Engine, table: str) -> set[str]:
