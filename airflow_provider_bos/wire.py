@@ -61,8 +61,12 @@ __all__ = [
 _SOURCES_KEY = b'"sources"'
 _SOURCES_START = b'"sources":[{'
 _STAMP_KEY = b'"observed_at":"'
+_KEY_OPENERS = b"{,"
 # Whitespace before a "]": a pretty-printed array, whose end "}]" does not mark.
 _SPACED_CLOSE = re.compile(rb"[ \t\r\n]\]")
+# A letter of "sources" written as a \u escape: the record may name its sources with a key the byte
+# search does not see, and a "sources" it does see may be another one, inside a value.
+_ESCAPED_LETTER = re.compile(rb"\\u00(?:7[235]|6[35fF])")
 
 
 def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None = None) -> str:
@@ -77,7 +81,7 @@ def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None
     blanked stamps' bytes (none where nothing was blanked), for :func:`latest_stamp`.
     """
     start = element.find(_SOURCES_START)
-    if start < 0 or element.count(_SOURCES_KEY) != 1:
+    if start < 0 or element.count(_SOURCES_KEY) != 1 or (b"\\u00" in element and _ESCAPED_LETTER.search(element)):
         return sha256(element).hexdigest()
     start += len(_SOURCES_START) - 2
     end = element.find(b"}]", start) + 2
@@ -89,7 +93,9 @@ def wire_hash(element: bytes | bytearray, stamps: list[bytes | bytearray] | None
     while stamp >= 0:
         value = stamp + len(_STAMP_KEY)
         close = element.find(b'"', value, end)
-        if close < 0 or element[close - 1] == 0x5C:  # an escape inside a stamp: not one of BOS's
+        # An escape inside a stamp, or a key only ending in "observed_at (its quote escaped, so not
+        # after the "{" or "," an entry's own key follows): not one of BOS's stamps.
+        if close < 0 or element[close - 1] == 0x5C or element[stamp - 1] not in _KEY_OPENERS:
             if stamps is not None:
                 stamps.clear()
             return sha256(element).hexdigest()

@@ -76,8 +76,10 @@ def loads(data: str | bytes | bytearray | memoryview) -> Any:
     except msgspec.ValidationError as exc:
         if "out of range" not in str(exc):
             raise
-    text = data if isinstance(data, str | bytes | bytearray) else bytes(data)
-    return json.loads(text, parse_float=_float_or_beyond, parse_constant=_not_json)
+    try:  # msgspec again, every float through the hook: its checks of the text stay the same
+        return _decode_beyond_doubles(data)
+    except RecursionError:
+        raise ValueError("a number beyond a 64-bit float's range in JSON nested too deep to read") from None
 
 
 def _float_or_beyond(text: str) -> float | NumberBeyondDouble:
@@ -85,8 +87,7 @@ def _float_or_beyond(text: str) -> float | NumberBeyondDouble:
     return number if math.isfinite(number) else NumberBeyondDouble(text)
 
 
-def _not_json(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
+_decode_beyond_doubles = msgspec.json.Decoder(float_hook=_float_or_beyond).decode
 
 
 def dumps(body: Any) -> bytes:

@@ -56,3 +56,19 @@ def test_numbers_decode_exactly_at_any_size(number: int | float) -> None:
 
     decoded = loads(b'{"n": %s}' % repr(number).encode())
     assert decoded == {"n": number} and type(decoded["n"]) is type(number)
+
+
+def test_a_number_beyond_a_double_decodes_as_such_and_nothing_else_gets_through_beside_it() -> None:
+    """``1e400`` is JSON: it decodes to a NumberBeyondDouble (its text), every other number as before.
+    Beside it, what the decoder refuses elsewhere is still refused (a lone surrogate, bytes that are not
+    UTF-8, NaN), and nesting too deep is a ``ValueError``, never a RecursionError."""
+    from airflow_provider_bos.json_numbers import NumberBeyondDouble
+    from airflow_provider_bos.mcp.jsonrpc import loads
+
+    decoded = loads(b'{"a": [1e400, -1E+400, 1.5, 2, 1e-400, 18446744073709551617]}')["a"]
+    assert [type(v) for v in decoded] == [NumberBeyondDouble, NumberBeyondDouble, float, int, float, int]
+    assert [repr(v) for v in decoded[:2]] == ["1e400", "-1E+400"] and decoded[2:] == [1.5, 2, 0.0, 2**64 + 1]
+    for bad in (b'[1e400, "\\ud800"]', b'[1e400, "\xed\xa0\x80"]', b'[1e400, NaN]', b'[1e400, 1',
+                b"[" * 5000 + b"1e400" + b"]" * 5000):
+        with pytest.raises(ValueError):
+            loads(bad)

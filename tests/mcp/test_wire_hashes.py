@@ -121,6 +121,29 @@ def test_an_observed_at_nested_in_a_provenance_entry_is_content() -> None:
             assert wire_hash(compact[0]) != wire_hash(compact[1]), (extra, len(sources))
 
 
+def test_a_key_only_ending_in_observed_at_is_content() -> None:
+    """An extra key ``x"observed_at`` (its quote escaped) is no stamp: a change to its value changes
+    the hash, and it is not taken for the record's observation time."""
+    def record(value: str) -> bytes:
+        entry = {"source_type": "crm", "observed_at": "2026-10-01T00:00:00Z", 'x"observed_at': value}
+        return json.dumps({"record_ref": "r", "sources": [entry], "attributes": {}}, separators=(",", ":")).encode()
+
+    stamps: list[Any] = []
+    assert wire_hash(record("2020-01-01T00:00:00Z"), stamps) != wire_hash(record("2021-06-06T06:06:06Z"))
+    assert b"2020-01-01T00:00:00Z" not in stamps
+
+
+def test_a_sources_key_written_with_escapes_is_hashed_as_sent() -> None:
+    """A record naming its ``sources`` with ``\\u`` escapes, while an attribute holds a ``"sources"``
+    of its own: the one the byte search finds is content, so the record is hashed as sent."""
+    def record(value: str) -> bytes:
+        return (b'{"record_ref":"r","attributes":{"sources":[{"observed_at":"' + value.encode() + b'"}]},'
+                b'"sourc\\u0065s":[{"source_type":"crm","observed_at":"2026-10-01T00:00:00Z"}]}')
+
+    assert json.loads(record("x"))["sources"][0]["source_type"] == "crm"
+    assert wire_hash(record("2020-01-01T00:00:00Z")) != wire_hash(record("2021-06-06T06:06:06Z"))
+
+
 SEPARATORS = st.sampled_from([(",", ":"), (", ", ": "), (",\n ", ":")])
 
 
