@@ -298,3 +298,20 @@ def test_a_value_nested_deeper_than_mariadb_validates_is_quarantined_there_and_s
         assert counts == UpsertCounts(inserted=6)
         attributes = stored["bos:person:000001"]["attributes"]
         assert (json.loads(attributes) if isinstance(attributes, str) else attributes)["tree"] == nested(31)
+
+
+def test_a_value_nested_deeper_than_the_encoder_follows_is_refused_not_a_crash(writer, engine) -> None:
+    """A value nested past what the JSON encoders follow (about a thousand levels: a record handed to
+    the writer in Python may hold any) is refused like any record the table cannot store, with a
+    BosError saying so, not a RecursionError that ends the run whatever ``invalid_records`` says."""
+    deep = make_record(1)
+    deep["attributes"] = {"deep": nested(1100)}  # (make_record's deep copy would not follow it either)
+
+    with pytest.raises(BosWarehouseError, match="nested too deep"):
+        write(writer, [deep, make_record(2)])
+    counts = write(writer, [deep, make_record(2)], run_info(), invalid_records="quarantine")
+
+    assert counts == UpsertCounts(inserted=1, rejected=1)
+    assert set(rows_by_ref(engine, writer.table)) == {"bos:person:000002"}
+    (reject,) = rejects_rows(engine, writer.table)
+    assert "nested too deep" in reject["reason"] and reject["record_ref"] == "bos:person:000001"

@@ -566,6 +566,9 @@ def record_to_row(record: Any, *, default_observed_at: datetime | None = None, s
         attributes_text = canonical_json(attributes)
         sources_text = canonical_json(data.get("sources"))
         hashed_sources = _content_sources_text(data.get("sources"))
+    except RecursionError:  # a record handed over in Python may nest any depth
+        message = f"Record {ref!r} holds a value nested too deep to store (the encoder follows about 1,000 levels)."
+        raise UnstorableRecord(message, without_values=message) from None
     except (TypeError, ValueError) as exc:
         raise UnstorableRecord(f"Record {ref!r} holds a value that is not JSON: {exc}",
                                without_values=f"Record {ref!r} holds a value that is not JSON "
