@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from whhelpers import drop_columns, dump, make_record, rows_by_ref, run_info, write
 
 from airflow_provider_bos.exceptions import BosConfigurationError, BosWarehouseError
+from airflow_provider_bos.testing.whole_values import nested
 from airflow_provider_bos.warehouse import AuditReader, UpsertCounts
 from airflow_provider_bos.warehouse.run.catalog import column_names
 from airflow_provider_bos.warehouse.run.rejects import MAX_REJECT_BYTES, Rejects
@@ -260,14 +261,6 @@ def test_an_entry_value_is_measured_at_least_as_long_as_postgresql_stores_it(eng
             assert measured >= min(longest, MAX_ENTRY_TEXT_LENGTH + 1), value
 
 
-def nested(depth: int) -> object:
-    """A JSON value ``depth`` levels deep: arrays and objects in turn."""
-    value: object = "core"
-    for level in range(depth):
-        value = [value] if level % 2 else {"k": value}
-    return value
-
-
 @pytest.mark.parametrize("wire", [False, True], ids=["dicts", "wire"])
 def test_a_value_nested_deeper_than_mariadb_validates_is_quarantined_there_and_stored_elsewhere(
         writer, engine, wire) -> None:
@@ -275,12 +268,12 @@ def test_a_value_nested_deeper_than_mariadb_validates_is_quarantined_there_and_s
     validate at most 31 levels (its ``JSON_VALID``). There a deeper record is refused like any record
     the table cannot store, naming the limit (it failed the whole run, quarantine or not); every other
     destination stores it as sent."""
-    deep = [make_record(1, attributes={"tree": nested(31)}),  # 32 levels in the column
-            make_record(2, lifecycle=nested(32)),
-            make_record(3, identity_match={"why": nested(40)})]
+    deep = [make_record(1, attributes={"tree": nested(31, "core")}),  # 32 levels in the column
+            make_record(2, lifecycle=nested(32, "core")),
+            make_record(3, identity_match={"why": nested(40, "core")})]
     extra = make_record(4)
-    extra["sources"][0]["meta"] = nested(31)
-    at_the_limit = make_record(5, attributes={"tree": nested(30)})  # 31 levels: stored everywhere
+    extra["sources"][0]["meta"] = nested(31, "core")
+    at_the_limit = make_record(5, attributes={"tree": nested(30, "core")})  # 31 levels: stored everywhere
     records = [*deep, extra, at_the_limit, make_record(6)]
     run = run_info()
 
@@ -297,7 +290,7 @@ def test_a_value_nested_deeper_than_mariadb_validates_is_quarantined_there_and_s
     else:
         assert counts == UpsertCounts(inserted=6)
         attributes = stored["bos:person:000001"]["attributes"]
-        assert (json.loads(attributes) if isinstance(attributes, str) else attributes)["tree"] == nested(31)
+        assert (json.loads(attributes) if isinstance(attributes, str) else attributes)["tree"] == nested(31, "core")
 
 
 def test_a_value_nested_deeper_than_the_encoder_follows_is_refused_not_a_crash(writer, engine) -> None:
@@ -305,7 +298,7 @@ def test_a_value_nested_deeper_than_the_encoder_follows_is_refused_not_a_crash(w
     the writer in Python may hold any) is refused like any record the table cannot store, with a
     BosError saying so, not a RecursionError that ends the run whatever ``invalid_records`` says."""
     deep = make_record(1)
-    deep["attributes"] = {"deep": nested(1100)}  # (make_record's deep copy would not follow it either)
+    deep["attributes"] = {"deep": nested(1100, "core")}  # (make_record's deep copy would not follow it either)
 
     with pytest.raises(BosWarehouseError, match="nested too deep"):
         write(writer, [deep, make_record(2)])

@@ -39,16 +39,20 @@ def record_bytes(record: Any) -> bytes:
         dump = getattr(record, "model_dump", None)
         data = dump(mode="python") if dump is not None else record
     try:
-        try:
-            text = json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True, sort_keys=True)
-        except (TypeError, ValueError):  # e.g. keys of mixed types, which cannot be sorted: still JSON, unsorted
-            try:
-                text = json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True)
-            except (TypeError, ValueError):  # e.g. a key that is no string, number or bool
-                text = repr(data)
+        text = _as_text(data)
     except RecursionError:  # nested deeper than any encoder follows: the reason says so, no bytes kept
         return b""
     return text.encode("utf-8", errors="backslashreplace")
+
+
+def _as_text(data: Any) -> str:
+    try:
+        return json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True, sort_keys=True)
+    except (TypeError, ValueError):  # e.g. keys of mixed types, which cannot be sorted: still JSON, unsorted
+        try:
+            return json.dumps(data, ensure_ascii=False, default=repr, allow_nan=True)
+        except (TypeError, ValueError):  # e.g. a key that is no string, number or bool
+            return repr(data)
 
 
 class Rejects:
